@@ -1,0 +1,2 @@
+//! `antrea-agent.conf` for external nodes: parsing, defaults and validation (placeholder; being
+//! written).

@@ -1,0 +1,117 @@
+//! Host network interfaces: the model of links, addresses and routes the agent moves between a NIC
+//! and its OVS internal port, and the [`HostNet`] trait that reads and changes them (real:
+//! rtnetlink; in-process fake for actor tests).
+
+use std::net::IpAddr;
+
+use async_trait::async_trait;
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+
+/// A network link as the kernel reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Link {
+    pub index: u32,
+    pub name: String,
+    /// `aa:bb:cc:dd:ee:ff`, lower case; `None` for links without one.
+    pub mac: Option<String>,
+    pub mtu: u32,
+    pub up: bool,
+}
+
+/// An interface address with the attributes needed to put it back exactly.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Address {
+    /// Address with its prefix length.
+    pub addr: IpNet,
+    /// IFA_F_* flags (e.g. noprefixroute, nodad, permanent).
+    pub flags: u32,
+    /// RT_SCOPE_* (0 universe, 253 link, 254 host).
+    pub scope: u8,
+    /// Seconds; `u32::MAX` means forever.
+    pub valid_lft: u32,
+    pub preferred_lft: u32,
+    /// IPv4 label (IFA_LABEL), usually the link name.
+    pub label: Option<String>,
+}
+
+impl Address {
+    pub fn ip(&self) -> IpAddr {
+        self.addr.addr()
+    }
+    /// IPv4 169.254.0.0/16 or IPv6 fe80::/10.
+    pub fn is_link_local(&self) -> bool {
+        match self.addr.addr() {
+            IpAddr::V4(a) => a.is_link_local(),
+            IpAddr::V6(a) => (a.segments()[0] & 0xffc0) == 0xfe80,
+        }
+    }
+}
+
+/// A route through a link, with every attribute needed to re-create it on another link.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Route {
+    /// Destination prefix (`0.0.0.0/0` / `::/0` for default).
+    pub dst: IpNet,
+    pub gateway: Option<IpAddr>,
+    pub prefsrc: Option<IpAddr>,
+    /// RTPROT_* (2 kernel, 3 boot, 4 static, 16 dhcp, 186 bgp…).
+    pub protocol: u8,
+    /// RT_SCOPE_*.
+    pub scope: u8,
+    /// RTN_* (1 unicast, 2 local, 3 broadcast…).
+    pub kind: u8,
+    /// Routing table id (254 main).
+    pub table: u32,
+    /// RTA_PRIORITY (the "metric").
+    pub metric: Option<u32>,
+    /// Output link index; rewritten when the route moves.
+    pub oif: u32,
+}
+
+impl Route {
+    pub fn is_default(&self) -> bool {
+        self.dst.prefix_len() == 0
+    }
+}
+
+/// Errors from the host network layer, naming the link or object involved.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("netlink error on {what}: {message}")]
+    Netlink { what: String, message: String },
+    #[error("link {0} not found")]
+    NoLink(String),
+    #[error("link {0} already exists")]
+    LinkExists(String),
+    #[error("object already exists: {0}")]
+    Exists(String),
+    #[error("interface name {name:?} is invalid: {why}")]
+    BadName { name: String, why: String },
+    #[error("host network I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Reads and changes host links, addresses and routes.
+#[async_trait]
+pub trait HostNet: Send + Sync {
+    async fn links(&self) -> Result<Vec<Link>, HostError>;
+    async fn link_by_name(&self, name: &str) -> Result<Option<Link>, HostError>;
+    /// Addresses of one link (all families, including link-local).
+    async fn addresses(&self, index: u32) -> Result<Vec<Address>, HostError>;
+    /// Routes whose output interface is `index`, from every table except `local`
+    /// (kernel-generated local/broadcast routes are left to the kernel).
+    async fn routes(&self, index: u32) -> Result<Vec<Route>, HostError>;
+    /// Renames a link: down, rename, up; also removes an altname equal to the old name if the
+    /// kernel added one.
+    async fn rename(&self, index: u32, new_name: &str) -> Result<(), HostError>;
+    async fn set_mtu(&self, index: u32, mtu: u32) -> Result<(), HostError>;
+    async fn set_up(&self, index: u32, up: bool) -> Result<(), HostError>;
+    /// Adds an address; `Err(HostError::Exists)` if it is already there.
+    async fn add_address(&self, index: u32, addr: &Address) -> Result<(), HostError>;
+    async fn del_address(&self, index: u32, addr: &Address) -> Result<(), HostError>;
+    /// Adds a route on link `index` (the route's own `oif` is ignored); `Err(HostError::Exists)`
+    /// if it is already there.
+    async fn add_route(&self, index: u32, route: &Route) -> Result<(), HostError>;
+    async fn del_route(&self, route: &Route) -> Result<(), HostError>;
+}

@@ -1,0 +1,13 @@
+//! antrea-vm-agent: Antrea NetworkPolicy for virtual machines and bare-metal servers.
+//!
+//! The library behind the `antrea-vm-agent` binary. Five actors own the state (`actors`), they
+//! exchange the facts in `messages`, pure modules compute (`policy`), and adapters talk to the
+//! outside world (`ovs`, `host`). See ARCHITECTURE.md for the map.
+#![forbid(unsafe_code)]
+
+pub mod actors;
+pub mod config;
+pub mod host;
+pub mod messages;
+pub mod ovs;
+pub mod policy;

@@ -1,0 +1,1 @@
+//! Messages exchanged between actors: plain data, `Clone`, no behaviour.

@@ -1,0 +1,1 @@
+//! Pure policy and pipeline logic: no I/O here.
