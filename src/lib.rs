@@ -8,6 +8,8 @@
 pub mod actors;
 pub mod config;
 pub mod host;
+pub mod k8s;
 pub mod messages;
 pub mod ovs;
 pub mod policy;
+pub mod sources;

@@ -1,1 +1,123 @@
-//! The supervisor and the five actors.
+//! The supervisor and the five actors. Each actor owns its state and touches nothing else's; they
+//! talk through the messages in `crate::messages`. The supervisor starts them in order, notices
+//! when one dies (it stopped, or a handler panicked), restarts it with backoff, hands every actor
+//! the new addresses, and asks producers to resend their facts so the new instance converges.
+
+pub mod external_node_watcher;
+pub mod flow_installer;
+pub mod interface_manager;
+pub mod policy_cache;
+pub mod reporter;
+pub mod supervisor;
+
+use actix::{Addr, Message};
+
+use crate::messages::ActorKind;
+
+pub use external_node_watcher::ExternalNodeWatcher;
+pub use flow_installer::FlowInstaller;
+pub use interface_manager::InterfaceManager;
+pub use policy_cache::PolicyCache;
+pub use reporter::AgentInfoReporter;
+pub use supervisor::{Deps, Supervisor, Timing};
+
+/// The current address of every actor (absent while one is being restarted).
+#[derive(Clone, Default)]
+pub struct Peers {
+    pub watcher: Option<Addr<ExternalNodeWatcher>>,
+    pub interfaces: Option<Addr<InterfaceManager>>,
+    pub policy: Option<Addr<PolicyCache>>,
+    pub flows: Option<Addr<FlowInstaller>>,
+    pub reporter: Option<Addr<AgentInfoReporter>>,
+}
+
+impl std::fmt::Debug for Peers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peers")
+            .field("watcher", &self.watcher.is_some())
+            .field("interfaces", &self.interfaces.is_some())
+            .field("policy", &self.policy.is_some())
+            .field("flows", &self.flows.is_some())
+            .field("reporter", &self.reporter.is_some())
+            .finish()
+    }
+}
+
+/// Supervisor → actor: the addresses of the others changed.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "()")]
+pub struct SetPeers(pub Peers);
+
+/// Actor → supervisor, sent when an actor instance is dropped, whatever the cause.
+#[derive(Clone, Copy, Debug, Message)]
+#[rtype(result = "()")]
+pub struct ChildExited {
+    pub kind: ActorKind,
+    pub generation: u64,
+}
+
+/// Held by every actor instance; dropping it (normal stop, error stop, or panic unwinding the
+/// actor) tells the supervisor. This is how panics are noticed: actix drops a task's actor when a
+/// handler panics, but its own `Supervisor` only sees orderly stops.
+pub struct Lifeline {
+    kind: ActorKind,
+    generation: u64,
+    supervisor: Option<actix::Recipient<ChildExited>>,
+}
+
+impl Lifeline {
+    pub fn new(kind: ActorKind, generation: u64, supervisor: actix::Recipient<ChildExited>) -> Self {
+        Lifeline {
+            kind,
+            generation,
+            supervisor: Some(supervisor),
+        }
+    }
+    /// A lifeline nobody listens to (for actors run outside a supervisor).
+    pub fn detached(kind: ActorKind) -> Self {
+        Lifeline {
+            kind,
+            generation: 0,
+            supervisor: None,
+        }
+    }
+}
+
+impl Drop for Lifeline {
+    fn drop(&mut self) {
+        if let Some(sup) = &self.supervisor {
+            sup.do_send(ChildExited {
+                kind: self.kind,
+                generation: self.generation,
+            });
+        }
+    }
+}
+
+/// Handlers every actor shares: new peer addresses, fault injection, and orderly stop. The actor
+/// must have a `peers: Peers` field.
+macro_rules! common_handlers {
+    ($actor:ty) => {
+        impl actix::Handler<$crate::actors::SetPeers> for $actor {
+            type Result = ();
+            fn handle(&mut self, msg: $crate::actors::SetPeers, _: &mut Self::Context) {
+                self.peers = msg.0;
+            }
+        }
+
+        impl actix::Handler<$crate::messages::Crash> for $actor {
+            type Result = ();
+            fn handle(&mut self, msg: $crate::messages::Crash, _: &mut Self::Context) {
+                panic!("fault injected into {}: {}", stringify!($actor), msg.0);
+            }
+        }
+
+        impl actix::Handler<$crate::messages::Stop> for $actor {
+            type Result = ();
+            fn handle(&mut self, _: $crate::messages::Stop, ctx: &mut Self::Context) {
+                actix::ActorContext::stop(ctx);
+            }
+        }
+    };
+}
+pub(crate) use common_handlers;

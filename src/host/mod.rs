@@ -2,11 +2,18 @@
 //! and its OVS internal port, and the [`HostNet`] trait that reads and changes them (real:
 //! rtnetlink; in-process fake for actor tests).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use async_trait::async_trait;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
+
+pub mod fake;
+pub mod find;
+pub mod kernel;
+pub mod netlink;
+#[cfg(test)]
+pub(crate) mod testns;
 
 /// A network link as the kernel reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,6 +40,13 @@ pub struct Address {
     pub preferred_lft: u32,
     /// IPv4 label (IFA_LABEL), usually the link name.
     pub label: Option<String>,
+    /// IPv4 broadcast address (IFA_BROADCAST), when the address has one.
+    #[serde(default)]
+    pub broadcast: Option<Ipv4Addr>,
+    /// Metric of the kernel prefix route (IFA_RT_PRIORITY, `ip addr add … metric N`; set by
+    /// systemd-networkd for DHCP addresses). `None` = kernel default.
+    #[serde(default)]
+    pub rt_priority: Option<u32>,
 }
 
 impl Address {
@@ -67,6 +81,9 @@ pub struct Route {
     pub metric: Option<u32>,
     /// Output link index; rewritten when the route moves.
     pub oif: u32,
+    /// RTNH_F_ONLINK: the gateway is on-link even without a covering prefix (`onlink`).
+    #[serde(default)]
+    pub onlink: bool,
 }
 
 impl Route {

@@ -1,1 +1,13 @@
-//! Messages exchanged between actors: plain data, `Clone`, no behaviour.
+//! Messages exchanged between actors: plain data, `Clone`, no behaviour. Each message is a fact
+//! ("the ExternalNode is now X", "these interfaces are attached") carrying the full current view,
+//! so receivers are idempotent and a restarted actor can simply be sent everything again.
+
+pub mod external_node;
+pub mod interfaces;
+pub mod status;
+pub mod supervision;
+
+pub use external_node::ExternalNodeChanged;
+pub use interfaces::{AttachedInterface, EntityRef, InterfacesChanged};
+pub use status::{ActorKind, ActorStatus, StatusQuery};
+pub use supervision::{Crash, Resync, Stop};

@@ -1,1 +1,5 @@
-//! Pure policy and pipeline logic: no I/O here.
+//! Pure policy and pipeline logic: the ExternalNode pipeline definition (`pipeline`) and desired
+//! flow sets with their diffs (`flowset`). Nothing here does I/O.
+
+pub mod flowset;
+pub mod pipeline;

@@ -55,7 +55,10 @@ impl<T> Masked<T> {
         Masked { value, mask: None }
     }
     pub fn new(value: T, mask: T) -> Self {
-        Masked { value, mask: Some(mask) }
+        Masked {
+            value,
+            mask: Some(mask),
+        }
     }
 }
 
@@ -193,7 +196,11 @@ pub struct RegRange {
 
 impl RegRange {
     pub fn whole(reg: u8) -> Self {
-        RegRange { reg, ofs: 0, n_bits: 32 }
+        RegRange {
+            reg,
+            ofs: 0,
+            n_bits: 32,
+        }
     }
 }
 
@@ -247,13 +254,23 @@ pub enum Action {
     Ct(CtAction),
     CtClear,
     /// `conjunction(id, clause/n_clauses)`, `clause` 1-based as in ovs-ofctl syntax.
-    Conjunction { id: u32, clause: u8, n_clauses: u8 },
+    Conjunction {
+        id: u32,
+        clause: u8,
+        n_clauses: u8,
+    },
     Controller(ControllerAction),
     Meter(u32),
     Group(u32),
     /// `resubmit(port,table)`; `in_port: None` means OFPP_IN_PORT (`resubmit:T` / `resubmit(,T)`).
-    Resubmit { in_port: Option<u32>, table: Option<u8> },
-    Move { src: RegRange, dst: RegRange },
+    Resubmit {
+        in_port: Option<u32>,
+        table: Option<u8>,
+    },
+    Move {
+        src: RegRange,
+        dst: RegRange,
+    },
     Note(Vec<u8>),
 }
 
@@ -299,7 +316,11 @@ impl Flow {
     }
     /// The flow's identity in OVS: two flows with the same key replace each other on ADD.
     pub fn key(&self) -> FlowKey {
-        FlowKey { table: self.table, priority: self.priority, matches: self.matches.clone() }
+        FlowKey {
+            table: self.table,
+            priority: self.priority,
+            matches: self.matches.clone(),
+        }
     }
 }
 
@@ -345,13 +366,20 @@ impl FlowMod {
         }
     }
     pub fn delete_strict(flow: Flow) -> Self {
-        FlowMod { command: FlowModCommand::DeleteStrict, ..FlowMod::add(flow) }
+        FlowMod {
+            command: FlowModCommand::DeleteStrict,
+            ..FlowMod::add(flow)
+        }
     }
     /// Deletes every flow in every table whose cookie matches `cookie` under `mask`.
     pub fn delete_by_cookie(cookie: u64, mask: u64) -> Self {
         let mut flow = Flow::new(TABLE_ALL, 0, Match::new());
         flow.cookie = cookie;
-        FlowMod { command: FlowModCommand::Delete, cookie_mask: mask, ..FlowMod::add(flow) }
+        FlowMod {
+            command: FlowModCommand::Delete,
+            cookie_mask: mask,
+            ..FlowMod::add(flow)
+        }
     }
 }
 

@@ -4,7 +4,16 @@
 //! Callers use the [`Switch`] trait (real connection: [`conn::OfConnection`]; in-process fake:
 //! [`fake::FakeSwitch`]). Nothing outside this module knows OpenFlow bytes.
 
+pub mod actions;
+pub mod conn;
+pub mod fake;
 pub mod flow;
+#[cfg(test)]
+mod lab_tests;
+pub mod messages;
+pub mod oxm;
+pub mod render;
+pub mod wire;
 
 pub use flow::*;
 

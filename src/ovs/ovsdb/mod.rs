@@ -8,6 +8,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+pub mod client;
+pub mod fake;
+pub mod jsonrpc;
+pub mod proto;
+#[cfg(test)]
+mod testutil;
+
+pub use client::OvsdbClient;
+pub use fake::FakeOvsdb;
+
 /// Desired bridge settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BridgeSpec {

@@ -1,0 +1,132 @@
+//! The ExternalNode watcher: follows the agent's ExternalNode in its source (a file in standalone
+//! mode), validates it, and tells the interface manager when its interfaces change (or when it is
+//! deleted). Invalid observations are logged once and ignored: the last good state stays in force.
+
+use std::sync::Arc;
+
+use actix::{Actor, AsyncContext, Context, Handler, StreamHandler};
+use serde_json::json;
+use tracing::{error, info};
+
+use super::{common_handlers, Deps, Lifeline, Peers};
+use crate::k8s::external_node::ExternalNode;
+use crate::messages::{ActorKind, ActorStatus, ExternalNodeChanged, Resync, StatusQuery};
+use crate::sources::{ExternalNodeSource, SourceEvent};
+
+pub struct ExternalNodeWatcher {
+    source: Arc<dyn ExternalNodeSource>,
+    node_name: String,
+    namespace: String,
+    peers: Peers,
+    /// The last valid state; `None` inside means "absent"; outer `None` means "not known yet".
+    current: Option<Option<ExternalNode>>,
+    last_error: Option<String>,
+    _lifeline: Lifeline,
+}
+
+impl ExternalNodeWatcher {
+    pub fn new(deps: Deps, peers: Peers, lifeline: Lifeline) -> Self {
+        ExternalNodeWatcher {
+            source: deps.source.clone(),
+            node_name: deps.node_name.clone(),
+            namespace: deps.config.external_node_namespace.clone(),
+            peers,
+            current: None,
+            last_error: None,
+            _lifeline: lifeline,
+        }
+    }
+
+    fn publish(&self) {
+        if let (Some(current), Some(im)) = (&self.current, &self.peers.interfaces) {
+            im.do_send(ExternalNodeChanged {
+                node: current.clone(),
+            });
+        }
+    }
+
+    fn observe(&mut self, event: SourceEvent) {
+        let next = match event {
+            SourceEvent::Absent => None,
+            SourceEvent::Present(obj) => match obj.validate(&self.node_name, &self.namespace) {
+                Ok(node) => Some(node),
+                Err(e) => return self.fail(e.to_string()),
+            },
+            SourceEvent::Error(msg) => return self.fail(msg),
+        };
+        if self.last_error.take().is_some() {
+            info!("ExternalNode source is readable again");
+        }
+        if self.current.as_ref() == Some(&next) {
+            return;
+        }
+        match &next {
+            Some(node) => info!(name = %node.name, namespace = %node.namespace,
+                interfaces = node.interfaces.len(), "ExternalNode present"),
+            None => info!(name = %self.node_name, "ExternalNode absent"),
+        }
+        self.current = Some(next);
+        self.publish();
+    }
+
+    fn fail(&mut self, message: String) {
+        if self.last_error.as_deref() != Some(message.as_str()) {
+            error!("{message}; keeping the last valid ExternalNode state");
+        }
+        self.last_error = Some(message);
+    }
+}
+
+impl Actor for ExternalNodeWatcher {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        info!(source = %self.source.describe(), node = %self.node_name, "watching ExternalNode");
+        ctx.add_stream(self.source.subscribe());
+    }
+}
+
+impl StreamHandler<SourceEvent> for ExternalNodeWatcher {
+    fn handle(&mut self, event: SourceEvent, _: &mut Context<Self>) {
+        self.observe(event);
+    }
+
+    fn finished(&mut self, ctx: &mut Context<Self>) {
+        // A source stream never ends on its own; if it does, resubscribing is the supervisor's
+        // job: stopping makes it restart us.
+        error!(source = %self.source.describe(), "ExternalNode source ended");
+        actix::ActorContext::stop(ctx);
+    }
+}
+
+impl Handler<Resync> for ExternalNodeWatcher {
+    type Result = ();
+    fn handle(&mut self, _: Resync, _: &mut Context<Self>) {
+        self.publish();
+    }
+}
+
+impl Handler<StatusQuery> for ExternalNodeWatcher {
+    type Result = actix::MessageResult<StatusQuery>;
+    fn handle(&mut self, _: StatusQuery, _: &mut Context<Self>) -> Self::Result {
+        let state = match &self.current {
+            None => "unknown",
+            Some(None) => "absent",
+            Some(Some(_)) => "present",
+        };
+        actix::MessageResult(ActorStatus {
+            actor: ActorKind::ExternalNodeWatcher,
+            healthy: self.last_error.is_none(),
+            last_error: self.last_error.clone(),
+            detail: json!({
+                "source": self.source.describe(),
+                "nodeName": self.node_name,
+                "namespace": self.namespace,
+                "state": state,
+                "interfaces": self.current.as_ref().and_then(|c| c.as_ref()).map(|n| n.interfaces.len()).unwrap_or(0),
+            }),
+        })
+    }
+}
+
+common_handlers!(ExternalNodeWatcher);

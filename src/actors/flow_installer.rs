@@ -1,0 +1,370 @@
+//! The flow installer: owns the OpenFlow connection and keeps the switch's flows equal to the
+//! desired set (init flows, `policyBypassRules`, one cross-connect per attached interface).
+//!
+//! Round protocol (Antrea's cookie layout): every connection starts a new round `R = persisted+1`.
+//! The first sync on a connection waits until the interface view is known, then commits one atomic
+//! bundle that removes leftovers of round R, adds every desired flow with round R (replacing
+//! same-identity flows in place, so traffic never sees a gap), and deletes what still carries the
+//! previous round. Only then is `R` persisted in the bridge's `external_ids:roundNum`. Later changes
+//! are minimal diffs. After the connection drops (OVS restarted) it reconnects with backoff and
+//! replays everything the same way.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture};
+use serde_json::json;
+use tracing::{debug, error, info, warn};
+
+use super::{common_handlers, Deps, Lifeline, Peers};
+use crate::messages::{ActorKind, ActorStatus, AttachedInterface, InterfacesChanged, StatusQuery};
+use crate::ovs::openflow::{OfError, Switch};
+use crate::policy::flowset::{self, FlowSet};
+use crate::policy::pipeline::{self, PipelineOptions};
+
+/// Bridge `external_ids` key holding the last committed round.
+pub const ROUND_KEY: &str = "roundNum";
+
+/// Internal: (re)connect to the switch.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Connect;
+
+/// Internal: the connection of `epoch` is gone.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Disconnected {
+    epoch: u64,
+}
+
+/// Internal: bring the switch in line with the desired flows.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Sync;
+
+/// Returns the flows the installer believes the switch holds (for tests and the CLI).
+#[derive(Message)]
+#[rtype(result = "Vec<crate::ovs::openflow::Flow>")]
+pub struct GetInstalledFlows;
+
+/// A live connection and the round it installs with.
+struct Session {
+    switch: Arc<dyn Switch>,
+    epoch: u64,
+    round: u16,
+    previous_round: Option<u16>,
+    meters: bool,
+    /// Set once the first full resync of this session committed.
+    synced: bool,
+}
+
+pub struct FlowInstaller {
+    deps: Deps,
+    peers: Peers,
+    session: Option<Session>,
+    next_epoch: u64,
+    /// `None` until the interface manager's first view arrives.
+    interfaces: Option<Vec<AttachedInterface>>,
+    installed: FlowSet,
+    reconnect_delay: Duration,
+    connecting: bool,
+    last_error: Option<String>,
+    _lifeline: Lifeline,
+}
+
+impl FlowInstaller {
+    pub fn new(deps: Deps, peers: Peers, lifeline: Lifeline) -> Self {
+        let reconnect_delay = deps.timing.reconnect_min;
+        FlowInstaller {
+            deps,
+            peers,
+            session: None,
+            next_epoch: 1,
+            interfaces: None,
+            installed: FlowSet::new(),
+            reconnect_delay,
+            connecting: false,
+            last_error: None,
+            _lifeline: lifeline,
+        }
+    }
+
+    fn schedule_reconnect(&mut self, ctx: &mut Context<Self>) {
+        let delay = self.reconnect_delay;
+        self.reconnect_delay = (self.reconnect_delay * 2).min(self.deps.timing.reconnect_max);
+        ctx.run_later(delay, |_, ctx| ctx.notify(Connect));
+    }
+
+    fn fail(&mut self, what: &str, e: impl std::fmt::Display) {
+        let msg = format!("{what}: {e}");
+        if self.last_error.as_deref() != Some(msg.as_str()) {
+            error!("{msg}");
+        }
+        self.last_error = Some(msg);
+    }
+
+    fn desired(&self, session: &Session) -> Option<FlowSet> {
+        let interfaces = self.interfaces.as_ref()?;
+        let opts = PipelineOptions {
+            round: session.round,
+            meters: session.meters,
+        };
+        Some(flowset::desired_flows(
+            opts,
+            &self.deps.config.policy_bypass_rules,
+            interfaces,
+        ))
+    }
+
+    fn flows_per_table(&self) -> BTreeMap<String, usize> {
+        let names: BTreeMap<u8, &str> = pipeline::tables().into_iter().map(|t| (t.id, t.name)).collect();
+        let mut counts = BTreeMap::new();
+        for key in self.installed.keys() {
+            let name = names
+                .get(&key.table)
+                .map_or_else(|| key.table.to_string(), |n| n.to_string());
+            *counts.entry(name).or_insert(0) += 1;
+        }
+        counts
+    }
+}
+
+/// Reads the persisted round and derives the new one (wrapping at 2^16 like Antrea).
+fn next_round(persisted: Option<&str>) -> (u16, Option<u16>) {
+    match persisted.and_then(|s| s.trim().parse::<u32>().ok()) {
+        Some(prev) => {
+            let prev = (prev % 65536) as u16;
+            (prev.wrapping_add(1), Some(prev))
+        }
+        None => (1, None),
+    }
+}
+
+impl Actor for FlowInstaller {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.notify(Connect);
+    }
+}
+
+impl Handler<Connect> for FlowInstaller {
+    type Result = AtomicResponse<Self, ()>;
+
+    fn handle(&mut self, _: Connect, _: &mut Context<Self>) -> Self::Result {
+        if self.session.is_some() || self.connecting {
+            return AtomicResponse::new(Box::pin(actix::fut::ready(())));
+        }
+        self.connecting = true;
+        let deps = self.deps.clone();
+        let fut = async move {
+            let switch = deps
+                .switch
+                .connect()
+                .await
+                .map_err(|e| ("cannot connect to OpenFlow switch", e.to_string()))?;
+            let bridge = &deps.config.ovs_bridge;
+            let persisted = deps
+                .ovsdb
+                .bridge_external_id(bridge, ROUND_KEY)
+                .await
+                .map_err(|e| ("cannot read the round number from OVSDB", e.to_string()))?;
+            let (round, previous_round) = next_round(persisted.as_deref());
+            switch
+                .replace_groups(pipeline::network_policy_groups())
+                .await
+                .map_err(|e| ("cannot install NetworkPolicy groups", e.to_string()))?;
+            let meters = match switch
+                .replace_meters(pipeline::packet_in_meters(deps.config.packet_in_rate))
+                .await
+            {
+                Ok(()) => true,
+                Err(OfError::Closed) => {
+                    return Err(("OpenFlow connection closed", "while adding meters".into()))
+                }
+                Err(e) => {
+                    warn!("OVS meters unavailable, packet-in will not be rate-limited by OVS: {e}");
+                    false
+                }
+            };
+            Ok::<_, (&'static str, String)>((switch, round, previous_round, meters))
+        };
+        AtomicResponse::new(Box::pin(fut.into_actor(self).map(|res, act, ctx| {
+            act.connecting = false;
+            match res {
+                Ok((switch, round, previous_round, meters)) => {
+                    let epoch = act.next_epoch;
+                    act.next_epoch += 1;
+                    info!(round, ?previous_round, meters, "connected to OpenFlow switch");
+                    let watch = switch.clone();
+                    ctx.spawn(
+                        async move { watch.closed().await }
+                            .into_actor(act)
+                            .map(move |_, _, ctx| {
+                                ctx.notify(Disconnected { epoch });
+                            }),
+                    );
+                    act.session = Some(Session {
+                        switch,
+                        epoch,
+                        round,
+                        previous_round,
+                        meters,
+                        synced: false,
+                    });
+                    act.installed.clear();
+                    act.reconnect_delay = act.deps.timing.reconnect_min;
+                    act.last_error = None;
+                    ctx.notify(Sync);
+                }
+                Err((what, e)) => {
+                    act.fail(what, e);
+                    act.schedule_reconnect(ctx);
+                }
+            }
+        })))
+    }
+}
+
+impl Handler<Disconnected> for FlowInstaller {
+    type Result = ();
+
+    fn handle(&mut self, msg: Disconnected, ctx: &mut Context<Self>) {
+        if self.session.as_ref().is_some_and(|s| s.epoch == msg.epoch) {
+            warn!("OpenFlow connection lost; reconnecting");
+            self.session = None;
+            self.installed.clear();
+            self.schedule_reconnect(ctx);
+        }
+    }
+}
+
+impl Handler<Sync> for FlowInstaller {
+    type Result = AtomicResponse<Self, ()>;
+
+    fn handle(&mut self, _: Sync, _: &mut Context<Self>) -> Self::Result {
+        let noop = || AtomicResponse::new(Box::pin(actix::fut::ready(())));
+        let Some(session) = &self.session else {
+            return noop();
+        };
+        let Some(desired) = self.desired(session) else {
+            debug!("waiting for the interface view before the first sync");
+            return noop();
+        };
+        let first = !session.synced;
+        let mods = if first {
+            flowset::full_resync(&desired, session.round, session.previous_round)
+        } else {
+            flowset::diff(&self.installed, &desired)
+        };
+        if mods.is_empty() {
+            return noop();
+        }
+        let switch = session.switch.clone();
+        let epoch = session.epoch;
+        let round = session.round;
+        let ovsdb = self.deps.ovsdb.clone();
+        let bridge = self.deps.config.ovs_bridge.clone();
+        let count = mods.len();
+        let fut = async move {
+            switch.bundle(mods).await?;
+            if first {
+                if let Err(e) = ovsdb
+                    .set_bridge_external_id(&bridge, ROUND_KEY, &round.to_string())
+                    .await
+                {
+                    warn!("flows committed but the round number could not be saved in OVSDB: {e}");
+                }
+            }
+            Ok::<_, OfError>(())
+        };
+        AtomicResponse::new(Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
+            let Some(session) = act.session.as_mut().filter(|s| s.epoch == epoch) else {
+                return;
+            };
+            match res {
+                Ok(()) => {
+                    info!(flow_mods = count, full = first, round, "flows committed");
+                    session.synced = true;
+                    act.installed = desired;
+                    act.last_error = None;
+                }
+                Err(OfError::Closed) | Err(OfError::Io(_)) => {
+                    act.fail("OpenFlow connection failed during a bundle", "closed");
+                    act.session = None;
+                    act.installed.clear();
+                    act.schedule_reconnect(ctx);
+                }
+                Err(e) => {
+                    act.fail(
+                        "switch rejected the flow bundle; nothing was changed, retrying",
+                        e,
+                    );
+                    ctx.run_later(act.deps.timing.reconnect_max, |_, ctx| ctx.notify(Sync));
+                }
+            }
+        })))
+    }
+}
+
+impl Handler<InterfacesChanged> for FlowInstaller {
+    type Result = ();
+
+    fn handle(&mut self, msg: InterfacesChanged, ctx: &mut Context<Self>) {
+        if self.interfaces.as_ref() != Some(&msg.interfaces) {
+            debug!(interfaces = msg.interfaces.len(), "interface view changed");
+            self.interfaces = Some(msg.interfaces);
+        }
+        ctx.notify(Sync);
+    }
+}
+
+impl Handler<GetInstalledFlows> for FlowInstaller {
+    type Result = actix::MessageResult<GetInstalledFlows>;
+    fn handle(&mut self, _: GetInstalledFlows, _: &mut Context<Self>) -> Self::Result {
+        actix::MessageResult(self.installed.values().cloned().collect())
+    }
+}
+
+impl Handler<crate::messages::Resync> for FlowInstaller {
+    type Result = ();
+    fn handle(&mut self, _: crate::messages::Resync, _: &mut Context<Self>) {
+        // Nothing downstream of the switch.
+    }
+}
+
+impl Handler<StatusQuery> for FlowInstaller {
+    type Result = actix::MessageResult<StatusQuery>;
+    fn handle(&mut self, _: StatusQuery, _: &mut Context<Self>) -> Self::Result {
+        let session = self.session.as_ref();
+        actix::MessageResult(ActorStatus {
+            actor: ActorKind::FlowInstaller,
+            healthy: session.is_some_and(|s| s.synced) && self.last_error.is_none(),
+            last_error: self.last_error.clone(),
+            detail: json!({
+                "connected": session.is_some(),
+                "synced": session.is_some_and(|s| s.synced),
+                "round": session.map(|s| s.round),
+                "meters": session.map(|s| s.meters),
+                "flowCount": self.installed.len(),
+                "flowsPerTable": self.flows_per_table(),
+            }),
+        })
+    }
+}
+
+common_handlers!(FlowInstaller);
+
+#[cfg(test)]
+mod tests {
+    use super::next_round;
+
+    #[test]
+    fn rounds_start_at_one_and_wrap() {
+        assert_eq!(next_round(None), (1, None));
+        assert_eq!(next_round(Some("garbage")), (1, None));
+        assert_eq!(next_round(Some("7")), (8, Some(7)));
+        assert_eq!(next_round(Some("65535")), (0, Some(65535)));
+    }
+}

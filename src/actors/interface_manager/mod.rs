@@ -1,0 +1,384 @@
+//! The interface manager: makes the host's interfaces match the ExternalNode. It owns the set of
+//! attached interfaces; on start it recovers that set from OVSDB, the kernel and its records
+//! (adopting what is attached, without a flap); then on every ExternalNode change and on a timer it
+//! attaches, updates, detaches and heals, one interface at a time, so a problem with one interface
+//! never blocks the others. It publishes the attached set to the flow installer and the policy
+//! cache — only once it is known, never a guess.
+
+pub mod procedures;
+pub mod store;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture};
+use serde_json::json;
+use tracing::{error, info, warn};
+
+use self::procedures::{Attachment, Env};
+use self::store::RecordStore;
+use super::{common_handlers, Deps, Lifeline, Peers};
+use crate::host::find::find_link_by_ips;
+use crate::k8s::external_node::ExternalNode;
+use crate::messages::{
+    ActorKind, ActorStatus, EntityRef, ExternalNodeChanged, InterfacesChanged, Resync, StatusQuery,
+};
+use crate::ovs::ovsdb::BridgeSpec;
+use crate::policy::pipeline;
+
+/// Internal: compare the world with the wanted state and act.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Reconcile;
+
+/// One wanted interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Wanted {
+    entity: EntityRef,
+    ips: Vec<IpAddr>,
+}
+
+/// The outcome of a reconcile pass, applied to the actor's state when it completes.
+struct Outcome {
+    recovered: bool,
+    attached: BTreeMap<String, Attachment>,
+    errors: Vec<String>,
+}
+
+pub struct InterfaceManager {
+    deps: Deps,
+    peers: Peers,
+    env: Env,
+    /// Set once the attached set has been rebuilt from OVSDB and the kernel.
+    recovered: bool,
+    /// Attached interfaces by name.
+    attached: BTreeMap<String, Attachment>,
+    /// The ExternalNode as last reported; outer `None` = not reported yet.
+    desired: Option<Option<ExternalNode>>,
+    last_errors: Vec<String>,
+    /// The view last published (to publish only changes, except on resync).
+    published: Option<InterfacesChanged>,
+    _lifeline: Lifeline,
+}
+
+impl InterfaceManager {
+    pub fn new(deps: Deps, peers: Peers, lifeline: Lifeline) -> Self {
+        let env = Env {
+            ovsdb: deps.ovsdb.clone(),
+            host: deps.host.clone(),
+            bridge: deps.config.ovs_bridge.clone(),
+            store: RecordStore::new(&deps.config.state_dir),
+            port_wait: deps.timing.port_wait,
+        };
+        InterfaceManager {
+            deps,
+            peers,
+            env,
+            recovered: false,
+            attached: BTreeMap::new(),
+            desired: None,
+            last_errors: Vec::new(),
+            published: None,
+            _lifeline: lifeline,
+        }
+    }
+
+    fn view(&self) -> InterfacesChanged {
+        InterfacesChanged {
+            interfaces: self.attached.values().map(Attachment::view).collect(),
+        }
+    }
+
+    /// Sends the attached set downstream if known and (unless `force`) changed.
+    fn publish(&mut self, force: bool) {
+        if !self.recovered {
+            return;
+        }
+        let view = self.view();
+        if !force && self.published.as_ref() == Some(&view) {
+            return;
+        }
+        if let Some(flows) = &self.peers.flows {
+            flows.do_send(view.clone());
+        }
+        if let Some(policy) = &self.peers.policy {
+            policy.do_send(view.clone());
+        }
+        self.published = Some(view);
+    }
+
+    fn wanted(&self) -> Option<Vec<Wanted>> {
+        let node = self.desired.as_ref()?;
+        Some(node.as_ref().map_or_else(Vec::new, |n| {
+            n.interfaces
+                .iter()
+                .map(|i| Wanted {
+                    entity: EntityRef {
+                        namespace: n.namespace.clone(),
+                        name: i.entity_name.clone(),
+                    },
+                    ips: i.ips.clone(),
+                })
+                .collect()
+        }))
+    }
+}
+
+/// One reconcile pass over a snapshot of the state; returns the new state.
+async fn reconcile(
+    env: Env,
+    bridge_spec: BridgeSpec,
+    mut recovered: bool,
+    mut attached: BTreeMap<String, Attachment>,
+    wanted: Option<Vec<Wanted>>,
+) -> Outcome {
+    let mut errors = Vec::new();
+    if !recovered {
+        if let Err(e) = env.ovsdb.ensure_bridge(&bridge_spec).await {
+            errors.push(format!("bridge {}: {e}", bridge_spec.name));
+            return Outcome {
+                recovered,
+                attached,
+                errors,
+            };
+        }
+        match procedures::recover(&env).await {
+            Ok(found) => {
+                errors.extend(found.errors);
+                attached = found
+                    .attachments
+                    .into_iter()
+                    .map(|a| (a.record.name.clone(), a))
+                    .collect();
+                recovered = true;
+                info!(attached = attached.len(), "interface state recovered");
+            }
+            Err(e) => {
+                errors.push(format!("recovery: {e}"));
+                return Outcome {
+                    recovered,
+                    attached,
+                    errors,
+                };
+            }
+        }
+    }
+    if let Some(wanted) = wanted {
+        apply_wanted(&env, &mut attached, &wanted, &mut errors).await;
+    }
+    heal_all(&env, &mut attached, &mut errors).await;
+    Outcome {
+        recovered,
+        attached,
+        errors,
+    }
+}
+
+async fn apply_wanted(
+    env: &Env,
+    attached: &mut BTreeMap<String, Attachment>,
+    wanted: &[Wanted],
+    errors: &mut Vec<String>,
+) {
+    let wanted_entities: BTreeSet<&EntityRef> = wanted.iter().map(|w| &w.entity).collect();
+    // Detach what is no longer listed.
+    let stale: Vec<String> = attached
+        .iter()
+        .filter(|(_, a)| !wanted_entities.contains(&EntityRef::from(&a.record.entity)))
+        .map(|(n, _)| n.clone())
+        .collect();
+    for name in stale {
+        let Some(a) = attached.get(&name).cloned() else {
+            continue;
+        };
+        match procedures::detach(env, &a).await {
+            Ok(()) => {
+                attached.remove(&name);
+            }
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    if wanted.is_empty() {
+        return;
+    }
+    let links_with_addrs = match links_with_addresses(env).await {
+        Ok(l) => l,
+        Err(e) => {
+            errors.push(e);
+            return;
+        }
+    };
+    for w in wanted {
+        let current = attached
+            .values()
+            .find(|a| EntityRef::from(&a.record.entity) == w.entity)
+            .cloned();
+        if current.as_ref().is_some_and(|a| same_ips(&a.record.ips, &w.ips)) {
+            continue;
+        }
+        let (link, found_ips) = match find_link_by_ips(&links_with_addrs, &w.ips) {
+            Ok(found) => found,
+            Err(e) => {
+                errors.push(format!("ExternalEntity {}: {e}", w.entity.name));
+                continue;
+            }
+        };
+        if let Some(a) = attached.get(&link.name).cloned() {
+            // Already attached (as this or another entity): at most its identity changes.
+            if EntityRef::from(&a.record.entity) == w.entity && same_ips(&a.record.ips, &found_ips) {
+                continue;
+            }
+            match procedures::update_identity(env, &a, &w.entity, &found_ips).await {
+                Ok(next) => {
+                    attached.insert(link.name.clone(), next);
+                }
+                Err(e) => errors.push(e.to_string()),
+            }
+            continue;
+        }
+        match procedures::attach(env, &link, &w.entity, &found_ips).await {
+            Ok(a) => {
+                attached.insert(link.name.clone(), a);
+                // The entity moved to another NIC: the old one goes back.
+                if let Some(old) = current {
+                    match procedures::detach(env, &old).await {
+                        Ok(()) => {
+                            attached.remove(&old.record.name);
+                        }
+                        Err(e) => errors.push(e.to_string()),
+                    }
+                }
+            }
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+}
+
+/// Whether two IP lists hold the same addresses, whatever their order.
+fn same_ips(a: &[IpAddr], b: &[IpAddr]) -> bool {
+    a.iter().collect::<BTreeSet<_>>() == b.iter().collect::<BTreeSet<_>>()
+}
+
+async fn links_with_addresses(
+    env: &Env,
+) -> Result<Vec<(crate::host::Link, Vec<crate::host::Address>)>, String> {
+    let links = env
+        .host
+        .links()
+        .await
+        .map_err(|e| format!("list host links: {e}"))?;
+    let mut out = Vec::with_capacity(links.len());
+    for link in links {
+        // Renamed uplinks carry no addresses of ours; skip them so they can never be picked.
+        if link.name.ends_with('~') {
+            continue;
+        }
+        match env.host.addresses(link.index).await {
+            Ok(addrs) => out.push((link, addrs)),
+            Err(e) => warn!(link = %link.name, "cannot read addresses, skipping link: {e}"),
+        }
+    }
+    Ok(out)
+}
+
+async fn heal_all(env: &Env, attached: &mut BTreeMap<String, Attachment>, errors: &mut Vec<String>) {
+    if attached.is_empty() {
+        return;
+    }
+    let ports = match env.ovsdb.list_ports(&env.bridge).await {
+        Ok(p) => p,
+        Err(e) => {
+            errors.push(format!("bridge {}: list ports: {e}", env.bridge));
+            return;
+        }
+    };
+    for a in attached.values_mut() {
+        match procedures::heal(env, a, &ports).await {
+            Ok(next) => *a = next,
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+}
+
+impl Actor for InterfaceManager {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.notify(Reconcile);
+        ctx.run_interval(self.deps.timing.interface_reconcile, |_, ctx| {
+            ctx.notify(Reconcile)
+        });
+    }
+}
+
+impl Handler<Reconcile> for InterfaceManager {
+    type Result = AtomicResponse<Self, ()>;
+
+    fn handle(&mut self, _: Reconcile, _: &mut Context<Self>) -> Self::Result {
+        let bridge_spec = BridgeSpec {
+            name: self.deps.config.ovs_bridge.clone(),
+            datapath_type: self.deps.config.ovs_datapath_type.as_str().to_string(),
+            table_names: pipeline::table_names(),
+        };
+        let fut = reconcile(
+            self.env.clone(),
+            bridge_spec,
+            self.recovered,
+            self.attached.clone(),
+            self.wanted(),
+        );
+        AtomicResponse::new(Box::pin(fut.into_actor(self).map(|outcome, act, _| {
+            act.recovered = outcome.recovered;
+            act.attached = outcome.attached;
+            for e in &outcome.errors {
+                if !act.last_errors.contains(e) {
+                    error!("{e}");
+                }
+            }
+            if outcome.errors.is_empty() && !act.last_errors.is_empty() {
+                info!("interfaces converged");
+            }
+            act.last_errors = outcome.errors;
+            act.publish(false);
+        })))
+    }
+}
+
+impl Handler<ExternalNodeChanged> for InterfaceManager {
+    type Result = ();
+
+    fn handle(&mut self, msg: ExternalNodeChanged, ctx: &mut Context<Self>) {
+        let next = Some(msg.node);
+        if self.desired != next {
+            self.desired = next;
+            ctx.notify(Reconcile);
+        }
+    }
+}
+
+impl Handler<Resync> for InterfaceManager {
+    type Result = ();
+    fn handle(&mut self, _: Resync, _: &mut Context<Self>) {
+        self.publish(true);
+    }
+}
+
+impl Handler<StatusQuery> for InterfaceManager {
+    type Result = actix::MessageResult<StatusQuery>;
+    fn handle(&mut self, _: StatusQuery, _: &mut Context<Self>) -> Self::Result {
+        let interfaces: Vec<_> = self.attached.values().map(Attachment::view).collect();
+        actix::MessageResult(ActorStatus {
+            actor: ActorKind::InterfaceManager,
+            healthy: self.recovered && self.last_errors.is_empty(),
+            last_error: self.last_errors.first().cloned(),
+            detail: json!({
+                "recovered": self.recovered,
+                "externalNodeKnown": self.desired.is_some(),
+                "interfaces": interfaces,
+                "errors": self.last_errors,
+            }),
+        })
+    }
+}
+
+common_handlers!(InterfaceManager);

@@ -1,0 +1,193 @@
+//! Records of attached interfaces, kept as one JSON file per interface under
+//! `<stateDir>/interfaces/`. A record is written before the host is touched, holds everything
+//! needed to put the NIC back exactly (MAC, MTU, addresses, routes), and says which phase the
+//! interface is in, so a start after a crash can finish or roll back what was under way.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::host::{Address, Route};
+use crate::messages::EntityRef;
+
+/// Where an interface is in its life cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    /// The record is saved; the host is being changed.
+    Attaching,
+    Attached,
+    /// Being restored.
+    Detaching,
+}
+
+/// The saved state of one interface.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InterfaceRecord {
+    /// The NIC's original name (and the internal port's name).
+    pub name: String,
+    pub uplink_name: String,
+    pub entity: EntityRefRecord,
+    pub ips: Vec<IpAddr>,
+    pub mac: String,
+    pub mtu: u32,
+    /// Addresses the NIC had (link-local excluded: the kernel makes those).
+    pub addresses: Vec<Address>,
+    /// Routes through the NIC.
+    pub routes: Vec<Route>,
+    pub phase: Phase,
+}
+
+/// Serializable twin of [`EntityRef`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntityRefRecord {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl From<&EntityRef> for EntityRefRecord {
+    fn from(e: &EntityRef) -> Self {
+        EntityRefRecord {
+            namespace: e.namespace.clone(),
+            name: e.name.clone(),
+        }
+    }
+}
+
+impl From<&EntityRefRecord> for EntityRef {
+    fn from(e: &EntityRefRecord) -> Self {
+        EntityRef {
+            namespace: e.namespace.clone(),
+            name: e.name.clone(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("state file {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("state file {path} is corrupt: {source}")]
+    Corrupt {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
+/// The directory of interface records.
+#[derive(Clone, Debug)]
+pub struct RecordStore {
+    dir: PathBuf,
+}
+
+impl RecordStore {
+    pub fn new(state_dir: &Path) -> Self {
+        RecordStore {
+            dir: state_dir.join("interfaces"),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.json"))
+    }
+
+    /// Writes a record atomically (temp file, fsync, rename).
+    pub fn save(&self, record: &InterfaceRecord) -> Result<(), StoreError> {
+        let path = self.path(&record.name);
+        let io = |source| StoreError::Io {
+            path: path.clone(),
+            source,
+        };
+        std::fs::create_dir_all(&self.dir).map_err(io)?;
+        let tmp = path.with_extension("json.tmp");
+        let body = serde_json::to_vec_pretty(record).map_err(|e| io(std::io::Error::other(e)))?;
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp).map_err(io)?;
+            f.write_all(&body).map_err(io)?;
+            f.sync_all().map_err(io)?;
+        }
+        std::fs::rename(&tmp, &path).map_err(io)
+    }
+
+    pub fn remove(&self, name: &str) -> Result<(), StoreError> {
+        let path = self.path(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(StoreError::Io { path, source }),
+        }
+    }
+
+    /// Every record; unreadable files are returned as errors beside the good ones.
+    pub fn load_all(&self) -> (BTreeMap<String, InterfaceRecord>, Vec<StoreError>) {
+        let mut records = BTreeMap::new();
+        let mut errors = Vec::new();
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (records, errors),
+            Err(source) => {
+                errors.push(StoreError::Io {
+                    path: self.dir.clone(),
+                    source,
+                });
+                return (records, errors);
+            }
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("json") {
+                continue;
+            }
+            match std::fs::read(&path) {
+                Ok(bytes) => match serde_json::from_slice::<InterfaceRecord>(&bytes) {
+                    Ok(r) => {
+                        records.insert(r.name.clone(), r);
+                    }
+                    Err(source) => errors.push(StoreError::Corrupt { path, source }),
+                },
+                Err(source) => errors.push(StoreError::Io { path, source }),
+            }
+        }
+        (records, errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_remove() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = RecordStore::new(dir.path());
+        let record = InterfaceRecord {
+            name: "eth0".into(),
+            uplink_name: "eth0~".into(),
+            entity: EntityRefRecord {
+                namespace: "ns".into(),
+                name: "vm1-3e616".into(),
+            },
+            ips: vec!["10.0.0.2".parse().expect("ip")],
+            mac: "02:00:00:00:00:01".into(),
+            mtu: 1400,
+            addresses: vec![],
+            routes: vec![],
+            phase: Phase::Attaching,
+        };
+        store.save(&record).expect("save");
+        let (all, errors) = store.load_all();
+        assert!(errors.is_empty());
+        assert_eq!(all.get("eth0"), Some(&record));
+        std::fs::write(dir.path().join("interfaces/bad.json"), b"{").expect("write");
+        let (all, errors) = store.load_all();
+        assert_eq!(all.len(), 1);
+        assert_eq!(errors.len(), 1);
+        store.remove("eth0").expect("remove");
+        store.remove("eth0").expect("remove twice");
+        assert!(store.load_all().0.is_empty());
+    }
+}

@@ -1,0 +1,326 @@
+//! The supervisor: starts the five actors in dependency order (flow installer, policy cache,
+//! interface manager, ExternalNode watcher, reporter), restarts any that dies — after an error
+//! stop or a panic — with exponential backoff, re-wires every actor to the new addresses, and asks
+//! all actors to resend their facts so the restarted one converges.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::{Actor, ActorContext, AsyncContext, Context, Handler, Message};
+use serde::Serialize;
+use tracing::{error, info, warn};
+
+use super::{
+    AgentInfoReporter, ChildExited, ExternalNodeWatcher, FlowInstaller, InterfaceManager, Lifeline, Peers,
+    PolicyCache, SetPeers,
+};
+use crate::config::Config;
+use crate::host::HostNet;
+use crate::messages::{ActorKind, Resync, Stop};
+use crate::ovs::openflow::SwitchConnector;
+use crate::ovs::ovsdb::Ovsdb;
+use crate::sources::ExternalNodeSource;
+
+/// Intervals and backoffs. Production values come from [`Timing::default`]; tests shrink them.
+#[derive(Clone, Debug)]
+pub struct Timing {
+    /// First restart delay after an actor dies; doubles per consecutive death.
+    pub restart_backoff_min: Duration,
+    pub restart_backoff_max: Duration,
+    /// An actor that stayed up this long has its backoff reset.
+    pub restart_backoff_reset: Duration,
+    /// How often the interface manager re-checks OVSDB and the kernel against its records.
+    pub interface_reconcile: Duration,
+    /// First and maximum delay between reconnect attempts to OVS.
+    pub reconnect_min: Duration,
+    pub reconnect_max: Duration,
+    /// How long to wait for an ofport or a netdev to appear or disappear.
+    pub port_wait: Duration,
+    /// How often the reporter refreshes the agent info.
+    pub report_interval: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            restart_backoff_min: Duration::from_millis(200),
+            restart_backoff_max: Duration::from_secs(30),
+            restart_backoff_reset: Duration::from_secs(60),
+            interface_reconcile: Duration::from_secs(2),
+            reconnect_min: Duration::from_millis(500),
+            reconnect_max: Duration::from_secs(8),
+            port_wait: Duration::from_secs(5),
+            report_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Everything the actors need from the outside world, chosen at construction (real adapters in
+/// the binary, fakes in tests).
+#[derive(Clone)]
+pub struct Deps {
+    pub config: Arc<Config>,
+    pub node_name: String,
+    pub ovsdb: Arc<dyn Ovsdb>,
+    pub host: Arc<dyn HostNet>,
+    pub switch: Arc<dyn SwitchConnector>,
+    pub source: Arc<dyn ExternalNodeSource>,
+    /// Where the reporter writes the agent info snapshot (standalone mode).
+    pub agent_info_path: Option<PathBuf>,
+    pub timing: Timing,
+}
+
+/// Restart bookkeeping for one actor.
+#[derive(Clone, Copy, Debug)]
+struct ChildState {
+    generation: u64,
+    started_at: Instant,
+    consecutive_failures: u32,
+    restarts: u64,
+}
+
+/// Supervision counters, for status and tests.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SupervisorReport {
+    pub restarts: HashMap<ActorKind, u64>,
+    pub alive: HashMap<ActorKind, bool>,
+}
+
+/// Ask the supervisor for the current addresses.
+#[derive(Clone, Copy, Debug, Message)]
+#[rtype(result = "Peers")]
+pub struct GetPeers;
+
+/// Ask the supervisor for its counters.
+#[derive(Clone, Copy, Debug, Message)]
+#[rtype(result = "SupervisorReport")]
+pub struct GetSupervisorReport;
+
+/// Stop supervising (children are not restarted any more) and stop the children.
+#[derive(Clone, Copy, Debug, Message)]
+#[rtype(result = "()")]
+pub struct Shutdown;
+
+pub struct Supervisor {
+    deps: Deps,
+    peers: Peers,
+    children: HashMap<ActorKind, ChildState>,
+    next_generation: u64,
+    shutting_down: bool,
+}
+
+impl Supervisor {
+    pub fn new(deps: Deps) -> Self {
+        Supervisor {
+            deps,
+            peers: Peers::default(),
+            children: HashMap::new(),
+            next_generation: 1,
+            shutting_down: false,
+        }
+    }
+
+    fn start_child(&mut self, kind: ActorKind, ctx: &mut Context<Self>) {
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        let lifeline = Lifeline::new(kind, generation, ctx.address().recipient());
+        let deps = self.deps.clone();
+        let peers = self.peers.clone();
+        match kind {
+            ActorKind::FlowInstaller => {
+                self.peers.flows = Some(FlowInstaller::new(deps, peers, lifeline).start());
+            }
+            ActorKind::PolicyCache => {
+                self.peers.policy = Some(PolicyCache::new(deps, peers, lifeline).start());
+            }
+            ActorKind::InterfaceManager => {
+                self.peers.interfaces = Some(InterfaceManager::new(deps, peers, lifeline).start());
+            }
+            ActorKind::ExternalNodeWatcher => {
+                self.peers.watcher = Some(ExternalNodeWatcher::new(deps, peers, lifeline).start());
+            }
+            ActorKind::AgentInfoReporter => {
+                self.peers.reporter = Some(AgentInfoReporter::new(deps, peers, lifeline).start());
+            }
+        }
+        let previous = self.children.get(&kind).copied();
+        self.children.insert(
+            kind,
+            ChildState {
+                generation,
+                started_at: Instant::now(),
+                consecutive_failures: previous.map_or(0, |p| p.consecutive_failures),
+                restarts: previous.map_or(0, |p| p.restarts),
+            },
+        );
+    }
+
+    fn clear_peer(&mut self, kind: ActorKind) {
+        match kind {
+            ActorKind::FlowInstaller => self.peers.flows = None,
+            ActorKind::PolicyCache => self.peers.policy = None,
+            ActorKind::InterfaceManager => self.peers.interfaces = None,
+            ActorKind::ExternalNodeWatcher => self.peers.watcher = None,
+            ActorKind::AgentInfoReporter => self.peers.reporter = None,
+        }
+    }
+
+    /// Sends the current addresses to every live actor, then asks them all to resend their facts.
+    fn rewire_and_resync(&self) {
+        let p = &self.peers;
+        let msg = SetPeers(p.clone());
+        if let Some(a) = &p.flows {
+            a.do_send(msg.clone());
+        }
+        if let Some(a) = &p.policy {
+            a.do_send(msg.clone());
+        }
+        if let Some(a) = &p.interfaces {
+            a.do_send(msg.clone());
+        }
+        if let Some(a) = &p.watcher {
+            a.do_send(msg.clone());
+        }
+        if let Some(a) = &p.reporter {
+            a.do_send(msg);
+        }
+        if let Some(a) = &p.watcher {
+            a.do_send(Resync);
+        }
+        if let Some(a) = &p.interfaces {
+            a.do_send(Resync);
+        }
+        if let Some(a) = &p.policy {
+            a.do_send(Resync);
+        }
+    }
+
+    fn backoff(&self, failures: u32) -> Duration {
+        let t = &self.deps.timing;
+        let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(16));
+        t.restart_backoff_min
+            .saturating_mul(factor)
+            .min(t.restart_backoff_max)
+    }
+}
+
+impl Actor for Supervisor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        for kind in ActorKind::ALL {
+            self.start_child(kind, ctx);
+        }
+        self.rewire_and_resync();
+        info!("all actors started");
+    }
+}
+
+impl Handler<ChildExited> for Supervisor {
+    type Result = ();
+
+    fn handle(&mut self, msg: ChildExited, ctx: &mut Context<Self>) {
+        if self.shutting_down {
+            return;
+        }
+        let Some(state) = self.children.get_mut(&msg.kind) else {
+            return;
+        };
+        if state.generation != msg.generation {
+            // A late notice from an instance that was already replaced.
+            return;
+        }
+        let uptime = state.started_at.elapsed();
+        if uptime >= self.deps.timing.restart_backoff_reset {
+            state.consecutive_failures = 0;
+        }
+        state.consecutive_failures += 1;
+        state.restarts += 1;
+        let failures = state.consecutive_failures;
+        let delay = self.backoff(failures);
+        error!(actor = %msg.kind, uptime_ms = uptime.as_millis() as u64, restart_in_ms = delay.as_millis() as u64,
+            "actor died; restarting");
+        self.clear_peer(msg.kind);
+        self.rewire_and_resync();
+        let kind = msg.kind;
+        ctx.run_later(delay, move |act, ctx| {
+            if act.shutting_down {
+                return;
+            }
+            act.start_child(kind, ctx);
+            act.rewire_and_resync();
+            info!(actor = %kind, "actor restarted");
+        });
+    }
+}
+
+impl Handler<GetPeers> for Supervisor {
+    type Result = actix::MessageResult<GetPeers>;
+    fn handle(&mut self, _: GetPeers, _: &mut Context<Self>) -> Self::Result {
+        actix::MessageResult(self.peers.clone())
+    }
+}
+
+impl Handler<GetSupervisorReport> for Supervisor {
+    type Result = actix::MessageResult<GetSupervisorReport>;
+    fn handle(&mut self, _: GetSupervisorReport, _: &mut Context<Self>) -> Self::Result {
+        let mut report = SupervisorReport::default();
+        for kind in ActorKind::ALL {
+            report
+                .restarts
+                .insert(kind, self.children.get(&kind).map_or(0, |c| c.restarts));
+        }
+        let p = &self.peers;
+        report.alive.insert(
+            ActorKind::FlowInstaller,
+            p.flows.as_ref().is_some_and(|a| a.connected()),
+        );
+        report.alive.insert(
+            ActorKind::PolicyCache,
+            p.policy.as_ref().is_some_and(|a| a.connected()),
+        );
+        report.alive.insert(
+            ActorKind::InterfaceManager,
+            p.interfaces.as_ref().is_some_and(|a| a.connected()),
+        );
+        report.alive.insert(
+            ActorKind::ExternalNodeWatcher,
+            p.watcher.as_ref().is_some_and(|a| a.connected()),
+        );
+        report.alive.insert(
+            ActorKind::AgentInfoReporter,
+            p.reporter.as_ref().is_some_and(|a| a.connected()),
+        );
+        actix::MessageResult(report)
+    }
+}
+
+impl Handler<Shutdown> for Supervisor {
+    type Result = ();
+    fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
+        if self.shutting_down {
+            warn!("shutdown already in progress");
+            return;
+        }
+        self.shutting_down = true;
+        let p = std::mem::take(&mut self.peers);
+        if let Some(a) = p.watcher {
+            a.do_send(Stop);
+        }
+        if let Some(a) = p.reporter {
+            a.do_send(Stop);
+        }
+        if let Some(a) = p.interfaces {
+            a.do_send(Stop);
+        }
+        if let Some(a) = p.policy {
+            a.do_send(Stop);
+        }
+        if let Some(a) = p.flows {
+            a.do_send(Stop);
+        }
+        ctx.stop();
+    }
+}

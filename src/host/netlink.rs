@@ -1,0 +1,1475 @@
+//! The real [`HostNet`]: links, addresses and routes read and changed over rtnetlink
+//! (`NETLINK_ROUTE`), with every attribute needed to move a NIC's configuration to an OVS
+//! internal port and to put it back exactly.
+//!
+//! One netlink socket per [`NetlinkHost`]; its connection task is spawned on the tokio runtime
+//! current at [`NetlinkHost::new`] (inside an actix `System` that is the System's
+//! current-thread runtime; the task runs whenever the runtime is driven). That runtime must
+//! stay alive, and have its time driver enabled (actix's has), while the host is used. The
+//! socket belongs to the network namespace of the thread that created it.
+//!
+//! Kernel behaviour a caller moving a configuration must know (all verified in the tests
+//! below, and modelled by `FakeHost`):
+//! - `rename` takes the link down and up: that flushes every route of the link and (with the
+//!   default `keep_addr_on_down=0`) its IPv6 addresses. Read the configuration before renaming.
+//! - A route with the same (table, dst, metric) as an existing one is EEXIST even on another
+//!   link; delete it from the source before adding it to the destination, or the "exists" on
+//!   the destination hides a route that is then lost.
+//! - Deleting an IPv4 primary deletes its secondaries; deleting an address deletes the routes
+//!   using it as prefsrc; deleting a link's last IPv4 address flushes its IPv4 routes.
+//! - Routes need their link up (ENETDOWN) and a reachable gateway (ENETUNREACH): add the
+//!   addresses first, then routes without a gateway, then routes through gateways.
+//! - Moved IPv6 addresses get `nodad`, so they keep that flag after a move back.
+//! - Not carried by the model (skipped with a warning, or dropped): multipath and
+//!   nexthop-object routes, source-specific/TOS routes, RTA_METRICS (mtu, hoplimit…),
+//!   RTA_PREF, route expiry (RA routes), IFA_PROTO, and the peer of a point-to-point address.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use ipnet::IpNet;
+use rtnetlink::packet_core::{
+    NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_EXCL,
+    NLM_F_REQUEST,
+};
+use rtnetlink::packet_route::address::{
+    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressScope, CacheInfo,
+};
+use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags, LinkMessage, Prop};
+use rtnetlink::packet_route::route::{
+    RouteAddress, RouteAttribute, RouteFlags, RouteMessage, RouteProtocol, RouteScope, RouteType,
+};
+use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
+
+use super::kernel::{
+    validate_ifname, IFA_F_NODAD, IFA_SETTABLE_FLAGS, LIFETIME_FOREVER, MAX_IFNAME_LEN, RTN_BROADCAST,
+    RTN_LOCAL, RTN_UNICAST, RT_TABLE_LOCAL,
+};
+use super::{Address, HostError, HostNet, Link, Route};
+
+/// How long `rename` keeps retrying on EBUSY-like errors, and how long it waits between tries.
+const RENAME_RETRY_FOR: Duration = Duration::from_secs(1);
+const RENAME_RETRY_EVERY: Duration = Duration::from_millis(100);
+/// A dump interrupted by a concurrent change (NLM_F_DUMP_INTR) is retried this many times.
+const DUMP_ATTEMPTS: usize = 5;
+
+/// A netlink request that failed: the kernel's errno (positive), or a transport problem.
+#[derive(Debug)]
+enum NlError {
+    Errno(i32),
+    Transport(String),
+}
+
+impl NlError {
+    fn errno(&self) -> Option<i32> {
+        match self {
+            NlError::Errno(e) => Some(*e),
+            NlError::Transport(_) => None,
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            NlError::Errno(e) => std::io::Error::from_raw_os_error(*e).to_string(),
+            NlError::Transport(m) => m.clone(),
+        }
+    }
+
+    /// The generic mapping: ENODEV names the link, everything else is a netlink error on `what`.
+    fn into_host(self, what: impl Into<String>, link: u32) -> HostError {
+        if self.errno() == Some(libc::ENODEV) {
+            return HostError::NoLink(format!("#{link}"));
+        }
+        HostError::Netlink {
+            what: what.into(),
+            message: self.message(),
+        }
+    }
+}
+
+/// [`HostNet`] over rtnetlink. Cheap to share behind an `Arc`; requests may run concurrently.
+#[derive(Debug, Clone)]
+pub struct NetlinkHost {
+    handle: rtnetlink::Handle,
+}
+
+impl NetlinkHost {
+    /// Opens a `NETLINK_ROUTE` socket in the calling thread's network namespace and spawns its
+    /// connection task on the current tokio runtime (fails if there is none).
+    pub fn new() -> Result<Self, HostError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
+            HostError::Io(std::io::Error::other(format!(
+                "NetlinkHost::new needs a tokio runtime: {e}"
+            )))
+        })?;
+        let (mut connection, handle, _messages) = rtnetlink::new_connection()?;
+        // Let ACKs and DONEs through, so that a request is only "done" when the kernel says so
+        // (a stream that just ends means the connection died).
+        connection.set_forward_ack(true);
+        connection.set_forward_done(true);
+        runtime.spawn(connection);
+        Ok(Self { handle })
+    }
+
+    /// Sends a request and waits for its acknowledgement.
+    async fn ack(&self, msg: RouteNetlinkMessage, flags: u16) -> Result<(), NlError> {
+        let mut req = NetlinkMessage::from(msg);
+        req.header.flags = NLM_F_REQUEST | NLM_F_ACK | flags;
+        let mut handle = self.handle.clone();
+        let mut responses = handle
+            .request(req)
+            .map_err(|e| NlError::Transport(e.to_string()))?;
+        while let Some(resp) = responses.next().await {
+            if let NetlinkPayload::Error(err) = resp.payload {
+                return match err.code {
+                    Some(code) => Err(NlError::Errno(code.get().abs())),
+                    None => Ok(()), // the ACK
+                };
+            }
+        }
+        // The stream ended without an ACK: the connection task is gone (runtime shut down?).
+        Err(NlError::Transport(
+            "netlink connection closed before the kernel acknowledged the request".into(),
+        ))
+    }
+
+    /// Runs a dump request, retrying when the kernel flags it as interrupted.
+    async fn dump(&self, msg: RouteNetlinkMessage) -> Result<Vec<RouteNetlinkMessage>, NlError> {
+        for _ in 0..DUMP_ATTEMPTS {
+            let mut req = NetlinkMessage::from(msg.clone());
+            req.header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+            let mut handle = self.handle.clone();
+            let mut responses = handle
+                .request(req)
+                .map_err(|e| NlError::Transport(e.to_string()))?;
+            let mut out = Vec::new();
+            let mut interrupted = false;
+            let mut done = false;
+            while let Some(resp) = responses.next().await {
+                if resp.header.flags & NLM_F_DUMP_INTR != 0 {
+                    interrupted = true;
+                }
+                match resp.payload {
+                    NetlinkPayload::InnerMessage(m) => out.push(m),
+                    NetlinkPayload::Error(err) => {
+                        if let Some(code) = err.code {
+                            return Err(NlError::Errno(code.get().abs()));
+                        }
+                    }
+                    NetlinkPayload::Done(d) => {
+                        if d.code != 0 {
+                            return Err(NlError::Errno(d.code.abs()));
+                        }
+                        done = true;
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            if !done {
+                return Err(NlError::Transport(
+                    "netlink connection closed before the dump was complete".into(),
+                ));
+            }
+            if !interrupted {
+                return Ok(out);
+            }
+        }
+        Err(NlError::Transport(format!(
+            "dump interrupted by concurrent changes {DUMP_ATTEMPTS} times"
+        )))
+    }
+
+    async fn link_messages(&self) -> Result<Vec<LinkMessage>, HostError> {
+        let msgs = self
+            .dump(RouteNetlinkMessage::GetLink(LinkMessage::default()))
+            .await
+            .map_err(|e| e.into_host("links", 0))?;
+        Ok(msgs
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewLink(l) => Some(l),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// The link with this index, if it exists.
+    pub async fn link_by_index(&self, index: u32) -> Result<Option<Link>, HostError> {
+        Ok(self
+            .link_messages()
+            .await?
+            .iter()
+            .filter(|m| m.header.index == index)
+            .find_map(parse_link))
+    }
+
+    /// The alternative names (`ip link property … altname`) of a link.
+    pub async fn altnames(&self, index: u32) -> Result<Vec<String>, HostError> {
+        let msgs = self.link_messages().await?;
+        let Some(msg) = msgs.iter().find(|m| m.header.index == index) else {
+            return Err(HostError::NoLink(format!("#{index}")));
+        };
+        Ok(altnames_of(msg))
+    }
+
+    /// Removes the altname `name` from link `index` if it has it; returns whether it did.
+    pub async fn remove_altname(&self, index: u32, name: &str) -> Result<bool, HostError> {
+        if !self.altnames(index).await?.iter().any(|a| a == name) {
+            return Ok(false);
+        }
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        msg.attributes
+            .push(LinkAttribute::PropList(vec![Prop::AltIfName(name.to_string())]));
+        self.ack(RouteNetlinkMessage::DelLinkProp(msg), 0)
+            .await
+            .map_err(|e| {
+                e.into_host(
+                    format!("failed to remove AltName {name} on interface #{index}"),
+                    index,
+                )
+            })?;
+        Ok(true)
+    }
+
+    async fn set_link(&self, index: u32, edit: impl FnOnce(&mut LinkMessage)) -> Result<(), NlError> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        edit(&mut msg);
+        self.ack(RouteNetlinkMessage::SetLink(msg), 0).await
+    }
+
+    async fn set_flag_up(&self, index: u32, up: bool) -> Result<(), NlError> {
+        self.set_link(index, |m| {
+            m.header.change_mask = LinkFlags::Up;
+            m.header.flags = if up { LinkFlags::Up } else { LinkFlags::empty() };
+        })
+        .await
+    }
+
+    /// One try of down → rename → up. If the rename fails the link is brought back up when it
+    /// was up before, so a failed rename does not leave the host without its NIC.
+    async fn rename_once(&self, index: u32, new_name: &str, was_up: bool) -> Result<(), NlError> {
+        self.set_flag_up(index, false).await?;
+        let renamed = self
+            .set_link(index, |m| {
+                m.attributes.push(LinkAttribute::IfName(new_name.to_string()))
+            })
+            .await;
+        if let Err(e) = renamed {
+            if was_up {
+                if let Err(up_err) = self.set_flag_up(index, true).await {
+                    tracing::warn!(index, error = %up_err.message(),
+                        "could not bring the link back up after a failed rename");
+                }
+            }
+            return Err(e);
+        }
+        self.set_flag_up(index, true).await
+    }
+}
+
+/// Formats a hardware address as lower-case colon-separated hex.
+fn format_mac(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn altnames_of(msg: &LinkMessage) -> Vec<String> {
+    msg.attributes
+        .iter()
+        .filter_map(|a| match a {
+            LinkAttribute::PropList(props) => Some(props),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|p| match p {
+            Prop::AltIfName(n) => Some(n.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn parse_link(msg: &LinkMessage) -> Option<Link> {
+    let mut name = None;
+    let mut mac = None;
+    let mut mtu = 0;
+    for attr in &msg.attributes {
+        match attr {
+            LinkAttribute::IfName(n) => name = Some(n.clone()),
+            LinkAttribute::Address(a) if !a.is_empty() => mac = Some(format_mac(a)),
+            LinkAttribute::Mtu(m) => mtu = *m,
+            _ => {}
+        }
+    }
+    Some(Link {
+        index: msg.header.index,
+        name: name?,
+        mac,
+        mtu,
+        up: msg.header.flags.contains(LinkFlags::Up),
+    })
+}
+
+fn family_of(ip: &IpAddr) -> AddressFamily {
+    match ip {
+        IpAddr::V4(_) => AddressFamily::Inet,
+        IpAddr::V6(_) => AddressFamily::Inet6,
+    }
+}
+
+fn parse_address(msg: &AddressMessage) -> Option<Address> {
+    let mut local = None;
+    let mut address = None;
+    let mut label = None;
+    let mut flags32 = None;
+    let mut cache = None;
+    let mut broadcast = None;
+    let mut rt_priority = None;
+    for attr in &msg.attributes {
+        match attr {
+            AddressAttribute::Local(ip) => local = Some(*ip),
+            AddressAttribute::Address(ip) => address = Some(*ip),
+            AddressAttribute::Label(l) => label = Some(l.clone()),
+            AddressAttribute::Flags(f) => flags32 = Some(f.bits()),
+            AddressAttribute::CacheInfo(c) => cache = Some(*c),
+            AddressAttribute::Broadcast(b) => broadcast = Some(*b),
+            AddressAttribute::RoutePriority(p) => rt_priority = Some(*p),
+            _ => {}
+        }
+    }
+    // IFA_LOCAL is the local address when there is a peer (IFA_ADDRESS is then the peer).
+    let ip = local.or(address)?;
+    let addr = IpNet::new(ip, msg.header.prefix_len).ok()?;
+    let (valid_lft, preferred_lft) = cache
+        .map(|c| (c.ifa_valid, c.ifa_preferred))
+        .unwrap_or((LIFETIME_FOREVER, LIFETIME_FOREVER));
+    Some(Address {
+        addr,
+        flags: flags32.unwrap_or(u32::from(msg.header.flags.bits())),
+        scope: u8::from(msg.header.scope),
+        valid_lft,
+        preferred_lft,
+        label,
+        broadcast,
+        rt_priority,
+    })
+}
+
+/// Rewrites an IPv4 label for link `link_name` the way the kernel does on a rename: the part
+/// from the first ':' (an alias suffix, e.g. `eth0~:1` → `eth0:1`) is kept, anything else
+/// becomes the link name. Interface names cannot contain ':', so the split is unambiguous.
+pub fn rewrite_label(label: &str, link_name: &str) -> String {
+    match label.find(':') {
+        Some(colon) if link_name.len() + label.len() - colon <= MAX_IFNAME_LEN => {
+            format!("{link_name}{}", &label[colon..])
+        }
+        _ => link_name.to_string(),
+    }
+}
+
+/// The RTM_NEWADDR / RTM_DELADDR message for `addr` on link `index`. For an add, only the
+/// flags a user may set are sent (the kernel recomputes permanent/secondary/tentative…), and
+/// IPv6 addresses always get `nodad` so that a moved address is usable at once.
+fn address_message(index: u32, addr: &Address, link_name: Option<&str>, for_add: bool) -> AddressMessage {
+    let ip = addr.ip();
+    let mut msg = AddressMessage::default();
+    msg.header.family = family_of(&ip);
+    msg.header.prefix_len = addr.addr.prefix_len();
+    msg.header.index = index;
+    msg.attributes.push(AddressAttribute::Local(ip));
+    msg.attributes.push(AddressAttribute::Address(ip));
+    if !for_add {
+        return msg;
+    }
+    msg.header.scope = AddressScope::from(addr.scope);
+    let mut flags = addr.flags & IFA_SETTABLE_FLAGS;
+    if ip.is_ipv6() {
+        flags |= IFA_F_NODAD;
+    }
+    // The header carries the low 8 bits; IFA_FLAGS the full 32.
+    msg.header.flags = AddressHeaderFlags::from_bits_retain((flags & 0xff) as u8);
+    msg.attributes
+        .push(AddressAttribute::Flags(AddressFlags::from_bits_retain(flags)));
+    if ip.is_ipv4() {
+        if let Some(brd) = addr.broadcast {
+            msg.attributes.push(AddressAttribute::Broadcast(brd));
+        }
+        if let Some(label) = &addr.label {
+            let label = match link_name {
+                Some(name) => rewrite_label(label, name),
+                None => label.clone(),
+            };
+            msg.attributes.push(AddressAttribute::Label(label));
+        }
+    }
+    if addr.valid_lft != LIFETIME_FOREVER || addr.preferred_lft != LIFETIME_FOREVER {
+        let mut ci = CacheInfo::default();
+        ci.ifa_valid = addr.valid_lft;
+        ci.ifa_preferred = addr.preferred_lft.min(addr.valid_lft);
+        msg.attributes.push(AddressAttribute::CacheInfo(ci));
+    }
+    if let Some(prio) = addr.rt_priority {
+        msg.attributes.push(AddressAttribute::RoutePriority(prio));
+    }
+    msg
+}
+
+fn route_ip(addr: &RouteAddress) -> Option<IpAddr> {
+    match addr {
+        RouteAddress::Inet(a) => Some(IpAddr::V4(*a)),
+        RouteAddress::Inet6(a) => Some(IpAddr::V6(*a)),
+        _ => None,
+    }
+}
+
+/// Why a route of the link is not part of the model.
+#[derive(Debug, PartialEq, Eq)]
+enum RouteSkip {
+    /// Not through this link, or kernel-owned (table local, cloned/cache entries).
+    NotOurs,
+    /// Through this link, but with something the model cannot carry (logged).
+    Unsupported(&'static str),
+}
+
+/// Turns a dumped route into the model if it goes out through link `index`.
+fn parse_route(msg: &RouteMessage, index: u32) -> Result<Route, RouteSkip> {
+    let h = &msg.header;
+    let mut table = u32::from(h.table);
+    let mut dst = None;
+    let mut gateway = None;
+    let mut prefsrc = None;
+    let mut metric = None;
+    let mut oif = None;
+    let mut multipath_here = false;
+    let mut nexthop_object = false;
+    let mut via = false;
+    for attr in &msg.attributes {
+        match attr {
+            RouteAttribute::Table(t) => table = *t,
+            RouteAttribute::Destination(a) => dst = route_ip(a),
+            RouteAttribute::Gateway(a) => gateway = route_ip(a),
+            RouteAttribute::PrefSource(a) => prefsrc = route_ip(a),
+            RouteAttribute::Priority(p) => metric = Some(*p),
+            RouteAttribute::Oif(o) => oif = Some(*o),
+            RouteAttribute::MultiPath(hops) => {
+                multipath_here = hops.iter().any(|nh| nh.interface_index == index)
+            }
+            RouteAttribute::NhId(_) => nexthop_object = true,
+            RouteAttribute::Via(_) => via = true,
+            _ => {}
+        }
+    }
+    if table == RT_TABLE_LOCAL || h.flags.contains(RouteFlags::Cloned) {
+        return Err(RouteSkip::NotOurs);
+    }
+    if multipath_here {
+        return Err(RouteSkip::Unsupported("multipath route"));
+    }
+    if oif != Some(index) {
+        return Err(RouteSkip::NotOurs);
+    }
+    if nexthop_object {
+        return Err(RouteSkip::Unsupported("route using a nexthop object"));
+    }
+    if via {
+        return Err(RouteSkip::Unsupported("route via another address family"));
+    }
+    let kind = u8::from(h.kind);
+    if ![RTN_UNICAST, RTN_LOCAL, RTN_BROADCAST].contains(&kind) {
+        return Err(RouteSkip::Unsupported(
+            "route type other than unicast/local/broadcast",
+        ));
+    }
+    if h.source_prefix_length != 0 || h.tos != 0 {
+        return Err(RouteSkip::Unsupported("source-specific or TOS route"));
+    }
+    let unspecified = match h.address_family {
+        AddressFamily::Inet => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        AddressFamily::Inet6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        _ => return Err(RouteSkip::NotOurs),
+    };
+    let dst = IpNet::new(dst.unwrap_or(unspecified), h.destination_prefix_length)
+        .map_err(|_| RouteSkip::Unsupported("bad destination prefix"))?;
+    Ok(Route {
+        dst,
+        gateway,
+        prefsrc,
+        protocol: u8::from(h.protocol),
+        scope: u8::from(h.scope),
+        kind,
+        table,
+        metric,
+        oif: index,
+        onlink: h.flags.contains(RouteFlags::Onlink),
+    })
+}
+
+/// The RTM_NEWROUTE / RTM_DELROUTE message for `route` through link `oif`.
+fn route_message(route: &Route, oif: u32) -> RouteMessage {
+    let mut msg = RouteMessage::default();
+    let ip = route.dst.addr();
+    msg.header.address_family = family_of(&ip);
+    msg.header.destination_prefix_length = route.dst.prefix_len();
+    msg.header.table = u8::try_from(route.table).unwrap_or(0);
+    msg.header.protocol = RouteProtocol::from(route.protocol);
+    msg.header.scope = RouteScope::from(route.scope);
+    msg.header.kind = RouteType::from(route.kind);
+    if route.onlink {
+        msg.header.flags = RouteFlags::Onlink;
+    }
+    if route.dst.prefix_len() > 0 {
+        msg.attributes
+            .push(RouteAttribute::Destination(RouteAddress::from(
+                route.dst.network(),
+            )));
+    }
+    if let Some(gw) = route.gateway {
+        msg.attributes
+            .push(RouteAttribute::Gateway(RouteAddress::from(gw)));
+    }
+    if let Some(src) = route.prefsrc {
+        msg.attributes
+            .push(RouteAttribute::PrefSource(RouteAddress::from(src)));
+    }
+    if let Some(metric) = route.metric {
+        msg.attributes.push(RouteAttribute::Priority(metric));
+    }
+    msg.attributes.push(RouteAttribute::Oif(oif));
+    msg.attributes.push(RouteAttribute::Table(route.table));
+    msg
+}
+
+/// `ip route`-like text naming a route in errors and logs.
+pub fn describe_route(route: &Route, oif: u32) -> String {
+    let mut s = if route.is_default() {
+        "default".to_string()
+    } else {
+        route.dst.to_string()
+    };
+    if let Some(gw) = route.gateway {
+        s.push_str(&format!(" via {gw}"));
+    }
+    s.push_str(&format!(
+        " dev #{oif} table {} proto {} scope {} type {}",
+        route.table, route.protocol, route.scope, route.kind
+    ));
+    if let Some(src) = route.prefsrc {
+        s.push_str(&format!(" src {src}"));
+    }
+    if let Some(m) = route.metric {
+        s.push_str(&format!(" metric {m}"));
+    }
+    if route.onlink {
+        s.push_str(" onlink");
+    }
+    s
+}
+
+fn describe_address(addr: &Address, index: u32) -> String {
+    format!("address {} on link #{index}", addr.addr)
+}
+
+#[async_trait]
+impl HostNet for NetlinkHost {
+    async fn links(&self) -> Result<Vec<Link>, HostError> {
+        Ok(self
+            .link_messages()
+            .await?
+            .iter()
+            .filter_map(parse_link)
+            .collect())
+    }
+
+    async fn link_by_name(&self, name: &str) -> Result<Option<Link>, HostError> {
+        // A dump, not RTM_GETLINK by IFLA_IFNAME: the kernel also resolves altnames there, and
+        // `eth0~` may carry the altname `eth0`.
+        Ok(self
+            .link_messages()
+            .await?
+            .iter()
+            .filter_map(parse_link)
+            .find(|l| l.name == name))
+    }
+
+    async fn addresses(&self, index: u32) -> Result<Vec<Address>, HostError> {
+        let mut req = AddressMessage::default();
+        req.header.index = index;
+        let msgs = self
+            .dump(RouteNetlinkMessage::GetAddress(req))
+            .await
+            .map_err(|e| e.into_host(format!("addresses of link #{index}"), index))?;
+        Ok(msgs
+            .iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewAddress(a) if a.header.index == index => parse_address(a),
+                _ => None,
+            })
+            .collect())
+    }
+
+    async fn routes(&self, index: u32) -> Result<Vec<Route>, HostError> {
+        let mut out = Vec::new();
+        for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+            let mut req = RouteMessage::default();
+            req.header.address_family = family;
+            let msgs = self
+                .dump(RouteNetlinkMessage::GetRoute(req))
+                .await
+                .map_err(|e| e.into_host(format!("routes of link #{index}"), index))?;
+            for m in &msgs {
+                let RouteNetlinkMessage::NewRoute(r) = m else {
+                    continue;
+                };
+                match parse_route(r, index) {
+                    Ok(route) => out.push(route),
+                    Err(RouteSkip::NotOurs) => {}
+                    Err(RouteSkip::Unsupported(why)) => {
+                        tracing::warn!(link = index, reason = why, route = ?r.header,
+                            "skipping a route of the link that cannot be moved");
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn rename(&self, index: u32, new_name: &str) -> Result<(), HostError> {
+        validate_ifname(new_name).map_err(|why| HostError::BadName {
+            name: new_name.to_string(),
+            why,
+        })?;
+        let msgs = self.link_messages().await?;
+        let links: Vec<Link> = msgs.iter().filter_map(parse_link).collect();
+        let Some(link) = links.iter().find(|l| l.index == index) else {
+            return Err(HostError::NoLink(format!("#{index}")));
+        };
+        let old_name = link.name.clone();
+        if old_name != new_name {
+            if links.iter().any(|l| l.name == new_name) {
+                return Err(HostError::LinkExists(new_name.to_string()));
+            }
+            // The kernel refuses a name that is one of the link's own altnames (EEXIST). When
+            // renaming `eth0~` back to `eth0`, an altname `eth0` added behind our back (udev)
+            // is exactly that; drop it so the link can take the name.
+            let own_alt = msgs
+                .iter()
+                .find(|m| m.header.index == index)
+                .is_some_and(|m| altnames_of(m).iter().any(|a| a == new_name));
+            if own_alt && self.remove_altname(index, new_name).await? {
+                tracing::info!(index, altname = %new_name, "removed the altname the link is renamed to");
+            }
+            let deadline = Instant::now() + RENAME_RETRY_FOR;
+            loop {
+                match self.rename_once(index, new_name, link.up).await {
+                    Ok(()) => break,
+                    Err(e) => {
+                        let retryable = matches!(e.errno(), Some(libc::EBUSY) | Some(libc::EAGAIN));
+                        if retryable && Instant::now() < deadline {
+                            tokio::time::sleep(RENAME_RETRY_EVERY).await;
+                            continue;
+                        }
+                        return Err(match e.errno() {
+                            Some(libc::EEXIST) => HostError::LinkExists(new_name.to_string()),
+                            Some(libc::ENODEV) => HostError::NoLink(old_name),
+                            _ => HostError::Netlink {
+                                what: format!(
+                                    "failed to rename host interface name {old_name} to {new_name}"
+                                ),
+                                message: e.message(),
+                            },
+                        });
+                    }
+                }
+            }
+        }
+        // Some systems (udev's alternative-names policy) give the renamed link its old name as
+        // an altname; that would make the old name resolve to the renamed link. Absent is fine.
+        if self.remove_altname(index, &old_name).await? {
+            tracing::info!(index, altname = %old_name, "removed the old name's altname");
+        }
+        Ok(())
+    }
+
+    async fn set_mtu(&self, index: u32, mtu: u32) -> Result<(), HostError> {
+        self.set_link(index, |m| m.attributes.push(LinkAttribute::Mtu(mtu)))
+            .await
+            .map_err(|e| e.into_host(format!("set MTU {mtu} on link #{index}"), index))
+    }
+
+    async fn set_up(&self, index: u32, up: bool) -> Result<(), HostError> {
+        let state = if up { "up" } else { "down" };
+        self.set_flag_up(index, up)
+            .await
+            .map_err(|e| e.into_host(format!("set link #{index} {state}"), index))
+    }
+
+    async fn add_address(&self, index: u32, addr: &Address) -> Result<(), HostError> {
+        let link_name = if addr.ip().is_ipv4() && addr.label.is_some() {
+            match self.link_by_index(index).await? {
+                Some(l) => Some(l.name),
+                None => return Err(HostError::NoLink(format!("#{index}"))),
+            }
+        } else {
+            None
+        };
+        let msg = address_message(index, addr, link_name.as_deref(), true);
+        match self
+            .ack(RouteNetlinkMessage::NewAddress(msg), NLM_F_CREATE | NLM_F_EXCL)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) if e.errno() == Some(libc::EEXIST) => {
+                Err(HostError::Exists(describe_address(addr, index)))
+            }
+            Err(e) => Err(e.into_host(format!("add {}", describe_address(addr, index)), index)),
+        }
+    }
+
+    async fn del_address(&self, index: u32, addr: &Address) -> Result<(), HostError> {
+        let msg = address_message(index, addr, None, false);
+        match self.ack(RouteNetlinkMessage::DelAddress(msg), 0).await {
+            Ok(()) => Ok(()),
+            // Already gone (e.g. a secondary deleted together with its primary).
+            Err(e) if e.errno() == Some(libc::EADDRNOTAVAIL) => Ok(()),
+            Err(e) => Err(e.into_host(format!("delete {}", describe_address(addr, index)), index)),
+        }
+    }
+
+    async fn add_route(&self, index: u32, route: &Route) -> Result<(), HostError> {
+        let msg = route_message(route, index);
+        match self
+            .ack(RouteNetlinkMessage::NewRoute(msg), NLM_F_CREATE | NLM_F_EXCL)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) if e.errno() == Some(libc::EEXIST) => Err(HostError::Exists(format!(
+                "route {}",
+                describe_route(route, index)
+            ))),
+            Err(e) => Err(e.into_host(format!("add route {}", describe_route(route, index)), index)),
+        }
+    }
+
+    async fn del_route(&self, route: &Route) -> Result<(), HostError> {
+        let msg = route_message(route, route.oif);
+        match self.ack(RouteNetlinkMessage::DelRoute(msg), 0).await {
+            Ok(()) => Ok(()),
+            // Already gone, or its link is.
+            Err(e) if matches!(e.errno(), Some(libc::ESRCH) | Some(libc::ENODEV)) => Ok(()),
+            Err(e) => Err(HostError::Netlink {
+                what: format!("delete route {}", describe_route(route, route.oif)),
+                message: e.message(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::kernel::{
+        IFA_F_NOPREFIXROUTE, IFA_F_PERMANENT, IFA_F_SECONDARY, IFA_F_TENTATIVE, RTPROT_BOOT, RTPROT_DHCP,
+        RTPROT_KERNEL, RTPROT_STATIC, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN,
+    };
+    use crate::host::testns::{NetNs, NsCmd};
+
+    const LIMIT: Duration = Duration::from_secs(60);
+    const MAC: &str = "02:00:00:00:01:01";
+
+    // ---- pure: labels, messages ----
+
+    #[test]
+    fn labels_follow_the_link_name() {
+        assert_eq!(rewrite_label("eth0~", "eth0"), "eth0");
+        assert_eq!(rewrite_label("eth0~:1", "eth0"), "eth0:1");
+        assert_eq!(rewrite_label("eth0", "eth0~"), "eth0~");
+        assert_eq!(rewrite_label("eth0:sec", "eth0~"), "eth0~:sec");
+        // Too long with the suffix: the bare link name.
+        assert_eq!(rewrite_label("e:0123456789abc", "ens123456789"), "ens123456789");
+    }
+
+    fn addr(s: &str) -> Address {
+        Address {
+            addr: s.parse().expect("test address"),
+            flags: 0,
+            scope: RT_SCOPE_UNIVERSE,
+            valid_lft: LIFETIME_FOREVER,
+            preferred_lft: LIFETIME_FOREVER,
+            label: None,
+            broadcast: None,
+            rt_priority: None,
+        }
+    }
+
+    #[test]
+    fn address_message_carries_settable_flags_lifetimes_and_label() {
+        let mut a = addr("10.1.2.3/24");
+        a.flags = IFA_F_PERMANENT | IFA_F_SECONDARY | IFA_F_NOPREFIXROUTE | IFA_F_TENTATIVE;
+        a.label = Some("eth0~:1".into());
+        a.broadcast = Some(Ipv4Addr::new(10, 1, 2, 255));
+        a.valid_lft = 100;
+        a.preferred_lft = 50;
+        a.rt_priority = Some(7);
+        let m = address_message(9, &a, Some("eth0"), true);
+        assert_eq!(m.header.index, 9);
+        assert_eq!(m.header.prefix_len, 24);
+        assert!(m
+            .attributes
+            .contains(&AddressAttribute::Flags(AddressFlags::from_bits_retain(
+                IFA_F_NOPREFIXROUTE
+            ))));
+        assert!(m.attributes.contains(&AddressAttribute::Label("eth0:1".into())));
+        assert!(m
+            .attributes
+            .contains(&AddressAttribute::Broadcast(Ipv4Addr::new(10, 1, 2, 255))));
+        assert!(m.attributes.contains(&AddressAttribute::RoutePriority(7)));
+        assert!(m.attributes.iter().any(|x| matches!(x,
+            AddressAttribute::CacheInfo(c) if c.ifa_valid == 100 && c.ifa_preferred == 50)));
+        // Round trip through the parser gives the model back (flags as sent).
+        let back = parse_address(&m).expect("parse");
+        assert_eq!(back.addr, a.addr);
+        assert_eq!(back.flags, IFA_F_NOPREFIXROUTE);
+        assert_eq!(back.rt_priority, Some(7));
+
+        let v6 = address_message(9, &addr("fd00::1/64"), Some("eth0"), true);
+        assert!(v6
+            .attributes
+            .contains(&AddressAttribute::Flags(AddressFlags::from_bits_retain(
+                IFA_F_NODAD
+            ))));
+        assert!(!v6
+            .attributes
+            .iter()
+            .any(|x| matches!(x, AddressAttribute::CacheInfo(_) | AddressAttribute::Label(_))));
+    }
+
+    fn route(dst: &str) -> Route {
+        Route {
+            dst: dst.parse().expect("test prefix"),
+            gateway: None,
+            prefsrc: None,
+            protocol: RTPROT_BOOT,
+            scope: RT_SCOPE_UNIVERSE,
+            kind: RTN_UNICAST,
+            table: RT_TABLE_MAIN,
+            metric: None,
+            oif: 3,
+            onlink: false,
+        }
+    }
+
+    #[test]
+    fn route_message_round_trips() {
+        let mut r = route("0.0.0.0/0");
+        r.gateway = Some("10.0.0.1".parse().expect("ip"));
+        r.prefsrc = Some("10.0.0.5".parse().expect("ip"));
+        r.metric = Some(100);
+        r.protocol = RTPROT_DHCP;
+        r.table = 1000;
+        r.onlink = true;
+        let m = route_message(&r, 7);
+        assert_eq!(m.header.table, 0, "tables above 255 go in RTA_TABLE only");
+        assert!(!m
+            .attributes
+            .iter()
+            .any(|a| matches!(a, RouteAttribute::Destination(_))));
+        let back = parse_route(&m, 7).expect("parse");
+        assert_eq!(back, Route { oif: 7, ..r.clone() });
+        // Another link's route, and kernel-owned ones, are not ours.
+        assert_eq!(parse_route(&m, 8), Err(RouteSkip::NotOurs));
+        let mut local = route_message(&route("10.0.0.5/32"), 7);
+        local
+            .attributes
+            .retain(|a| !matches!(a, RouteAttribute::Table(_)));
+        local.header.table = 255;
+        assert_eq!(parse_route(&local, 7), Err(RouteSkip::NotOurs));
+        let mut mcast = route_message(&route("ff00::/8"), 7);
+        mcast.header.kind = RouteType::Multicast;
+        assert!(matches!(parse_route(&mcast, 7), Err(RouteSkip::Unsupported(_))));
+    }
+
+    #[test]
+    fn new_needs_a_runtime() {
+        assert!(matches!(NetlinkHost::new(), Err(HostError::Io(_))));
+    }
+
+    // ---- real kernel, in a fresh namespace per test ----
+
+    /// The NIC of the tests: a veth `eth0` (peer up, so it has carrier and runs DAD) with
+    /// IPv4 + IPv6 addresses of every kind and routes of every kind.
+    const NIC_SETUP: &str = "
+        link add eth0 address 02:00:00:00:01:01 mtu 1400 type veth peer name peer0
+        link set peer0 up
+        link set eth0 up
+        addr add 10.1.2.3/24 brd + dev eth0
+        addr add 10.1.2.4/24 dev eth0 label eth0:sec
+        addr add 10.8.0.3/24 dev eth0 metric 50
+        addr add 10.9.0.3/24 dev eth0 noprefixroute valid_lft 3600 preferred_lft 1800
+        addr add fd00:1::3/64 dev eth0
+        addr add fd00:2::3/64 dev eth0 noprefixroute
+        route add default via 10.1.2.1 dev eth0 proto dhcp metric 100 src 10.1.2.3
+        -6 route add default via fd00:1::1 dev eth0 metric 1024
+        route add 192.168.50.0/24 via 10.1.2.254 dev eth0 table 100
+        route add 10.10.10.0/24 dev eth0 table 1000
+        route add 10.99.99.99 dev eth0 scope link proto static
+        route add 172.16.0.0/16 via 10.200.0.1 dev eth0 onlink
+        -6 route add fd00:99::/64 via fe80::1 dev eth0 proto static metric 300
+    ";
+
+    /// Waits (bounded) until no IPv6 address of `dev` is tentative, i.e. DAD is over.
+    async fn wait_dad(ns: &NsCmd, dev: &str) {
+        for _ in 0..200 {
+            if ns
+                .ip(&format!("-6 addr show dev {dev} tentative"))
+                .trim()
+                .is_empty()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("addresses of {dev} still tentative after 10 s");
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().expect("test ip")
+    }
+
+    fn sorted<T: std::fmt::Debug>(v: &[T]) -> Vec<String> {
+        let mut out: Vec<String> = v.iter().map(|x| format!("{x:?}")).collect();
+        out.sort();
+        out
+    }
+
+    /// Addresses compared across a move: IPv6 ones gain `nodad`, and finite lifetimes count
+    /// down, so both are normalised.
+    fn norm_addrs(v: &[Address]) -> Vec<String> {
+        let v: Vec<Address> = v
+            .iter()
+            .map(|a| {
+                let mut a = a.clone();
+                if a.ip().is_ipv6() {
+                    a.flags &= !IFA_F_NODAD;
+                }
+                for lft in [&mut a.valid_lft, &mut a.preferred_lft] {
+                    if *lft != LIFETIME_FOREVER {
+                        *lft = 1; // finite; checked by lifetimes_close
+                    }
+                }
+                a
+            })
+            .collect();
+        sorted(&v)
+    }
+
+    /// Finite lifetimes after a move are the saved ones minus the time that passed (< 60 s).
+    fn assert_lifetimes_close(before: &[Address], after: &[Address]) {
+        for b in before.iter().filter(|a| a.valid_lft != LIFETIME_FOREVER) {
+            let a = after
+                .iter()
+                .find(|a| a.addr == b.addr)
+                .unwrap_or_else(|| panic!("{} missing", b.addr));
+            for (x, y) in [(b.valid_lft, a.valid_lft), (b.preferred_lft, a.preferred_lft)] {
+                assert!(y <= x && y + 60 > x, "lifetime {x} became {y} for {}", b.addr);
+            }
+        }
+    }
+
+    fn with_oif(v: &[Route], oif: u32) -> Vec<Route> {
+        v.iter().map(|r| Route { oif, ..r.clone() }).collect()
+    }
+
+    /// `ip` as an oracle: addresses (`-o -d addr`) and routes (`route show table all`) of
+    /// `dev`, normalised for lifetimes counting down, `nodad`, and the ifindex prefix.
+    fn oracle(ns: &NsCmd, dev: &str) -> (Vec<String>, Vec<String>) {
+        let mut addrs: Vec<String> = ns
+            .ip(&format!("-o -d addr show dev {dev}"))
+            .lines()
+            .map(|l| {
+                let l = l.split_once(": ").map_or(l, |(_, rest)| rest);
+                let mut out = Vec::new();
+                let mut toks = l.split_whitespace();
+                while let Some(t) = toks.next() {
+                    match t {
+                        "nodad" => {}
+                        "valid_lft" | "preferred_lft" => {
+                            out.push(t.to_string());
+                            let v = toks.next().unwrap_or("");
+                            out.push(if v == "forever" { v.into() } else { "N".into() });
+                        }
+                        _ => out.push(t.to_string()),
+                    }
+                }
+                out.join(" ")
+            })
+            .collect();
+        addrs.sort();
+        let mut routes: Vec<String> = ["-4", "-6"]
+            .iter()
+            .flat_map(|fam| {
+                ns.ip(&format!("{fam} route show table all dev {dev}"))
+                    .lines()
+                    .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        routes.sort();
+        (addrs, routes)
+    }
+
+    fn expected_nic_addresses() -> Vec<Address> {
+        let mut a1 = addr("10.1.2.3/24");
+        a1.flags = IFA_F_PERMANENT;
+        a1.label = Some("eth0".into());
+        a1.broadcast = Some(Ipv4Addr::new(10, 1, 2, 255));
+        let mut a2 = addr("10.1.2.4/24");
+        a2.flags = IFA_F_PERMANENT | IFA_F_SECONDARY;
+        a2.label = Some("eth0:sec".into());
+        let mut a3 = addr("10.8.0.3/24");
+        a3.flags = IFA_F_PERMANENT;
+        a3.label = Some("eth0".into());
+        a3.rt_priority = Some(50);
+        let mut a4 = addr("10.9.0.3/24");
+        a4.flags = IFA_F_NOPREFIXROUTE;
+        a4.label = Some("eth0".into());
+        a4.valid_lft = 3600;
+        a4.preferred_lft = 1800;
+        let mut a5 = addr("fd00:1::3/64");
+        a5.flags = IFA_F_PERMANENT;
+        let mut a6 = addr("fd00:2::3/64");
+        a6.flags = IFA_F_PERMANENT | IFA_F_NOPREFIXROUTE;
+        let mut ll = addr("fe80::ff:fe00:101/64");
+        ll.flags = IFA_F_PERMANENT;
+        ll.scope = RT_SCOPE_LINK;
+        vec![a1, a2, a3, a4, a5, a6, ll]
+    }
+
+    fn expected_nic_routes(oif: u32) -> Vec<Route> {
+        let r = |dst: &str, f: &dyn Fn(&mut Route)| {
+            let mut r = route(dst);
+            r.oif = oif;
+            f(&mut r);
+            r
+        };
+        vec![
+            r("0.0.0.0/0", &|r| {
+                r.gateway = Some(ip("10.1.2.1"));
+                r.prefsrc = Some(ip("10.1.2.3"));
+                r.protocol = RTPROT_DHCP;
+                r.metric = Some(100);
+            }),
+            r("10.1.2.0/24", &|r| {
+                r.prefsrc = Some(ip("10.1.2.3"));
+                r.protocol = RTPROT_KERNEL;
+                r.scope = RT_SCOPE_LINK;
+            }),
+            r("10.8.0.0/24", &|r| {
+                r.prefsrc = Some(ip("10.8.0.3"));
+                r.protocol = RTPROT_KERNEL;
+                r.scope = RT_SCOPE_LINK;
+                r.metric = Some(50);
+            }),
+            r("192.168.50.0/24", &|r| {
+                r.gateway = Some(ip("10.1.2.254"));
+                r.table = 100;
+            }),
+            r("10.10.10.0/24", &|r| {
+                r.scope = RT_SCOPE_LINK;
+                r.table = 1000;
+            }),
+            r("10.99.99.99/32", &|r| {
+                r.scope = RT_SCOPE_LINK;
+                r.protocol = RTPROT_STATIC;
+            }),
+            r("172.16.0.0/16", &|r| {
+                r.gateway = Some(ip("10.200.0.1"));
+                r.onlink = true;
+            }),
+            r("::/0", &|r| {
+                r.gateway = Some(ip("fd00:1::1"));
+                r.metric = Some(1024);
+            }),
+            r("fd00:1::/64", &|r| {
+                r.protocol = RTPROT_KERNEL;
+                r.metric = Some(256);
+            }),
+            r("fe80::/64", &|r| {
+                r.protocol = RTPROT_KERNEL;
+                r.metric = Some(256);
+            }),
+            r("fd00:99::/64", &|r| {
+                r.gateway = Some(ip("fe80::1"));
+                r.protocol = RTPROT_STATIC;
+                r.metric = Some(300);
+            }),
+        ]
+    }
+
+    #[test]
+    fn reads_links_addresses_and_routes() {
+        let ns = NetNs::new();
+        ns.cmd().ip_script(NIC_SETUP);
+        // Routes the model cannot carry must be skipped, not crash the read.
+        ns.ip_script_allow_missing_features();
+        let cmd = ns.cmd();
+        ns.run(LIMIT, move || async move {
+            wait_dad(&cmd, "eth0").await;
+            let host = NetlinkHost::new().expect("netlink");
+            let link = host.link_by_name("eth0").await.expect("links").expect("eth0");
+            assert_eq!(link.name, "eth0");
+            assert_eq!(link.mac.as_deref(), Some(MAC));
+            assert_eq!(link.mtu, 1400);
+            assert!(link.up);
+            let all = host.links().await.expect("links");
+            assert!(all.iter().any(|l| l.name == "lo" && l.index == 1));
+            assert!(all.iter().any(|l| l.name == "peer0"));
+            assert_eq!(host.link_by_name("nope").await.expect("links"), None);
+
+            let mut addrs = host.addresses(link.index).await.expect("addresses");
+            // Finite lifetimes count down: check and pin them.
+            for a in addrs.iter_mut().filter(|a| a.valid_lft != LIFETIME_FOREVER) {
+                assert!(a.valid_lft <= 3600 && a.valid_lft > 3000, "{a:?}");
+                assert!(a.preferred_lft <= 1800 && a.preferred_lft > 1200, "{a:?}");
+                a.valid_lft = 3600;
+                a.preferred_lft = 1800;
+            }
+            assert_eq!(sorted(&addrs), sorted(&expected_nic_addresses()));
+
+            let routes = host.routes(link.index).await.expect("routes");
+            assert_eq!(sorted(&routes), sorted(&expected_nic_routes(link.index)));
+            // The peer's routes are not eth0's.
+            let peer = host.link_by_name("peer0").await.expect("links").expect("peer0");
+            let peer_routes = host.routes(peer.index).await.expect("routes");
+            assert!(peer_routes.iter().all(|r| r.oif == peer.index));
+        });
+    }
+
+    impl NetNs {
+        /// A multipath route and a nexthop-object route through eth0 (skipped by `routes`).
+        fn ip_script_allow_missing_features(&self) {
+            self.ip("route add 10.50.0.0/16 nexthop via 10.1.2.1 dev eth0 nexthop via 10.1.2.2 dev eth0");
+            // Nexthop objects need kernel 5.3+; tolerate their absence.
+            if self
+                .cmd()
+                .try_ip("nexthop add id 10 via 10.1.2.1 dev eth0")
+                .is_ok()
+            {
+                self.ip("route add 10.60.0.0/16 nhid 10");
+            }
+        }
+    }
+
+    #[test]
+    fn rename_validates_and_cleans_up_altnames() {
+        let ns = NetNs::new();
+        ns.cmd().ip_script(
+            "
+            link add eth0 address 02:00:00:00:01:01 type veth peer name peer0
+            link set eth0 up
+            addr add 10.1.2.3/24 dev eth0
+            ",
+        );
+        let cmd = ns.cmd();
+        ns.run(LIMIT, move || async move {
+            let host = NetlinkHost::new().expect("netlink");
+            let eth0 = host.link_by_name("eth0").await.expect("links").expect("eth0");
+
+            for bad in ["", "a/b", "a b", "enp0s31f6abcdef~"] {
+                let err = host.rename(eth0.index, bad).await.expect_err("bad name");
+                assert!(matches!(err, HostError::BadName { .. }), "{bad:?}: {err}");
+            }
+            let err = host.rename(eth0.index, "peer0").await.expect_err("taken");
+            assert!(
+                matches!(err, HostError::LinkExists(ref n) if n == "peer0"),
+                "{err}"
+            );
+            let err = host.rename(999_999, "x").await.expect_err("no link");
+            assert!(matches!(err, HostError::NoLink(_)), "{err}");
+            // A failed rename leaves the link up with its name.
+            let now = host
+                .link_by_index(eth0.index)
+                .await
+                .expect("links")
+                .expect("eth0");
+            assert_eq!((now.name.as_str(), now.up), ("eth0", true));
+
+            host.rename(eth0.index, "eth0~").await.expect("rename");
+            assert_eq!(host.link_by_name("eth0").await.expect("links"), None);
+            let renamed = host.link_by_name("eth0~").await.expect("links").expect("eth0~");
+            assert_eq!(renamed.index, eth0.index);
+            assert!(renamed.up);
+            assert_eq!(renamed.mac, eth0.mac);
+            // IPv4 addresses survive the down/up; the label follows the name (kernel).
+            let addrs = host.addresses(eth0.index).await.expect("addresses");
+            assert!(addrs
+                .iter()
+                .any(|a| a.addr.to_string() == "10.1.2.3/24" && a.label.as_deref() == Some("eth0~")));
+
+            // An altname equal to the old name (what udev may add) hides nothing from
+            // link_by_name and is removed.
+            cmd.ip("link property add dev eth0~ altname eth0");
+            assert_eq!(
+                host.altnames(eth0.index).await.expect("alt"),
+                vec!["eth0".to_string()]
+            );
+            assert_eq!(host.link_by_name("eth0").await.expect("links"), None);
+            assert!(host.remove_altname(eth0.index, "eth0").await.expect("remove"));
+            assert!(!host
+                .remove_altname(eth0.index, "eth0")
+                .await
+                .expect("absent is fine"));
+            assert!(host.altnames(eth0.index).await.expect("alt").is_empty());
+
+            // Rename keeps unrelated altnames and drops the one equal to the old name.
+            cmd.ip("link property add dev eth0~ altname keepme");
+            host.rename(eth0.index, "eth0").await.expect("rename back");
+            assert_eq!(
+                host.altnames(eth0.index).await.expect("alt"),
+                vec!["keepme".to_string()]
+            );
+            assert!(cmd.ip("link show dev eth0").contains("altname keepme"));
+            // Renaming to the current name is a no-op.
+            host.rename(eth0.index, "eth0").await.expect("same name");
+            // Renaming to one of its own altnames works (the altname is dropped first); to
+            // another link's altname is LinkExists.
+            cmd.ip("link property add dev eth0 altname eth9");
+            host.rename(eth0.index, "eth9").await.expect("own altname");
+            assert_eq!(
+                host.altnames(eth0.index).await.expect("alt"),
+                vec!["keepme".to_string()]
+            );
+            cmd.ip("link property add dev peer0 altname peeralt");
+            let err = host
+                .rename(eth0.index, "peeralt")
+                .await
+                .expect_err("other's altname");
+            assert!(matches!(err, HostError::LinkExists(_)), "{err}");
+            let now = host
+                .link_by_index(eth0.index)
+                .await
+                .expect("links")
+                .expect("eth9");
+            assert_eq!((now.name.as_str(), now.up), ("eth9", true));
+        });
+    }
+
+    #[test]
+    fn errors_are_classified() {
+        let ns = NetNs::new();
+        ns.cmd().ip_script(
+            "
+            link add eth0 address 02:00:00:00:01:01 type veth peer name peer0
+            link set peer0 up
+            link set eth0 up
+            addr add 10.1.2.3/24 dev eth0
+            ",
+        );
+        ns.run(LIMIT, move || async move {
+            let host = NetlinkHost::new().expect("netlink");
+            let eth0 = host.link_by_name("eth0").await.expect("links").expect("eth0");
+            let i = eth0.index;
+
+            let a = addr("10.1.2.3/24");
+            let err = host.add_address(i, &a).await.expect_err("exists");
+            assert!(matches!(err, HostError::Exists(_)), "{err}");
+            host.del_address(i, &a).await.expect("delete");
+            host.del_address(i, &a)
+                .await
+                .expect("deleting a missing address is fine");
+            host.add_address(i, &a).await.expect("add again");
+
+            let mut r = route("10.20.0.0/16");
+            r.gateway = Some(ip("10.1.2.1"));
+            host.add_route(i, &r).await.expect("add route");
+            let err = host.add_route(i, &r).await.expect_err("exists");
+            assert!(matches!(err, HostError::Exists(_)), "{err}");
+            let moved = Route { oif: i, ..r.clone() };
+            host.del_route(&moved).await.expect("delete route");
+            host.del_route(&moved)
+                .await
+                .expect("deleting a missing route is fine");
+
+            let mut unreachable = route("10.30.0.0/16");
+            unreachable.gateway = Some(ip("192.0.2.1"));
+            match host.add_route(i, &unreachable).await {
+                Err(HostError::Netlink { what, message }) => {
+                    assert!(what.contains("10.30.0.0/16 via 192.0.2.1"), "{what}");
+                    assert!(!message.is_empty());
+                }
+                other => panic!("expected a netlink error, got {other:?}"),
+            }
+            let err = host.set_mtu(999_999, 1400).await.expect_err("no link");
+            assert!(matches!(err, HostError::NoLink(_)), "{err}");
+            let err = host
+                .add_address(999_999, &addr("10.7.7.7/24"))
+                .await
+                .expect_err("no link");
+            assert!(matches!(err, HostError::NoLink(_)), "{err}");
+            host.set_mtu(i, 1300).await.expect("mtu");
+            host.set_up(i, false).await.expect("down");
+            let l = host.link_by_index(i).await.expect("links").expect("eth0");
+            assert_eq!((l.mtu, l.up), (1300, false));
+        });
+    }
+
+    #[test]
+    fn a_dead_connection_fails_requests_instead_of_pretending() {
+        let ns = NetNs::new();
+        let (read, write) = ns.run_sync(|| {
+            let rt = |()| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime")
+            };
+            let first = rt(());
+            let host = first.block_on(async { NetlinkHost::new().expect("netlink") });
+            drop(first); // takes the connection task with it
+            let second = rt(());
+            second.block_on(async {
+                let limit = Duration::from_secs(10);
+                let read = tokio::time::timeout(limit, host.links()).await.expect("no hang");
+                let write = tokio::time::timeout(limit, host.set_up(1, true))
+                    .await
+                    .expect("no hang");
+                (read.map(|_| ()), write)
+            })
+        });
+        assert!(matches!(read, Err(HostError::Netlink { .. })), "{read:?}");
+        assert!(matches!(write, Err(HostError::Netlink { .. })), "{write:?}");
+    }
+
+    #[test]
+    fn works_inside_an_actix_system() {
+        let ns = NetNs::new();
+        ns.ip("link add eth0 type veth peer name peer0");
+        let names = ns.run_actix(LIMIT, || async {
+            let host = std::sync::Arc::new(NetlinkHost::new().expect("netlink"));
+            // Used from a local task spawned on the System's arbiter, as an actor would.
+            let h = host.clone();
+            let local = actix_rt::spawn(async move {
+                h.links()
+                    .await
+                    .expect("links")
+                    .into_iter()
+                    .map(|l| l.name)
+                    .collect::<Vec<_>>()
+            });
+            local.await.expect("task")
+        });
+        assert!(names.contains(&"eth0".to_string()), "{names:?}");
+    }
+
+    /// Deletes from `src` first (routes, then addresses, secondaries before primaries), then
+    /// adds the saved addresses and routes on `dst` (directly connected routes before routes
+    /// through gateways); "already exists" is fine (kernel prefix routes, link-local).
+    async fn move_config(
+        host: &NetlinkHost,
+        src: Option<u32>,
+        dst: u32,
+        addrs: &[Address],
+        routes: &[Route],
+    ) {
+        if let Some(src) = src {
+            for r in host.routes(src).await.expect("routes") {
+                host.del_route(&r).await.expect("del route");
+            }
+            let mut current = host.addresses(src).await.expect("addresses");
+            current.sort_by_key(|a| a.flags & IFA_F_SECONDARY == 0);
+            for a in current {
+                host.del_address(src, &a).await.expect("del address");
+            }
+        }
+        for a in addrs {
+            match host.add_address(dst, a).await {
+                Ok(()) | Err(HostError::Exists(_)) => {}
+                Err(e) => panic!("add {a:?}: {e}"),
+            }
+        }
+        let mut ordered: Vec<&Route> = routes.iter().collect();
+        ordered.sort_by_key(|r| r.gateway.is_some());
+        for r in ordered {
+            match host.add_route(dst, r).await {
+                Ok(()) | Err(HostError::Exists(_)) => {}
+                Err(e) => panic!("add route {r:?}: {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn moves_to_an_internal_port_and_restores_exactly() {
+        let ns = NetNs::new();
+        ns.cmd().ip_script(NIC_SETUP);
+        let cmd = ns.cmd();
+        ns.run(LIMIT, move || async move {
+            wait_dad(&cmd, "eth0").await;
+            let host = NetlinkHost::new().expect("netlink");
+            let nic = host.link_by_name("eth0").await.expect("links").expect("eth0");
+            let addrs0 = host.addresses(nic.index).await.expect("addresses");
+            let routes0 = host.routes(nic.index).await.expect("routes");
+            assert_eq!(sorted(&routes0), sorted(&expected_nic_routes(nic.index)));
+            let oracle0 = oracle(&cmd, "eth0");
+
+            // Attach: rename the NIC, create the "internal port" with its MAC, move.
+            host.rename(nic.index, "eth0~").await.expect("rename");
+            cmd.ip(&format!("link add eth0 address {MAC} type veth peer name peer1"));
+            cmd.ip("link set peer1 up");
+            let port = host.link_by_name("eth0").await.expect("links").expect("new eth0");
+            assert_ne!(port.index, nic.index);
+            assert!(!port.up);
+            host.set_mtu(port.index, nic.mtu).await.expect("mtu");
+            host.set_up(port.index, true).await.expect("up");
+            move_config(&host, Some(nic.index), port.index, &addrs0, &routes0).await;
+            wait_dad(&cmd, "eth0").await;
+
+            assert!(host.addresses(nic.index).await.expect("addresses").is_empty());
+            assert!(host.routes(nic.index).await.expect("routes").is_empty());
+            let moved_addrs = host.addresses(port.index).await.expect("addresses");
+            let moved_routes = host.routes(port.index).await.expect("routes");
+            assert_eq!(norm_addrs(&moved_addrs), norm_addrs(&addrs0));
+            assert_lifetimes_close(&addrs0, &moved_addrs);
+            assert!(moved_addrs
+                .iter()
+                .filter(|a| a.ip().is_ipv6() && !a.is_link_local())
+                .all(|a| a.flags & IFA_F_NODAD != 0));
+            assert_eq!(sorted(&moved_routes), sorted(&with_oif(&routes0, port.index)));
+            let p = host
+                .link_by_index(port.index)
+                .await
+                .expect("links")
+                .expect("port");
+            assert_eq!((p.mtu, p.up, p.mac.as_deref()), (1400, true, Some(MAC)));
+            // Oracle: `ip` shows the same configuration on the new eth0 (the same name).
+            let (oa, or) = oracle(&cmd, "eth0");
+            assert_eq!(oa, oracle0.0, "ip addr differs after the move");
+            assert_eq!(or, oracle0.1, "ip route differs after the move");
+
+            // Detach: re-read the port, delete it, rename the NIC back, restore.
+            let saved_addrs = moved_addrs;
+            let saved_routes = host.routes(port.index).await.expect("routes");
+            cmd.ip("link del eth0");
+            host.rename(nic.index, "eth0").await.expect("rename back");
+            wait_dad(&cmd, "eth0").await;
+            move_config(&host, None, nic.index, &saved_addrs, &saved_routes).await;
+            wait_dad(&cmd, "eth0").await;
+
+            let back = host.link_by_name("eth0").await.expect("links").expect("eth0");
+            assert_eq!(back, nic, "link (index, name, MAC, MTU, up) restored");
+            let addrs1 = host.addresses(nic.index).await.expect("addresses");
+            let routes1 = host.routes(nic.index).await.expect("routes");
+            assert_eq!(norm_addrs(&addrs1), norm_addrs(&addrs0));
+            assert_lifetimes_close(&addrs0, &addrs1);
+            assert_eq!(sorted(&routes1), sorted(&routes0), "routes restored exactly");
+            let (oa, or) = oracle(&cmd, "eth0");
+            assert_eq!(oa, oracle0.0, "ip addr differs after the restore");
+            assert_eq!(or, oracle0.1, "ip route differs after the restore");
+        });
+    }
+}

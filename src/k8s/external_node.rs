@@ -1,0 +1,221 @@
+//! The ExternalNode custom resource (`crd.antrea.io/v1alpha1`, kind `ExternalNode`): its wire
+//! shape, validation into the agent's typed view, and the ExternalEntity naming rule.
+
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+pub const API_VERSION: &str = "crd.antrea.io/v1alpha1";
+pub const KIND: &str = "ExternalNode";
+
+/// The object as it appears on the wire or in a file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalNodeObject {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    pub spec: Option<ExternalNodeSpecWire>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExternalNodeSpecWire {
+    #[serde(default)]
+    pub interfaces: Vec<NetworkInterfaceWire>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkInterfaceWire {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub ips: Vec<String>,
+}
+
+/// A validated ExternalNode: what the agent acts on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExternalNode {
+    pub name: String,
+    pub namespace: String,
+    pub interfaces: Vec<ExternalNodeInterface>,
+}
+
+/// One interface of an ExternalNode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExternalNodeInterface {
+    /// `spec.interfaces[i].name`; empty when not given.
+    pub name: String,
+    pub ips: Vec<IpAddr>,
+    /// The ExternalEntity that represents this interface in policies.
+    pub entity_name: String,
+}
+
+/// An ExternalNode object that cannot be used, naming the field at fault.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("ExternalNode {object}: {field}: {message}")]
+pub struct InvalidExternalNode {
+    /// `namespace/name` (or what is known of it).
+    pub object: String,
+    /// e.g. `spec.interfaces[0].ips[1]`.
+    pub field: String,
+    pub message: String,
+}
+
+/// Antrea's ExternalEntity name for an interface: the ExternalNode name when the interface has
+/// no name, else `<node>-<first 5 hex digits of sha1(interface name)>`.
+pub fn external_entity_name(node_name: &str, interface_name: &str) -> String {
+    if interface_name.is_empty() {
+        return node_name.to_string();
+    }
+    let digest = sha1_smol::Sha1::from(interface_name.as_bytes())
+        .digest()
+        .to_string();
+    format!("{node_name}-{}", &digest[..5])
+}
+
+impl ExternalNodeObject {
+    /// Validates the object for the agent named `node_name` in `namespace`.
+    pub fn validate(&self, node_name: &str, namespace: &str) -> Result<ExternalNode, InvalidExternalNode> {
+        let object = format!("{}/{}", self.metadata.namespace, self.metadata.name);
+        let bad = |field: &str, message: String| InvalidExternalNode {
+            object: object.clone(),
+            field: field.to_string(),
+            message,
+        };
+        if !self.api_version.is_empty() && self.api_version != API_VERSION {
+            return Err(bad(
+                "apiVersion",
+                format!("must be {API_VERSION}, got {}", self.api_version),
+            ));
+        }
+        if !self.kind.is_empty() && self.kind != KIND {
+            return Err(bad("kind", format!("must be {KIND}, got {}", self.kind)));
+        }
+        if self.metadata.name != node_name {
+            return Err(bad(
+                "metadata.name",
+                format!(
+                    "is {:?} but this agent's node name is {node_name:?} (NODE_NAME or hostname)",
+                    self.metadata.name
+                ),
+            ));
+        }
+        if !self.metadata.namespace.is_empty() && self.metadata.namespace != namespace {
+            return Err(bad(
+                "metadata.namespace",
+                format!(
+                    "is {:?} but externalNode.externalNodeNamespace is {namespace:?}",
+                    self.metadata.namespace
+                ),
+            ));
+        }
+        let spec = self
+            .spec
+            .as_ref()
+            .ok_or_else(|| bad("spec", "is required".into()))?;
+        if spec.interfaces.is_empty() {
+            return Err(bad("spec.interfaces", "must list at least one interface".into()));
+        }
+        if spec.interfaces.len() > 1 && spec.interfaces.iter().any(|i| i.name.is_empty()) {
+            return Err(bad(
+                "spec.interfaces",
+                "every interface needs a name when more than one is listed".into(),
+            ));
+        }
+        let mut interfaces = Vec::new();
+        for (i, iface) in spec.interfaces.iter().enumerate() {
+            if iface.ips.is_empty() {
+                return Err(bad(
+                    &format!("spec.interfaces[{i}].ips"),
+                    "must list at least one IP".into(),
+                ));
+            }
+            let mut ips = Vec::new();
+            for (j, ip) in iface.ips.iter().enumerate() {
+                let parsed: IpAddr = ip.trim().parse().map_err(|_| {
+                    bad(
+                        &format!("spec.interfaces[{i}].ips[{j}]"),
+                        format!("{ip:?} is not an IP address"),
+                    )
+                })?;
+                ips.push(parsed);
+            }
+            ips.sort();
+            ips.dedup();
+            interfaces.push(ExternalNodeInterface {
+                name: iface.name.clone(),
+                ips,
+                entity_name: external_entity_name(&self.metadata.name, &iface.name),
+            });
+        }
+        Ok(ExternalNode {
+            name: self.metadata.name.clone(),
+            namespace: namespace.to_string(),
+            interfaces,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entity_names_match_antrea() {
+        assert_eq!(external_entity_name("vm1", ""), "vm1");
+        assert_eq!(external_entity_name("vm2", "ens192"), "vm2-e8be5");
+        assert_eq!(external_entity_name("vm1", "eth0"), "vm1-3e616");
+        assert_eq!(external_entity_name("win-vm", "Ethernet 2"), "win-vm-50b31");
+    }
+
+    fn object(yaml: &str) -> ExternalNodeObject {
+        serde_norway::from_str(yaml).expect("test yaml")
+    }
+
+    #[test]
+    fn valid_object_is_accepted() {
+        let en = object(
+            "apiVersion: crd.antrea.io/v1alpha1\nkind: ExternalNode\nmetadata: {name: vm1, namespace: vm-ns}\n\
+             spec: {interfaces: [{name: eth0, ips: [\"fd00::2\", \"10.0.0.2\"]}]}\n",
+        );
+        let v = en.validate("vm1", "vm-ns").expect("valid");
+        assert_eq!(
+            v.interfaces[0].ips,
+            vec!["10.0.0.2".parse::<IpAddr>().unwrap(), "fd00::2".parse().unwrap()]
+        );
+        assert_eq!(v.interfaces[0].entity_name, "vm1-3e616");
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let en = object("metadata: {name: vm1}\nspec: {interfaces: [{ips: [\"10.0.0.300\"]}]}\n");
+        let err = en.validate("vm1", "default").expect_err("bad ip");
+        assert_eq!(err.field, "spec.interfaces[0].ips[0]");
+        let en = object("metadata: {name: other}\nspec: {interfaces: [{ips: [\"10.0.0.3\"]}]}\n");
+        assert_eq!(
+            en.validate("vm1", "default").expect_err("name").field,
+            "metadata.name"
+        );
+        let en = object("metadata: {name: vm1}\n");
+        assert_eq!(en.validate("vm1", "default").expect_err("spec").field, "spec");
+        let en = object("metadata: {name: vm1}\nspec: {interfaces: [{ips: [\"10.0.0.3\"]}, {name: b, ips: [\"10.1.0.3\"]}]}\n");
+        assert_eq!(
+            en.validate("vm1", "default").expect_err("names").field,
+            "spec.interfaces"
+        );
+    }
+}

@@ -1,0 +1,821 @@
+//! The OpenFlow 1.5 connection to a bridge's management socket (`<ovsRunDir>/<bridge>.mgmt`):
+//! [`OfConnector`] opens it, [`OfConnection`] implements [`Switch`] over it.
+//!
+//! One connection serves many concurrent callers. A writer task owns the socket's write half
+//! and writes each caller's batch of messages contiguously; a reader task decodes every
+//! message and hands it to the caller that registered its xid (callers register a contiguous
+//! xid range, so a bundle of thousands of flow_mods costs one map entry), answers echo
+//! requests, and logs unsolicited messages (packet-in, port status) at debug level. A
+//! keepalive task sends an echo request every `echo_interval` and declares the connection
+//! dead when one is not answered within `echo_timeout`; then [`Switch::closed`] resolves and
+//! every pending or later call fails with [`OfError::Closed`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use super::flow::FlowMod;
+use super::messages::{
+    self, bundle_ctrl, bundle_flags, multipart, ErrorMsg, Features, GroupCommand, Message, MeterCommand,
+};
+use super::render::{render_flow, NameMap};
+use super::wire::{msg_type, CodecError, Header, Writer, OFP_HEADER_LEN, OFP_VERSION};
+use super::{Group, Meter, OfError, Switch, SwitchConnector};
+
+/// Timings of a connection.
+#[derive(Debug, Clone)]
+pub struct ConnOptions {
+    /// How long the HELLO/FEATURES handshake may take.
+    pub handshake_timeout: Duration,
+    /// How often to send an echo request.
+    pub echo_interval: Duration,
+    /// How long an echo request may stay unanswered before the connection is declared dead.
+    pub echo_timeout: Duration,
+    /// Upper bound for any single request (a whole bundle counts as one).
+    pub request_timeout: Duration,
+}
+
+impl Default for ConnOptions {
+    fn default() -> Self {
+        ConnOptions {
+            handshake_timeout: Duration::from_secs(10),
+            echo_interval: Duration::from_secs(5),
+            echo_timeout: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Connects to `<path>` (a bridge's `.mgmt` socket) and announces `controller_id`.
+#[derive(Debug, Clone)]
+pub struct OfConnector {
+    pub path: PathBuf,
+    pub controller_id: u16,
+}
+
+#[async_trait]
+impl SwitchConnector for OfConnector {
+    async fn connect(&self) -> Result<Arc<dyn Switch>, OfError> {
+        let c = OfConnection::connect(&self.path, self.controller_id, ConnOptions::default()).await?;
+        Ok(Arc::new(c))
+    }
+}
+
+type Reply = (Header, Message);
+
+/// Registered xid ranges: start -> (last xid, where replies go).
+#[derive(Default)]
+struct Pending {
+    next_xid: u32,
+    ranges: BTreeMap<u32, (u32, mpsc::UnboundedSender<Reply>)>,
+}
+
+struct Inner {
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+    pending: Mutex<Pending>,
+    next_bundle: Mutex<u32>,
+    closed: watch::Sender<bool>,
+    opts: ConnOptions,
+}
+
+impl Inner {
+    fn is_closed(&self) -> bool {
+        *self.closed.borrow()
+    }
+
+    fn mark_closed(&self, why: &str) {
+        if !self.closed.send_replace(true) {
+            debug!(why, "OpenFlow connection closed");
+        }
+        if let Ok(mut p) = self.pending.lock() {
+            p.ranges.clear();
+        }
+    }
+
+    /// Registers `n` consecutive xids; replies to any of them arrive on the returned receiver.
+    fn register(self: &Arc<Self>, n: u32) -> Result<Registration, OfError> {
+        if self.is_closed() {
+            return Err(OfError::Closed);
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut p = self.pending.lock().map_err(|_| OfError::Closed)?;
+        let n = n.max(1);
+        let mut start = p.next_xid.max(1);
+        if start.checked_add(n).is_none() {
+            start = 1;
+        }
+        p.next_xid = start + n;
+        p.ranges.insert(start, (start + n - 1, tx));
+        Ok(Registration {
+            inner: self.clone(),
+            start,
+            rx,
+        })
+    }
+
+    fn dispatch(&self, h: Header, m: Message) -> Option<Message> {
+        let Ok(p) = self.pending.lock() else {
+            return Some(m);
+        };
+        if let Some((_, (end, tx))) = p.ranges.range(..=h.xid).next_back() {
+            if h.xid <= *end {
+                return match tx.send((h, m)) {
+                    Ok(()) => None,
+                    Err(e) => Some(e.0 .1),
+                };
+            }
+        }
+        Some(m)
+    }
+
+    fn send(&self, bytes: Vec<u8>) -> Result<(), OfError> {
+        self.tx.send(bytes).map_err(|_| OfError::Closed)
+    }
+}
+
+/// A registered xid range; unregisters on drop (also when the caller is cancelled).
+struct Registration {
+    inner: Arc<Inner>,
+    start: u32,
+    rx: mpsc::UnboundedReceiver<Reply>,
+}
+
+impl Registration {
+    async fn next(&mut self, deadline: Instant, what: &str) -> Result<Reply, OfError> {
+        match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+            Err(_) => Err(OfError::Timeout(what.to_string())),
+            Ok(None) => Err(OfError::Closed),
+            Ok(Some(r)) => Ok(r),
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Ok(mut p) = self.inner.pending.lock() {
+            p.ranges.remove(&self.start);
+        }
+    }
+}
+
+/// A live OpenFlow 1.5 connection.
+pub struct OfConnection {
+    inner: Arc<Inner>,
+    features: Features,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for OfConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OfConnection")
+            .field("features", &self.features)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for OfConnection {
+    fn drop(&mut self) {
+        self.inner.mark_closed("connection dropped");
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+fn codec(e: CodecError) -> OfError {
+    OfError::Malformed(e.to_string())
+}
+
+async fn read_msg(rd: &mut BufReader<OwnedReadHalf>) -> Result<Vec<u8>, OfError> {
+    let mut head = [0u8; OFP_HEADER_LEN];
+    rd.read_exact(&mut head).await?;
+    let h = Header::parse(&head).map_err(codec)?;
+    let mut buf = vec![0u8; usize::from(h.length)];
+    buf[..OFP_HEADER_LEN].copy_from_slice(&head);
+    rd.read_exact(&mut buf[OFP_HEADER_LEN..]).await?;
+    Ok(buf)
+}
+
+async fn writer_task(inner: Arc<Inner>, mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
+    let mut closed = inner.closed.subscribe();
+    loop {
+        let first = tokio::select! {
+            m = rx.recv() => m,
+            _ = closed.wait_for(|c| *c) => None,
+        };
+        let Some(mut buf) = first else { break };
+        // Coalesce whatever else is queued into one write.
+        while buf.len() < (1 << 20) {
+            match rx.try_recv() {
+                Ok(more) => buf.extend_from_slice(&more),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = wr.write_all(&buf).await {
+            inner.mark_closed(&format!("write failed: {e}"));
+            break;
+        }
+    }
+    let _ = wr.shutdown().await;
+}
+
+async fn reader_task(inner: Arc<Inner>, mut rd: BufReader<OwnedReadHalf>) {
+    let mut closed = inner.closed.subscribe();
+    loop {
+        let msg = tokio::select! {
+            m = read_msg(&mut rd) => m,
+            _ = closed.wait_for(|c| *c) => break,
+        };
+        let bytes = match msg {
+            Ok(b) => b,
+            Err(e) => {
+                inner.mark_closed(&format!("read failed: {e}"));
+                break;
+            }
+        };
+        let (h, m) = match messages::decode_message(&bytes) {
+            Ok(x) => x,
+            Err(e) => {
+                // An undecodable message is logged and skipped: its xid may still matter,
+                // so pass the raw header to a waiting caller as an "other" message.
+                warn!(error = %e, "undecodable OpenFlow message from switch");
+                match Header::parse(&bytes) {
+                    Ok(h) => (
+                        h,
+                        Message::Other {
+                            msg_type: h.msg_type,
+                            body: Vec::new(),
+                        },
+                    ),
+                    Err(_) => continue,
+                }
+            }
+        };
+        if let Message::EchoRequest(data) = &m {
+            match messages::echo_reply(h.xid, data) {
+                Ok(b) => {
+                    if inner.send(b).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => warn!(error = %e, "cannot encode echo reply"),
+            }
+            continue;
+        }
+        if let Some(m) = inner.dispatch(h, m) {
+            if m.is_async() {
+                debug!(
+                    msg_type = msg_type::name(h.msg_type),
+                    "dropping asynchronous OpenFlow message"
+                );
+            } else {
+                debug!(
+                    msg_type = msg_type::name(h.msg_type),
+                    xid = h.xid,
+                    "unsolicited OpenFlow message"
+                );
+            }
+        }
+    }
+    inner.mark_closed("reader stopped");
+}
+
+async fn keepalive_task(inner: Arc<Inner>) {
+    loop {
+        tokio::time::sleep(inner.opts.echo_interval).await;
+        let Ok(mut reg) = inner.register(1) else { return };
+        let b = match messages::echo_request(reg.start, b"antrea-vm-agent") {
+            Ok(b) => b,
+            Err(_) => return,
+        };
+        if inner.send(b).is_err() {
+            return;
+        }
+        let deadline = Instant::now() + inner.opts.echo_timeout;
+        match reg.next(deadline, "echo reply").await {
+            Ok(_) => {}
+            Err(OfError::Timeout(_)) => {
+                inner.mark_closed("echo request not answered");
+                return;
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// Negotiates the version from the switch's HELLO.
+fn check_hello(h: &Header, m: &Message) -> Result<(), OfError> {
+    let Message::Hello { versions } = m else {
+        return Err(OfError::Negotiation(format!(
+            "expected HELLO, got {}",
+            msg_type::name(h.msg_type)
+        )));
+    };
+    let ok = match versions {
+        Some(bits) => bits & (1 << OFP_VERSION) != 0,
+        None => h.version >= OFP_VERSION,
+    };
+    if ok {
+        return Ok(());
+    }
+    let offered: Vec<String> = match versions {
+        Some(bits) => (1..32u32)
+            .filter(|v| bits & (1 << v) != 0)
+            .map(|v| format!("1.{}", v - 1))
+            .collect(),
+        None => vec![format!("1.{}", h.version.saturating_sub(1))],
+    };
+    Err(OfError::Negotiation(format!(
+        "the switch speaks OpenFlow {} but not 1.5; add OpenFlow15 to the bridge's protocols",
+        offered.join(", ")
+    )))
+}
+
+fn rejected(request: impl Into<String>, e: &ErrorMsg, flow: Option<String>) -> OfError {
+    OfError::Rejected {
+        request: request.into(),
+        kind: e.describe(),
+        flow,
+    }
+}
+
+fn command_name(fm: &FlowMod) -> &'static str {
+    use super::flow::FlowModCommand::*;
+    match fm.command {
+        Add => "add",
+        Modify => "modify",
+        ModifyStrict => "modify_strict",
+        Delete => "delete",
+        DeleteStrict => "delete_strict",
+    }
+}
+
+impl OfConnection {
+    /// Connects, negotiates OpenFlow 1.5, reads the features, sets the controller id and
+    /// selects NXT_PACKET_IN2 for packet-ins.
+    pub async fn connect(
+        path: &Path,
+        controller_id: u16,
+        opts: ConnOptions,
+    ) -> Result<OfConnection, OfError> {
+        let stream = UnixStream::connect(path)
+            .await
+            .map_err(|source| OfError::Connect {
+                path: path.display().to_string(),
+                source,
+            })?;
+        let (rd, mut wr) = stream.into_split();
+        let mut rd = BufReader::with_capacity(1 << 16, rd);
+        let deadline = Instant::now() + opts.handshake_timeout;
+
+        // HELLO exchange, before the tasks start.
+        wr.write_all(&messages::hello(0)).await?;
+        let first = tokio::time::timeout_at(deadline, read_msg(&mut rd))
+            .await
+            .map_err(|_| OfError::Timeout("HELLO from switch".into()))??;
+        let (h, m) = messages::decode_message(&first).map_err(codec)?;
+        check_hello(&h, &m)?;
+
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (closed, _) = watch::channel(false);
+        let inner = Arc::new(Inner {
+            tx,
+            pending: Mutex::new(Pending {
+                next_xid: 1,
+                ranges: BTreeMap::new(),
+            }),
+            next_bundle: Mutex::new(1),
+            closed,
+            opts,
+        });
+        let tasks = vec![
+            tokio::spawn(writer_task(inner.clone(), wr, rx)),
+            tokio::spawn(reader_task(inner.clone(), rd)),
+        ];
+        let mut conn = OfConnection {
+            inner: inner.clone(),
+            features: Features {
+                datapath_id: 0,
+                n_buffers: 0,
+                n_tables: 0,
+                auxiliary_id: 0,
+                capabilities: 0,
+            },
+            tasks,
+        };
+
+        // FEATURES.
+        let mut reg = inner.register(1)?;
+        inner.send(messages::features_request(reg.start))?;
+        loop {
+            let (_, m) = reg.next(deadline, "FEATURES_REPLY").await?;
+            match m {
+                Message::FeaturesReply(f) => {
+                    conn.features = f;
+                    break;
+                }
+                Message::Error(e) => return Err(rejected("features request", &e, None)),
+                _ => {}
+            }
+        }
+        drop(reg);
+
+        // Controller id and packet-in format, confirmed by a barrier.
+        let mut reg = inner.register(3)?;
+        let mut buf = messages::set_controller_id(reg.start, controller_id);
+        buf.extend(messages::set_packet_in_format(
+            reg.start + 1,
+            messages::NXPIF_NXT_PACKET_IN2,
+        ));
+        buf.extend(messages::barrier_request(reg.start + 2));
+        inner.send(buf)?;
+        loop {
+            let (h, m) = reg.next(deadline, "barrier after controller setup").await?;
+            match m {
+                Message::Error(e) if h.xid == reg.start => {
+                    return Err(rejected("set controller id", &e, None))
+                }
+                Message::Error(e) => return Err(rejected("set packet-in format NXT_PACKET_IN2", &e, None)),
+                Message::BarrierReply => break,
+                _ => {}
+            }
+        }
+        drop(reg);
+        conn.tasks.push(tokio::spawn(keepalive_task(inner)));
+        Ok(conn)
+    }
+
+    /// What the switch said about itself in FEATURES_REPLY.
+    pub fn features(&self) -> Features {
+        self.features
+    }
+
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.inner.opts.request_timeout
+    }
+
+    fn next_bundle_id(&self) -> u32 {
+        match self.inner.next_bundle.lock() {
+            Ok(mut b) => {
+                let id = *b;
+                *b = b.wrapping_add(1).max(1);
+                id
+            }
+            Err(_) => 1,
+        }
+    }
+
+    /// Sends a multipart request and collects the bodies of all reply parts.
+    async fn multipart(&self, build: impl FnOnce(u32) -> Vec<u8>, what: &str) -> Result<Vec<u8>, OfError> {
+        let mut reg = self.inner.register(1)?;
+        self.inner.send(build(reg.start))?;
+        let deadline = self.deadline();
+        let mut body = Vec::new();
+        loop {
+            let (_, m) = reg.next(deadline, what).await?;
+            match m {
+                Message::MultipartReply { flags, body: b, .. } => {
+                    body.extend_from_slice(&b);
+                    if flags & multipart::MORE == 0 {
+                        return Ok(body);
+                    }
+                }
+                Message::Error(e) => return Err(rejected(what, &e, None)),
+                _ => {}
+            }
+        }
+    }
+
+    /// Sends pre-encoded messages occupying `reg`'s xids, the last one being a barrier, and
+    /// returns every error received before the barrier reply, with its xid.
+    async fn collect_until_barrier(
+        &self,
+        reg: &mut Registration,
+        barrier_xid: u32,
+        what: &str,
+    ) -> Result<Vec<(u32, ErrorMsg)>, OfError> {
+        let deadline = self.deadline();
+        let mut errors = Vec::new();
+        loop {
+            let (h, m) = reg.next(deadline, what).await?;
+            match m {
+                Message::Error(e) => errors.push((h.xid, e)),
+                Message::BarrierReply if h.xid == barrier_xid => return Ok(errors),
+                _ => {}
+            }
+        }
+    }
+
+    async fn run_bundle(&self, mods: &[FlowMod]) -> Result<(), OfError> {
+        let n = u32::try_from(mods.len())
+            .ok()
+            .filter(|n| *n < u32::MAX / 2)
+            .ok_or_else(|| OfError::Encode {
+                what: "bundle".into(),
+                why: "too many flow_mods".into(),
+            })?;
+        let flags = bundle_flags::ATOMIC | bundle_flags::ORDERED;
+        let bundle_id = self.next_bundle_id();
+
+        // Encode everything first, so that an unencodable flow changes nothing on the switch.
+        // xids: open = s, adds = s+1..=s+n, barrier = s+n+1, commit = s+n+2, discard = s+n+3.
+        let mut reg = self.inner.register(n + 4)?;
+        let s = reg.start;
+        let mut w = Writer::with_capacity(mods.len() * 160 + 64);
+        messages::write_bundle_control(&mut w, s, bundle_id, bundle_ctrl::OPEN_REQUEST, flags);
+        for (i, fm) in mods.iter().enumerate() {
+            let xid = s + 1 + i as u32;
+            messages::write_bundle_add_flow_mod(&mut w, xid, bundle_id, flags, fm).map_err(|e| {
+                OfError::Encode {
+                    what: format!(
+                        "flow_mod {} ({})",
+                        command_name(fm),
+                        render_flow(&fm.flow, &NameMap::new())
+                    ),
+                    why: e.to_string(),
+                }
+            })?;
+        }
+        w.bytes(&messages::barrier_request(s + n + 1));
+        self.inner.send(w.into_vec())?;
+
+        let describe = |xid: u32, e: &ErrorMsg| -> OfError {
+            if xid > s && xid <= s + n {
+                let i = (xid - s - 1) as usize;
+                let fm = &mods[i];
+                rejected(
+                    format!(
+                        "bundle message {} of {} (flow_mod {})",
+                        i + 1,
+                        n,
+                        command_name(fm)
+                    ),
+                    e,
+                    Some(render_flow(&fm.flow, &NameMap::new())),
+                )
+            } else if xid == s {
+                rejected("bundle open", e, None)
+            } else if xid == s + n + 2 {
+                rejected("bundle commit", e, None)
+            } else {
+                rejected("bundle", e, None)
+            }
+        };
+
+        let errors = self
+            .collect_until_barrier(&mut reg, s + n + 1, "bundle add replies")
+            .await?;
+        if let Some((xid, e)) = errors.first() {
+            // Something in the bundle was refused: throw the whole bundle away.
+            let discard = s + n + 3;
+            self.inner.send(messages::bundle_control(
+                discard,
+                bundle_id,
+                bundle_ctrl::DISCARD_REQUEST,
+                flags,
+            ))?;
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                match reg.next(deadline, "bundle discard").await {
+                    Ok((h, _)) if h.xid == discard => break,
+                    Ok(_) => {}
+                    Err(OfError::Closed) => return Err(OfError::Closed),
+                    Err(_) => break,
+                }
+            }
+            return Err(describe(*xid, e));
+        }
+
+        let commit = s + n + 2;
+        self.inner.send(messages::bundle_control(
+            commit,
+            bundle_id,
+            bundle_ctrl::COMMIT_REQUEST,
+            flags,
+        ))?;
+        let deadline = self.deadline();
+        // Commit-time failures name the failing bundle_add's xid first, then fail the commit
+        // itself (OFPBFC_MSG_FAILED); report the former.
+        let mut add_error: Option<(u32, ErrorMsg)> = None;
+        let mut commit_error: Option<ErrorMsg> = None;
+        loop {
+            let (h, m) = reg.next(deadline, "bundle commit reply").await?;
+            match m {
+                Message::Error(e) if h.xid == commit => {
+                    commit_error = Some(e);
+                    break;
+                }
+                Message::Error(e) => {
+                    if add_error.is_none() {
+                        add_error = Some((h.xid, e));
+                    }
+                }
+                Message::BundleControl {
+                    ctrl: bundle_ctrl::COMMIT_REPLY,
+                    ..
+                } if h.xid == commit => break,
+                _ => {}
+            }
+        }
+        match (add_error, commit_error) {
+            (Some((xid, e)), _) => Err(describe(xid, &e)),
+            (None, Some(e)) => Err(describe(commit, &e)),
+            (None, None) => Ok(()),
+        }
+    }
+
+    async fn run_barrier(&self) -> Result<(), OfError> {
+        let mut reg = self.inner.register(1)?;
+        self.inner.send(messages::barrier_request(reg.start))?;
+        let deadline = self.deadline();
+        loop {
+            let (_, m) = reg.next(deadline, "barrier reply").await?;
+            match m {
+                Message::BarrierReply => return Ok(()),
+                Message::Error(e) => return Err(rejected("barrier", &e, None)),
+                _ => {}
+            }
+        }
+    }
+
+    /// Group ids currently on the switch.
+    pub async fn group_ids(&self) -> Result<BTreeSet<u32>, OfError> {
+        let body = self
+            .multipart(messages::group_desc_request, "group description")
+            .await?;
+        Ok(messages::decode_group_desc_ids(&body)
+            .map_err(codec)?
+            .into_iter()
+            .collect())
+    }
+
+    /// Meter ids currently on the switch.
+    pub async fn meter_ids(&self) -> Result<BTreeSet<u32>, OfError> {
+        let body = self
+            .multipart(messages::meter_config_request, "meter configuration")
+            .await?;
+        Ok(messages::decode_meter_config_ids(&body)
+            .map_err(codec)?
+            .into_iter()
+            .collect())
+    }
+
+    /// Sends `msgs` (each with its own xid from `reg`), then a barrier; fails with the first
+    /// error, described by `describe(index)`.
+    async fn send_batch(
+        &self,
+        build: Vec<Box<dyn FnOnce(u32) -> Result<Vec<u8>, CodecError> + Send + '_>>,
+        describe: impl Fn(usize) -> String,
+    ) -> Result<(), OfError> {
+        let n = build.len() as u32;
+        let mut reg = self.inner.register(n + 1)?;
+        let s = reg.start;
+        let mut buf = Vec::new();
+        for (i, b) in build.into_iter().enumerate() {
+            let bytes = b(s + i as u32).map_err(|e| OfError::Encode {
+                what: describe(i),
+                why: e.to_string(),
+            })?;
+            buf.extend(bytes);
+        }
+        buf.extend(messages::barrier_request(s + n));
+        self.inner.send(buf)?;
+        let errors = self
+            .collect_until_barrier(&mut reg, s + n, "barrier reply")
+            .await?;
+        match errors.first() {
+            Some((xid, e)) if *xid >= s && *xid < s + n => {
+                Err(rejected(describe((xid - s) as usize), e, None))
+            }
+            Some((_, e)) => Err(rejected("barrier", e, None)),
+            None => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl Switch for OfConnection {
+    async fn bundle(&self, mods: Vec<FlowMod>) -> Result<(), OfError> {
+        if mods.is_empty() {
+            return Ok(());
+        }
+        self.run_bundle(&mods).await
+    }
+
+    /// Makes the switch hold exactly `groups`: each is added or modified in place (flows using
+    /// it are kept), then groups not in the list are deleted. (A plain delete-all would make
+    /// OVS delete every flow that outputs to a group.)
+    async fn replace_groups(&self, groups: Vec<Group>) -> Result<(), OfError> {
+        let wanted: BTreeSet<u32> = groups.iter().map(|g| g.group_id).collect();
+        let mut build: Vec<Box<dyn FnOnce(u32) -> Result<Vec<u8>, CodecError> + Send + '_>> = Vec::new();
+        let mut names = Vec::new();
+        for g in &groups {
+            names.push(format!("group_mod add_or_modify group {}", g.group_id));
+            build.push(Box::new(move |xid| {
+                messages::group_mod(xid, GroupCommand::AddOrModify, g)
+            }));
+        }
+        self.send_batch(build, |i| names.get(i).cloned().unwrap_or_default())
+            .await?;
+        let stale: Vec<u32> = self
+            .group_ids()
+            .await?
+            .into_iter()
+            .filter(|id| !wanted.contains(id))
+            .collect();
+        if stale.is_empty() {
+            return Ok(());
+        }
+        let mut build: Vec<Box<dyn FnOnce(u32) -> Result<Vec<u8>, CodecError> + Send + '_>> = Vec::new();
+        for id in &stale {
+            let g = Group {
+                group_id: *id,
+                buckets: vec![],
+            };
+            build.push(Box::new(move |xid| {
+                messages::group_mod(xid, GroupCommand::Delete, &g)
+            }));
+        }
+        self.send_batch(build, |i| {
+            format!("group_mod delete group {}", stale.get(i).copied().unwrap_or(0))
+        })
+        .await
+    }
+
+    /// Makes the switch hold exactly `meters`: existing ones are modified in place, missing
+    /// ones added, others deleted (OVS deletes the flows that use a deleted meter).
+    async fn replace_meters(&self, meters: Vec<Meter>) -> Result<(), OfError> {
+        let existing = self.meter_ids().await?;
+        let wanted: BTreeSet<u32> = meters.iter().map(|m| m.meter_id).collect();
+        let mut build: Vec<Box<dyn FnOnce(u32) -> Result<Vec<u8>, CodecError> + Send + '_>> = Vec::new();
+        let mut names = Vec::new();
+        for id in existing.iter().filter(|id| !wanted.contains(id)) {
+            let m = Meter {
+                meter_id: *id,
+                rate_pps: 0,
+                burst: 0,
+            };
+            names.push(format!("meter_mod delete meter {id}"));
+            build.push(Box::new(move |xid| {
+                messages::meter_mod(xid, MeterCommand::Delete, &m)
+            }));
+        }
+        for m in &meters {
+            let cmd = if existing.contains(&m.meter_id) {
+                MeterCommand::Modify
+            } else {
+                MeterCommand::Add
+            };
+            names.push(format!(
+                "meter_mod {} meter {}",
+                if cmd == MeterCommand::Add { "add" } else { "modify" },
+                m.meter_id
+            ));
+            build.push(Box::new(move |xid| messages::meter_mod(xid, cmd, m)));
+        }
+        if build.is_empty() {
+            return Ok(());
+        }
+        self.send_batch(build, |i| names.get(i).cloned().unwrap_or_default())
+            .await
+    }
+
+    async fn barrier(&self) -> Result<(), OfError> {
+        self.run_barrier().await
+    }
+
+    async fn closed(&self) {
+        let mut rx = self.inner.closed.subscribe();
+        let _ = rx.wait_for(|c| *c).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hello_negotiation() {
+        let h = |v| Header {
+            version: v,
+            msg_type: 0,
+            length: 8,
+            xid: 1,
+        };
+        assert!(check_hello(&h(6), &Message::Hello { versions: Some(0x42) }).is_ok());
+        assert!(check_hello(&h(6), &Message::Hello { versions: None }).is_ok());
+        let e = check_hello(&h(4), &Message::Hello { versions: Some(0x12) }).unwrap_err();
+        assert!(e.to_string().contains("OpenFlow 1.0, 1.3 but not 1.5"), "{e}");
+        assert!(check_hello(&h(1), &Message::Hello { versions: None }).is_err());
+    }
+}

@@ -1,0 +1,387 @@
+//! In-process actor tests: the five actors under the supervisor, wired to fakes of OVSDB, the
+//! OpenFlow switch, the host's netlink and the ExternalNode source. Each test drives the system to
+//! an attached state, injects a fault, and checks it converges again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{Actor, Addr};
+
+use antrea_vm_agent::actors::flow_installer::GetInstalledFlows;
+use antrea_vm_agent::actors::supervisor::{GetPeers, GetSupervisorReport, Shutdown};
+use antrea_vm_agent::actors::{Deps, Peers, Supervisor, Timing};
+use antrea_vm_agent::config::Config;
+use antrea_vm_agent::host::fake::FakeHost;
+use antrea_vm_agent::host::{Address, Route};
+use antrea_vm_agent::k8s::external_node::ExternalNodeObject;
+use antrea_vm_agent::messages::{ActorKind, Crash, StatusQuery};
+use antrea_vm_agent::ovs::openflow::fake::FakeConnector;
+use antrea_vm_agent::ovs::openflow::Flow;
+use antrea_vm_agent::ovs::ovsdb::fake::FakeOvsdb;
+use antrea_vm_agent::policy::pipeline::{self, table};
+use antrea_vm_agent::sources::fake::FakeSource;
+use antrea_vm_agent::sources::SourceEvent;
+
+const MAC: &str = "02:11:22:33:44:55";
+
+/// The fakes and the running supervisor.
+struct World {
+    ovsdb: Arc<FakeOvsdb>,
+    host: Arc<FakeHost>,
+    switch: Arc<FakeConnector>,
+    source: FakeSource,
+    supervisor: Addr<Supervisor>,
+    _dir: tempfile::TempDir,
+}
+
+fn address(cidr: &str) -> Address {
+    Address {
+        addr: cidr.parse().expect("test cidr"),
+        flags: 0x80, // IFA_F_PERMANENT
+        scope: 0,
+        valid_lft: u32::MAX,
+        preferred_lft: u32::MAX,
+        label: None,
+        broadcast: None,
+        rt_priority: None,
+    }
+}
+
+fn default_route(gw: &str, metric: u32, protocol: u8) -> Route {
+    let gateway: std::net::IpAddr = gw.parse().expect("test gw");
+    Route {
+        dst: if gateway.is_ipv4() {
+            "0.0.0.0/0".parse()
+        } else {
+            "::/0".parse()
+        }
+        .expect("default"),
+        gateway: Some(gateway),
+        prefsrc: None,
+        protocol,
+        scope: 0,
+        kind: 1,
+        table: 254,
+        metric: Some(metric),
+        oif: 0,
+        onlink: false,
+    }
+}
+
+fn test_timing() -> Timing {
+    Timing {
+        restart_backoff_min: Duration::from_millis(20),
+        restart_backoff_max: Duration::from_millis(200),
+        restart_backoff_reset: Duration::from_secs(60),
+        interface_reconcile: Duration::from_millis(50),
+        reconnect_min: Duration::from_millis(20),
+        reconnect_max: Duration::from_millis(200),
+        port_wait: Duration::from_secs(2),
+        report_interval: Duration::from_millis(100),
+    }
+}
+
+fn external_node(ips: &[&str]) -> SourceEvent {
+    let ips = ips
+        .iter()
+        .map(|ip| format!("\"{ip}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let yaml = format!(
+        "apiVersion: crd.antrea.io/v1alpha1\nkind: ExternalNode\nmetadata: {{name: vm1, namespace: vm-ns}}\n\
+         spec: {{interfaces: [{{name: eth0, ips: [{ips}]}}]}}\n"
+    );
+    let obj: ExternalNodeObject = serde_norway::from_str(&yaml).expect("test yaml");
+    SourceEvent::Present(Box::new(obj))
+}
+
+fn start_world() -> World {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let yaml = format!(
+        "nodeType: externalNode\nfeatureGates: {{ExternalNode: true}}\novsDatapathType: netdev\n\
+         externalNode:\n  externalNodeNamespace: vm-ns\n  policyBypassRules:\n  - {{direction: ingress, protocol: tcp, cidr: 10.0.0.0/24, port: 22}}\n\
+         standalone: {{externalNodeFile: {}/en.yaml}}\nstateDir: {}\n",
+        dir.path().display(),
+        dir.path().display()
+    );
+    let config = Config::from_yaml_str(&yaml).expect("test config");
+    let host = Arc::new(FakeHost::new());
+    host.add_link("lo", "00:00:00:00:00:00", 65536);
+    host.add_link("eth0", MAC, 1400);
+    host.seed_address("eth0", &address("10.0.0.2/24"))
+        .expect("seed v4");
+    host.seed_address("eth0", &address("fd00::2/64"))
+        .expect("seed v6");
+    host.seed_route("eth0", &default_route("10.0.0.1", 100, 16))
+        .expect("seed route");
+    host.seed_route("eth0", &default_route("fd00::1", 1024, 3))
+        .expect("seed route6");
+    let ovsdb = Arc::new(FakeOvsdb::new());
+    // OVS makes a netdev for every internal port; the fakes are joined here.
+    let h = host.clone();
+    ovsdb.on_port_created(Box::new(move |spec| {
+        if spec.iface_type == "internal" {
+            h.add_link(
+                &spec.name,
+                spec.mac.as_deref().unwrap_or("02:00:00:00:00:01"),
+                1500,
+            );
+        }
+    }));
+    let h = host.clone();
+    ovsdb.on_port_deleted(Box::new(move |spec| {
+        if spec.iface_type == "internal" {
+            h.remove_link(&spec.name);
+        }
+    }));
+    let switch = Arc::new(FakeConnector::new());
+    let source = FakeSource::default();
+    let deps = Deps {
+        config: Arc::new(config),
+        node_name: "vm1".into(),
+        ovsdb: ovsdb.clone(),
+        host: host.clone(),
+        switch: switch.clone(),
+        source: Arc::new(source.clone()),
+        agent_info_path: Some(dir.path().join("agent-info.json")),
+        timing: test_timing(),
+    };
+    let supervisor = Supervisor::new(deps).start();
+    World {
+        ovsdb,
+        host,
+        switch,
+        source,
+        supervisor,
+        _dir: dir,
+    }
+}
+
+/// Polls `cond` every 20 ms for up to 10 s.
+async fn eventually<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if cond().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl World {
+    fn attached(&self) -> bool {
+        let snap = self.host.snapshot();
+        let (Some(internal), Some(uplink)) = (snap.link("eth0"), snap.link("eth0~")) else {
+            return false;
+        };
+        let has = |cidr: &str| internal.addresses.iter().any(|a| a.addr.to_string() == cidr);
+        internal.link.mac.as_deref() == Some(MAC)
+            && internal.link.mtu == 1400
+            && has("10.0.0.2/24")
+            && has("fd00::2/64")
+            && internal
+                .routes
+                .iter()
+                .any(|r| r.is_default() && r.metric == Some(100) && r.protocol == 16)
+            && uplink.addresses.iter().all(|a| a.is_link_local())
+            && uplink.routes.iter().all(|r| !r.is_default())
+    }
+
+    fn switch_flows(&self) -> Vec<Flow> {
+        self.switch.flows()
+    }
+
+    /// The switch holds the init flows, the bypass flow and the pair flows of eth0.
+    fn flows_converged(&self) -> bool {
+        let flows = self.switch_flows();
+        let ports = self.ovsdb.ports("br-int");
+        let ofport = |n: &str| ports.iter().find(|p| p.name == n).and_then(|p| p.ofport);
+        let (Some(host_port), Some(uplink_port)) = (ofport("eth0"), ofport("eth0~")) else {
+            return false;
+        };
+        let pair = flows
+            .iter()
+            .filter(|f| f.table == table::NON_IP && f.priority == 200)
+            .count();
+        let has_pair_from_host = flows
+            .iter()
+            .any(|f| f.table == table::NON_IP && f.matches.in_port == Some(host_port as u32));
+        let has_pair_from_uplink = flows
+            .iter()
+            .any(|f| f.table == table::NON_IP && f.matches.in_port == Some(uplink_port as u32));
+        let init = pipeline::init_flows(pipeline::PipelineOptions {
+            round: 1,
+            meters: true,
+        })
+        .len();
+        pair == 2 && has_pair_from_host && has_pair_from_uplink && flows.len() == init + 1 + 6
+    }
+
+    async fn peers(&self) -> Peers {
+        self.supervisor.send(GetPeers).await.expect("supervisor alive")
+    }
+
+    async fn restarts(&self, kind: ActorKind) -> u64 {
+        let report = self
+            .supervisor
+            .send(GetSupervisorReport)
+            .await
+            .expect("supervisor alive");
+        report.restarts.get(&kind).copied().unwrap_or(0)
+    }
+
+    async fn crash(&self, kind: ActorKind) {
+        let p = self.peers().await;
+        let msg = Crash(format!("test crash of {kind}"));
+        match kind {
+            ActorKind::ExternalNodeWatcher => p.watcher.expect("watcher").do_send(msg),
+            ActorKind::InterfaceManager => p.interfaces.expect("interfaces").do_send(msg),
+            ActorKind::PolicyCache => p.policy.expect("policy").do_send(msg),
+            ActorKind::FlowInstaller => p.flows.expect("flows").do_send(msg),
+            ActorKind::AgentInfoReporter => p.reporter.expect("reporter").do_send(msg),
+        }
+    }
+
+    async fn all_healthy(&self) -> bool {
+        let p = self.peers().await;
+        let mut statuses = Vec::new();
+        if let Some(a) = p.watcher {
+            statuses.push(a.send(StatusQuery).await);
+        }
+        if let Some(a) = p.interfaces {
+            statuses.push(a.send(StatusQuery).await);
+        }
+        if let Some(a) = p.policy {
+            statuses.push(a.send(StatusQuery).await);
+        }
+        if let Some(a) = p.flows {
+            statuses.push(a.send(StatusQuery).await);
+        }
+        if let Some(a) = p.reporter {
+            statuses.push(a.send(StatusQuery).await);
+        }
+        statuses.len() == 5 && statuses.iter().all(|s| s.as_ref().is_ok_and(|s| s.healthy))
+    }
+
+    async fn converge(&self) {
+        eventually("interface attached in the fake host", || async {
+            self.attached()
+        })
+        .await;
+        eventually("flows installed in the fake switch", || async {
+            self.flows_converged()
+        })
+        .await;
+        eventually("every actor healthy", || self.all_healthy()).await;
+    }
+}
+
+#[actix_rt::test]
+async fn attaches_then_restores_when_the_external_node_goes_away() {
+    let w = start_world();
+    w.source.set(external_node(&["10.0.0.2", "fd00::2"]));
+    w.converge().await;
+    assert_eq!(
+        w.host
+            .max_default_routes_seen(antrea_vm_agent::host::fake::IpFamily::V4),
+        1
+    );
+    assert_eq!(
+        w.host
+            .max_default_routes_seen(antrea_vm_agent::host::fake::IpFamily::V6),
+        1
+    );
+
+    w.source.set(SourceEvent::Absent);
+    eventually("eth0 restored", || async {
+        let snap = w.host.snapshot();
+        snap.link("eth0~").is_none()
+            && snap.link("eth0").is_some_and(|l| {
+                l.link.mac.as_deref() == Some(MAC)
+                    && l.link.mtu == 1400
+                    && l.addresses.iter().any(|a| a.addr.to_string() == "10.0.0.2/24")
+                    && l.routes.iter().any(|r| r.is_default() && r.metric == Some(100))
+            })
+    })
+    .await;
+    eventually("pair flows removed", || async {
+        w.switch_flows()
+            .iter()
+            .all(|f| !(f.table == table::NON_IP && f.priority == 200))
+    })
+    .await;
+    assert!(w.ovsdb.ports("br-int").is_empty());
+    let _ = w.supervisor.send(Shutdown).await;
+}
+
+#[actix_rt::test]
+async fn invalid_external_node_keeps_the_last_good_state() {
+    let w = start_world();
+    w.source.set(external_node(&["10.0.0.2"]));
+    w.converge().await;
+    let mutations = w.host.mutation_count();
+    w.source
+        .set(SourceEvent::Error("ExternalNode file en.yaml: bad yaml".into()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(w.attached());
+    assert_eq!(
+        w.host.mutation_count(),
+        mutations,
+        "an unreadable source must not change the host"
+    );
+    let _ = w.supervisor.send(Shutdown).await;
+}
+
+/// For each actor: a panic inside a handler is followed by a restart, and the system converges
+/// without touching the host again.
+#[actix_rt::test]
+async fn every_actor_restarts_after_a_panic_and_the_system_converges() {
+    let w = start_world();
+    w.source.set(external_node(&["10.0.0.2", "fd00::2"]));
+    w.converge().await;
+    for kind in ActorKind::ALL {
+        let before = w.restarts(kind).await;
+        let mutations = w.host.mutation_count();
+        w.crash(kind).await;
+        eventually(&format!("{kind} restarted"), || async {
+            w.restarts(kind).await == before + 1
+        })
+        .await;
+        w.converge().await;
+        assert_eq!(
+            w.host.mutation_count(),
+            mutations,
+            "restarting {kind} must not touch the host"
+        );
+        // The flow installer's own view was rebuilt too.
+        if let Some(flows) = w.peers().await.flows {
+            let installed = flows.send(GetInstalledFlows).await.expect("flow installer alive");
+            assert!(
+                !installed.is_empty(),
+                "flow installer has its flows after {kind} restarted"
+            );
+        }
+    }
+    let _ = w.supervisor.send(Shutdown).await;
+}
+
+/// A switch disconnect (OVS restarted) is followed by a reconnect and a full replay.
+#[actix_rt::test]
+async fn flows_are_replayed_after_the_switch_reconnects() {
+    let w = start_world();
+    w.source.set(external_node(&["10.0.0.2"]));
+    w.converge().await;
+    let connects = w.switch.connect_count();
+    w.switch.disconnect_and_clear();
+    eventually("reconnected", || async { w.switch.connect_count() > connects }).await;
+    eventually("flows replayed", || async { w.flows_converged() }).await;
+    let _ = w.supervisor.send(Shutdown).await;
+}

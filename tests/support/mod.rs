@@ -1,0 +1,18 @@
+//! Test support shared by the end-to-end tests (`mod support;` in `tests/*.rs`).
+//!
+//! Owns the lab: a "VM" and an "outside host" as two network namespaces joined by a veth pair, a
+//! private Open vSwitch (userspace datapath) running inside the VM namespace, helpers to run commands
+//! and generate traffic there, and the agent process under test. See `lab.rs` for the topology.
+//!
+//! Every test binary compiles this module but uses only part of it.
+#![allow(dead_code, unused_imports)]
+
+mod agent;
+mod lab;
+mod traffic;
+mod util;
+
+pub use agent::AgentProcess;
+pub use lab::*;
+pub use traffic::{PingFlood, PingResult};
+pub use util::{wait_until, CommandOutputExt};

@@ -1,0 +1,200 @@
+//! Traffic between the lab's namespaces: ping, TCP through `nc`, and a continuous ping that
+//! counts losses over a window (e.g. across an agent restart).
+
+use std::{
+    process::{Child, Stdio},
+    time::Duration,
+};
+
+use super::{
+    lab::Lab,
+    util::{poll_until, signal, tail, wait_child, CommandOutputExt},
+};
+
+/// The summary of one `ping` run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PingResult {
+    pub transmitted: u32,
+    pub received: u32,
+    pub duplicates: u32,
+    /// ping's full output, for failure messages.
+    pub output: String,
+}
+
+impl PingResult {
+    /// Every request answered, exactly once.
+    pub fn all_received(&self) -> bool {
+        self.transmitted > 0 && self.received == self.transmitted && self.duplicates == 0
+    }
+    /// No answer at all.
+    pub fn none_received(&self) -> bool {
+        self.transmitted > 0 && self.received == 0
+    }
+}
+
+/// Parses ping's statistics line: `N packets transmitted, M received, +D duplicates, ...`.
+fn parse_ping(output: &str) -> PingResult {
+    let mut r = PingResult {
+        output: output.to_string(),
+        ..PingResult::default()
+    };
+    if let Some(line) = output.lines().find(|l| l.contains("packets transmitted")) {
+        for part in line.split(',') {
+            let mut words = part.split_whitespace();
+            let (Some(n), Some(what)) = (words.next(), words.next()) else {
+                continue;
+            };
+            let n: u32 = n.trim_start_matches('+').parse().unwrap_or(0);
+            match what {
+                "packets" => r.transmitted = n,
+                "received" => r.received = n,
+                w if w.starts_with("duplicate") => r.duplicates = n,
+                _ => {}
+            }
+        }
+    }
+    r
+}
+
+/// A continuous ping started by [`Lab::start_ping_flood`].
+pub struct PingFlood {
+    child: Child,
+    what: String,
+}
+
+impl PingFlood {
+    /// Stops the ping (SIGINT, so it prints its statistics) and returns (transmitted, received).
+    /// The request in flight when it stops may count as lost.
+    pub fn finish(mut self) -> (u32, u32) {
+        let r = self.finish_result();
+        (r.transmitted, r.received)
+    }
+
+    /// Like [`PingFlood::finish`] with the full result.
+    pub fn finish_result(&mut self) -> PingResult {
+        signal(self.child.id(), "INT");
+        if wait_child(&mut self.child, Duration::from_secs(10)).is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            panic!("{} did not stop on SIGINT", self.what);
+        }
+        let mut out = String::new();
+        if let Some(mut stdout) = self.child.stdout.take() {
+            use std::io::Read;
+            let _ = stdout.read_to_string(&mut out);
+        }
+        let r = parse_ping(&out);
+        assert!(
+            r.transmitted > 0,
+            "{} sent nothing:\n{}",
+            self.what,
+            tail(&out, 10)
+        );
+        r
+    }
+}
+
+impl Drop for PingFlood {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl Lab {
+    /// `count` pings (0.2 s apart, 1 s reply timeout) from the outside host to `ip`.
+    pub fn ping_from_ext(&self, ip: &str, count: u32) -> PingResult {
+        parse_ping(&self.ext(&ping_cmd(ip, count)).stdout_text())
+    }
+
+    /// `count` pings (0.2 s apart, 1 s reply timeout) from the VM to `ip`.
+    pub fn ping_from_vm(&self, ip: &str, count: u32) -> PingResult {
+        parse_ping(&self.vm(&ping_cmd(ip, count)).stdout_text())
+    }
+
+    /// TCP from the outside host to the VM: listens with `nc` in the VM on `ip:port`, connects from
+    /// the outside host and sends a token. True if the token arrived.
+    pub fn tcp_from_ext(&self, ip: &str, port: u16) -> bool {
+        self.tcp_check(true, ip, port)
+    }
+
+    /// TCP from the VM to the outside host (listener in the outside host on `ip:port`).
+    pub fn tcp_from_vm(&self, ip: &str, port: u16) -> bool {
+        self.tcp_check(false, ip, port)
+    }
+
+    fn tcp_check(&self, server_in_vm: bool, ip: &str, port: u16) -> bool {
+        let (server_ns, client_ns) = if server_in_vm {
+            (self.vm_ns().to_string(), self.ext_ns().to_string())
+        } else {
+            (self.ext_ns().to_string(), self.vm_ns().to_string())
+        };
+        let out_path = self.unique_path("tcp", "out");
+        let out = std::fs::File::create(&out_path).expect("create the nc output file");
+        // nc itself is the child (`ip netns exec` execs it), so that killing the child frees the port.
+        let mut server = self.ns_command(&server_ns, "nc");
+        server.args(["-l", "-n", ip, &port.to_string()]);
+        server.stdin(Stdio::null()).stdout(out).stderr(Stdio::null());
+        let mut server = server.spawn().expect("start nc -l");
+        // Listening, and it is our nc (not a leftover holding the port).
+        let listen_check = format!("ss -Hltnp 'sport = :{port}' | grep -q 'pid={},'", server.id());
+        let run_in = |ns: &str, c: &str| {
+            if ns == self.vm_ns() {
+                self.vm(c)
+            } else {
+                self.ext(c)
+            }
+        };
+        let mut exited = None;
+        let listening = poll_until(Duration::from_secs(10), || {
+            exited = server.try_wait().ok().flatten();
+            exited.is_none() && run_in(&server_ns, &listen_check).status.success()
+        });
+        if !listening {
+            let _ = server.kill();
+            let _ = server.wait();
+            let who = run_in(&server_ns, &format!("ss -Hltnp 'sport = :{port}'")).stdout_text();
+            panic!(
+                "nc did not start listening on {ip} port {port} in {server_ns} (exit: {exited:?}); \
+                 listeners on the port: {who}"
+            );
+        }
+        let token = format!("avm-token-{:08x}", rand::random::<u32>());
+        let client = run_in(
+            &client_ns,
+            &format!("printf '%s' '{token}' | nc -n -N -w 3 '{ip}' {port}"),
+        );
+        // The server exits once the client closed; give it a moment, then make sure it is gone.
+        if wait_child(&mut server, Duration::from_secs(5)).is_none() {
+            let _ = server.kill();
+            let _ = server.wait();
+        }
+        let received = std::fs::read_to_string(&out_path).unwrap_or_default();
+        let _ = std::fs::remove_file(&out_path);
+        client.status.success() && received.contains(&token)
+    }
+
+    /// Starts a continuous ping (one request every `interval_ms`) from the outside host
+    /// (`from_ext`) or from the VM to `target`. Stop it with [`PingFlood::finish`].
+    pub fn start_ping_flood(&self, from_ext: bool, target: &str, interval_ms: u64) -> PingFlood {
+        let ns = if from_ext { self.ext_ns() } else { self.vm_ns() };
+        let interval = format!("{:.3}", interval_ms as f64 / 1000.0);
+        let mut c = self.ns_command(ns, "ping");
+        // -w bounds it even if nobody calls finish().
+        c.args(["-n", "-q", "-i", &interval, "-W", "1", "-w", "3600", target]);
+        c.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let child = c.spawn().expect("start ping");
+        PingFlood {
+            child,
+            what: format!("ping from {ns} to {target}"),
+        }
+    }
+}
+
+fn ping_cmd(ip: &str, count: u32) -> String {
+    format!("ping -n -q -c {count} -i 0.2 -W 1 '{ip}'")
+}
