@@ -114,7 +114,10 @@ fn init_logging(log: &LogArgs) -> Result<(), String> {
                 .with_writer(std::sync::Mutex::new(file))
                 .init();
         }
-        _ => builder.with_writer(std::io::stderr).init(),
+        _ => {
+            use std::io::IsTerminal;
+            builder.with_ansi(std::io::stderr().is_terminal()).with_writer(std::io::stderr).init()
+        }
     }
     // Panics are caught by the supervisor; make sure they are in the log, not only on stderr.
     std::panic::set_hook(Box::new(|info| {

@@ -323,7 +323,30 @@ fn ovs_restart_is_followed_by_reconnect_and_reinstall() {
 }
 
 #[test]
-fn bad_external_node_and_missing_ovs_are_reported_and_survived() {
+fn agent_started_before_ovs_reports_the_socket_and_attaches_once_ovs_is_up() {
+    let lab = Lab::new();
+    lab.kill_vswitchd();
+    lab.kill_ovsdb();
+    let config_path = lab.write_config("");
+    lab.write_external_node(&[VM_IP4]);
+    let mut agent = lab.start_agent(&config_path);
+    // The error names the socket it cannot reach; nothing on the host changes meanwhile.
+    agent.wait_for_log(&lab.db_sock().display().to_string(), Duration::from_secs(20));
+    agent.wait_for_log(&lab.mgmt_sock().display().to_string(), Duration::from_secs(20));
+    assert!(!lab.vm_link_exists(UPLINK));
+    assert!(agent.is_running(), "the agent keeps running without OVS");
+    lab.start_ovsdb();
+    lab.start_vswitchd();
+    lab.isolate_uplink();
+    wait_until(Duration::from_secs(60), "attached once OVS is up", || {
+        lab.vm_addrs(NIC).iter().any(|a| a.starts_with(VM_IP4)) && round(&lab).is_some()
+    });
+    assert!(lab.ping_from_ext(VM_IP4, 2).all_received());
+    agent.stop();
+}
+
+#[test]
+fn bad_external_node_and_missing_interface_are_reported_and_survived() {
     let lab = Lab::new();
     let config_path = lab.write_config("");
     std::fs::write(lab.en_file(), "metadata: [not, a, map\n").expect("write bad file");

@@ -7,15 +7,24 @@ use std::collections::BTreeMap;
 
 use crate::config::BypassRule;
 use crate::messages::AttachedInterface;
+use crate::ovs::openflow::oxm::normalize_match;
 use crate::ovs::openflow::{Flow, FlowKey, FlowMod};
 use crate::policy::pipeline::{self, PipelineOptions, ROUND_MASK};
 
 /// Flows keyed by identity.
 pub type FlowSet = BTreeMap<FlowKey, Flow>;
 
-/// Builds a flow set; a later flow with the same identity replaces an earlier one.
+/// Builds a flow set; a later flow with the same identity replaces an earlier one. Matches are
+/// put in the form OVS stores them (e.g. a /0 prefix is no match at all), so identities here are
+/// identities in the switch.
 pub fn flow_set(flows: impl IntoIterator<Item = Flow>) -> FlowSet {
-    flows.into_iter().map(|f| (f.key(), f)).collect()
+    flows
+        .into_iter()
+        .map(|mut f| {
+            f.matches = normalize_match(&f.matches);
+            (f.key(), f)
+        })
+        .collect()
 }
 
 /// Everything the flow installer owns for the given state.

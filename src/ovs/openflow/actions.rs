@@ -98,7 +98,7 @@ fn ofs_nbits(r: &RegRange) -> u16 {
 
 fn range_from(header: u32, ofs: u16, n_bits: u16) -> Result<RegRange, CodecError> {
     match Field::from_header(header) {
-        Some(Field::Reg(reg)) if n_bits >= 1 && ofs + n_bits <= 32 => Ok(RegRange {
+        Some(Field::Reg(reg)) if n_bits >= 1 && u32::from(ofs) + u32::from(n_bits) <= 32 => Ok(RegRange {
             reg,
             ofs: ofs as u8,
             n_bits: n_bits as u8,
@@ -128,7 +128,10 @@ fn end_action(w: &mut Writer, start: usize) -> Result<(), CodecError> {
     w.patch_len16(start + 2, start, "action")
 }
 
-fn set_field_value(sf: &SetField) -> Result<(Field, Vec<u8>, Option<Vec<u8>>), CodecError> {
+/// A set_field's field, value bytes and optional mask bytes.
+type FieldValue = (Field, Vec<u8>, Option<Vec<u8>>);
+
+fn set_field_value(sf: &SetField) -> Result<FieldValue, CodecError> {
     fn masked32(v: u32, m: Option<u32>) -> Result<(Vec<u8>, Option<Vec<u8>>), CodecError> {
         match m {
             None | Some(u32::MAX) => Ok((v.to_be_bytes().to_vec(), None)),
@@ -477,7 +480,7 @@ fn decode_nx(subtype: u16, r: &mut Reader<'_>, depth: usize) -> Result<Action, C
             let clause = r.u8()?;
             let n_clauses = r.u8()?;
             let id = r.u32()?;
-            if n_clauses < 2 || n_clauses > 64 || clause >= n_clauses {
+            if !(2..=64).contains(&n_clauses) || clause >= n_clauses {
                 return Err(CodecError::Invalid(format!(
                     "conjunction clause {clause}/{n_clauses}"
                 )));
@@ -808,6 +811,31 @@ mod tests {
             b.extend_from_slice(&tail);
             b.resize(len, 0);
             let _ = decode_actions(&mut Reader::new(&b, "fuzz"));
+        }
+
+        #[test]
+        fn decode_copy_field_never_panics(n_bits: u16, src_ofs: u16, dst_ofs: u16, src in 0u8..20, dst in 0u8..20, nx: bool) {
+            let mut w = Writer::new();
+            if nx {
+                let start = begin_nx(&mut w, nxast::REG_MOVE);
+                w.u16(n_bits);
+                w.u16(src_ofs);
+                w.u16(dst_ofs);
+                w.u32(0x0001_0004 | (u32::from(src) << 9));
+                w.u32(0x0001_0004 | (u32::from(dst) << 9));
+                end_action(&mut w, start).unwrap();
+            } else {
+                w.u16(ofpat::COPY_FIELD);
+                w.u16(24);
+                w.u16(n_bits);
+                w.u16(src_ofs);
+                w.u16(dst_ofs);
+                w.zeros(2);
+                w.u32(0x0001_0004 | (u32::from(src) << 9));
+                w.u32(0x0001_0004 | (u32::from(dst) << 9));
+                w.zeros(4);
+            }
+            let _ = decode_actions(&mut Reader::new(&w.buf, "fuzz"));
         }
 
         #[test]

@@ -73,6 +73,9 @@ impl SwitchConnector for OfConnector {
 
 type Reply = (Header, Message);
 
+/// Encodes one message given its xid.
+type Encoder<'a> = Box<dyn FnOnce(u32) -> Result<Vec<u8>, CodecError> + Send + 'a>;
+
 /// Registered xid ranges: start -> (last xid, where replies go).
 #[derive(Default)]
 struct Pending {
@@ -104,11 +107,12 @@ impl Inner {
 
     /// Registers `n` consecutive xids; replies to any of them arrive on the returned receiver.
     fn register(self: &Arc<Self>, n: u32) -> Result<Registration, OfError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut p = self.pending.lock().map_err(|_| OfError::Closed)?;
+        // Checked under the lock: `mark_closed` sets the flag before it clears the ranges.
         if self.is_closed() {
             return Err(OfError::Closed);
         }
-        let (tx, rx) = mpsc::unbounded_channel();
-        let mut p = self.pending.lock().map_err(|_| OfError::Closed)?;
         let n = n.max(1);
         let mut start = p.next_xid.max(1);
         if start.checked_add(n).is_none() {
@@ -615,11 +619,7 @@ impl OfConnection {
                     commit_error = Some(e);
                     break;
                 }
-                Message::Error(e) => {
-                    if add_error.is_none() {
-                        add_error = Some((h.xid, e));
-                    }
-                }
+                Message::Error(e) if add_error.is_none() => add_error = Some((h.xid, e)),
                 Message::BundleControl {
                     ctrl: bundle_ctrl::COMMIT_REPLY,
                     ..
@@ -674,7 +674,7 @@ impl OfConnection {
     /// error, described by `describe(index)`.
     async fn send_batch(
         &self,
-        build: Vec<Box<dyn FnOnce(u32) -> Result<Vec<u8>, CodecError> + Send + '_>>,
+        build: Vec<Encoder<'_>>,
         describe: impl Fn(usize) -> String,
     ) -> Result<(), OfError> {
         let n = build.len() as u32;
@@ -717,7 +717,7 @@ impl Switch for OfConnection {
     /// OVS delete every flow that outputs to a group.)
     async fn replace_groups(&self, groups: Vec<Group>) -> Result<(), OfError> {
         let wanted: BTreeSet<u32> = groups.iter().map(|g| g.group_id).collect();
-        let mut build: Vec<Box<dyn FnOnce(u32) -> Result<Vec<u8>, CodecError> + Send + '_>> = Vec::new();
+        let mut build: Vec<Encoder<'_>> = Vec::new();
         let mut names = Vec::new();
         for g in &groups {
             names.push(format!("group_mod add_or_modify group {}", g.group_id));
@@ -736,7 +736,7 @@ impl Switch for OfConnection {
         if stale.is_empty() {
             return Ok(());
         }
-        let mut build: Vec<Box<dyn FnOnce(u32) -> Result<Vec<u8>, CodecError> + Send + '_>> = Vec::new();
+        let mut build: Vec<Encoder<'_>> = Vec::new();
         for id in &stale {
             let g = Group {
                 group_id: *id,
@@ -757,7 +757,7 @@ impl Switch for OfConnection {
     async fn replace_meters(&self, meters: Vec<Meter>) -> Result<(), OfError> {
         let existing = self.meter_ids().await?;
         let wanted: BTreeSet<u32> = meters.iter().map(|m| m.meter_id).collect();
-        let mut build: Vec<Box<dyn FnOnce(u32) -> Result<Vec<u8>, CodecError> + Send + '_>> = Vec::new();
+        let mut build: Vec<Encoder<'_>> = Vec::new();
         let mut names = Vec::new();
         for id in existing.iter().filter(|id| !wanted.contains(id)) {
             let m = Meter {
@@ -803,6 +803,97 @@ impl Switch for OfConnection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ovs::openflow::wire::{begin_msg, end_msg};
+    use tokio::net::UnixListener;
+
+    fn reply(t: u8, xid: u32, body: &[u8]) -> Vec<u8> {
+        let mut w = Writer::new();
+        let s = begin_msg(&mut w, t, xid);
+        w.bytes(body);
+        end_msg(&mut w, s).unwrap();
+        w.into_vec()
+    }
+
+    /// A scripted switch: answers the handshake, barriers and echoes; after the first barrier
+    /// that follows the handshake it sends a packet-in and an echo request, checks the echo
+    /// reply, and hangs up.
+    async fn scripted_switch(listener: UnixListener) -> Result<(), String> {
+        let (stream, _) = listener.accept().await.map_err(|e| e.to_string())?;
+        let (rd, mut wr) = stream.into_split();
+        let mut rd = BufReader::new(rd);
+        let mut barriers = 0;
+        loop {
+            let m = read_msg(&mut rd).await.map_err(|e| e.to_string())?;
+            let (h, msg) = messages::decode_message(&m).map_err(|e| e.to_string())?;
+            let out = match msg {
+                Message::Hello { .. } => reply(msg_type::HELLO, h.xid, &[0, 1, 0, 8, 0, 0, 0, 0x42]),
+                Message::Other {
+                    msg_type: msg_type::FEATURES_REQUEST,
+                    ..
+                } => {
+                    let mut body = vec![0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 254, 0, 0, 0];
+                    body.extend_from_slice(&[0, 0, 0, 0x4f, 0, 0, 0, 0]);
+                    reply(msg_type::FEATURES_REPLY, h.xid, &body)
+                }
+                Message::EchoRequest(d) => reply(msg_type::ECHO_REPLY, h.xid, &d),
+                Message::EchoReply(d) => {
+                    if h.xid != 0x55 || d != b"hi" {
+                        return Err(format!("bad echo reply {h:?} {d:?}"));
+                    }
+                    return Ok(()); // hang up
+                }
+                Message::BarrierRequest => {
+                    barriers += 1;
+                    let mut out = reply(msg_type::BARRIER_REPLY, h.xid, &[]);
+                    if barriers == 2 {
+                        out.extend(reply(msg_type::PACKET_IN, 0, &[1, 2, 3]));
+                        out.extend(reply(msg_type::ECHO_REQUEST, 0x55, b"hi"));
+                    }
+                    out
+                }
+                _ => continue,
+            };
+            wr.write_all(&out).await.map_err(|e| e.to_string())?;
+        }
+    }
+
+    #[tokio::test]
+    async fn answers_echo_ignores_async_and_notices_eof() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("br.mgmt");
+        let listener = UnixListener::bind(&path).unwrap();
+        let server = tokio::spawn(scripted_switch(listener));
+        let sw = tokio::time::timeout(
+            Duration::from_secs(10),
+            OfConnection::connect(&path, 9, ConnOptions::default()),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(sw.features().datapath_id, 7);
+        assert_eq!(sw.features().n_tables, 254);
+        tokio::time::timeout(Duration::from_secs(10), sw.barrier())
+            .await
+            .unwrap()
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), sw.closed())
+            .await
+            .unwrap();
+        assert!(matches!(sw.barrier().await, Err(OfError::Closed)));
+    }
+
+    #[tokio::test]
+    async fn connect_error_names_the_socket() {
+        let e = OfConnection::connect(Path::new("/nonexistent/br.mgmt"), 1, ConnOptions::default())
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/br.mgmt"), "{e}");
+    }
 
     #[test]
     fn hello_negotiation() {

@@ -86,11 +86,7 @@ fn uses_group(f: &Flow, g: u32) -> bool {
 }
 
 fn uses_meter(f: &Flow, m: u32) -> bool {
-    f.actions.iter().any(|a| match a {
-        Action::Meter(x) => *x == m,
-        Action::Controller(c) => c.meter_id == Some(m),
-        _ => false,
-    })
+    f.actions.iter().any(|a| matches!(a, Action::Meter(x) if *x == m))
 }
 
 fn uses_port(f: &Flow, p: u32) -> bool {
@@ -155,11 +151,8 @@ impl State {
                 let strict = fm.command == FlowModCommand::ModifyStrict;
                 for f in flows.values_mut().filter(|f| selects(fm, f, strict)) {
                     f.actions = fm.flow.actions.clone();
+                    // Like OVS with OpenFlow 1.5: the cookie stays.
                     f.goto_table = fm.flow.goto_table;
-                    if fm.cookie_mask == 0 {
-                        // OpenFlow 1.1+: a modify without a cookie mask updates the cookie.
-                        f.cookie = fm.flow.cookie;
-                    }
                 }
             }
             FlowModCommand::Delete | FlowModCommand::DeleteStrict => {

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -156,21 +156,18 @@ impl Lab {
             "fail_mode=secure".into(),
         ];
         for (i, name) in TABLES.iter().enumerate() {
-            args.extend(
-                [
-                    "--".to_string(),
-                    format!("--id=@t{i}"),
-                    "create".into(),
-                    "Flow_Table".into(),
-                    format!("name={name}"),
-                    "--".into(),
-                    "set".into(),
-                    "Bridge".into(),
-                    br.into(),
-                    format!("flow_tables:{i}=@t{i}"),
-                ]
-                .into_iter(),
-            );
+            args.extend([
+                "--".to_string(),
+                format!("--id=@t{i}"),
+                "create".into(),
+                "Flow_Table".into(),
+                format!("name={name}"),
+                "--".into(),
+                "set".into(),
+                "Bridge".into(),
+                br.into(),
+                format!("flow_tables:{i}=@t{i}"),
+            ]);
         }
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         self.vsctl(&refs);
@@ -251,13 +248,28 @@ impl Drop for Lab {
     fn drop(&mut self) {
         for daemon in ["ovs-vswitchd", "ovsdb-server"] {
             if let Some(pid) = self.pid(daemon) {
-                let _ = Command::new("kill").args(["-CONT", &pid]).status();
-                let _ = Command::new("kill").args(["-TERM", &pid]).status();
+                let alive = || Path::new(&format!("/proc/{pid}")).exists();
+                if !alive() {
+                    continue;
+                }
+                let _ = Command::new("kill")
+                    .args(["-CONT", &pid])
+                    .stderr(Stdio::null())
+                    .status();
+                let _ = Command::new("kill")
+                    .args(["-TERM", &pid])
+                    .stderr(Stdio::null())
+                    .status();
                 let end = Instant::now() + Duration::from_secs(5);
-                while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < end {
+                while alive() && Instant::now() < end {
                     std::thread::sleep(Duration::from_millis(20));
                 }
-                let _ = Command::new("kill").args(["-KILL", &pid]).status();
+                if alive() {
+                    let _ = Command::new("kill")
+                        .args(["-KILL", &pid])
+                        .stderr(Stdio::null())
+                        .status();
+                }
             }
         }
         let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
@@ -1030,16 +1042,13 @@ async fn pipeline_flows_render_exactly_like_ovs() {
         .await
         .expect("meters again");
     assert_eq!(lab.dump_flows("br", true).len(), flows.len());
-    // Dropping meter 258 deletes the flows using it (OVS semantics), others stay.
+    // Dropping meter 258 deletes the flows with a meter:258 action (OVS semantics; a
+    // controller(meter_id=258) flow stays), others stay.
     timed("meters", sw.replace_meters(meters()[..2].to_vec()))
         .await
         .expect("fewer meters");
     let left = lab.dump_flows("br", true);
-    assert!(
-        left.iter()
-            .all(|l| !l.contains("meter:258") && !l.contains("meter_id=258")),
-        "{left:?}"
-    );
+    assert!(left.iter().all(|l| !l.contains("meter:258")), "{left:?}");
     assert!(left.len() < flows.len());
 
     // Delete by cookie: every NetworkPolicy flow goes, the rest stays.
@@ -1086,27 +1095,37 @@ async fn rejected_bundle_changes_nothing_and_names_the_flow() {
     let good = Flow::new(5, 77, Match::new().reg(1, 9, None))
         .cookie(0x77)
         .goto(6);
+    // An overlapping flow with check_overlap fails only at commit time (OFPFMFC_OVERLAP).
+    let overlap = Flow::new(T_ROOT, 200, Match::new().ipv4().reg(1, 5, None))
+        .cookie(0x99)
+        .goto(T_CT_STATE);
+    let mut overlap_mod = FlowMod::add(overlap.clone());
+    overlap_mod.flags = 1 << 1; // OFPFF_CHECK_OVERLAP
     let cases = [
         (
-            Flow::new(9, 1, Match::new().reg(2, 1, None)).goto(3),
+            FlowMod::add(Flow::new(9, 1, Match::new().reg(2, 1, None)).goto(3)),
             "OFPBIC_BAD_TABLE_ID",
         ),
         (
-            Flow::new(9, 2, Match::new()).action(Action::Group(99)),
+            FlowMod::add(Flow::new(9, 2, Match::new()).action(Action::Group(99))),
             "OFPBAC_BAD_OUT_GROUP",
         ),
         (
-            Flow::new(9, 3, Match::new())
-                .action(Action::Meter(999))
-                .action(Action::Output(20)),
+            FlowMod::add(
+                Flow::new(9, 3, Match::new())
+                    .action(Action::Meter(999))
+                    .action(Action::Output(20)),
+            ),
             "OFPMMFC_INVALID_METER",
         ),
+        (overlap_mod, "OFPFMFC_OVERLAP"),
     ];
     for (bad, kind_prefix) in cases {
         let mods = vec![
-            FlowMod::delete_by_cookie(COOKIE_DEFAULT, u64::MAX),
+            // A real change that must not survive the failure.
+            FlowMod::delete_strict(Flow::new(T_NON_IP, 0, Match::new())),
             FlowMod::add(good.clone()),
-            FlowMod::add(bad.clone()),
+            bad.clone(),
             FlowMod::add(good.clone().cookie(0x78)),
         ];
         let err = timed("bad bundle", sw.bundle(mods))
@@ -1118,7 +1137,7 @@ async fn rejected_bundle_changes_nothing_and_names_the_flow() {
                 assert_eq!(request, "bundle message 3 of 4 (flow_mod add)", "{err}");
                 assert_eq!(
                     flow.as_deref(),
-                    Some(render_flows([&bad], &NameMap::new())[0].as_str()),
+                    Some(render_flows([&bad.flow], &NameMap::new())[0].as_str()),
                     "{err}"
                 );
             }
@@ -1130,11 +1149,31 @@ async fn rejected_bundle_changes_nothing_and_names_the_flow() {
             "a failed bundle changed the flows ({err})"
         );
     }
-    // The connection is still usable.
-    timed("bundle", sw.bundle(vec![FlowMod::add(good)]))
+    // The connection is still usable; modify_strict and modify change the instructions in
+    // place and keep the cookie (OpenFlow 1.5 modify never changes a cookie).
+    timed("bundle", sw.bundle(vec![FlowMod::add(good.clone())]))
         .await
         .expect("good bundle");
     assert_eq!(lab.dump_flows("br", false).len(), before.len() + 1);
+    let mut ms = FlowMod::add(good.clone().cookie(0x79));
+    ms.flow.goto_table = Some(7);
+    ms.command = FlowModCommand::ModifyStrict;
+    let mut m = FlowMod::add(Flow::new(T_CT_ZONE, 0, Match::new()).goto(T_CT_COMMIT));
+    m.command = FlowModCommand::Modify;
+    m.flow.cookie = COOKIE_DEFAULT;
+    m.cookie_mask = u64::MAX;
+    timed("modify", sw.bundle(vec![ms, m]))
+        .await
+        .expect("modify bundle");
+    let after = lab.dump_flows("br", false);
+    assert!(
+        after.contains(&"cookie=0x77, table=5, priority=77,reg1=0x9 actions=goto_table:7".to_string()),
+        "{after:?}"
+    );
+    assert!(
+        after.contains(&"cookie=0x1000000000000, table=1, priority=0 actions=goto_table:14".to_string()),
+        "{after:?}"
+    );
 
     // A flow the codec cannot encode fails before anything is sent.
     let mut m = Match::new();
@@ -1279,7 +1318,7 @@ fn ovs_ofp_print_decodes_our_messages() {
         (messages::meter_config_request(13), "OFPST_METER_CONFIG request"),
         (
             messages::flow_mod(14, &FlowMod::delete_by_cookie(COOKIE_NP, u64::MAX)).expect("fm"),
-            "DEL cookie:0x1020000000000/0xffffffffffffffff",
+            "DEL table:255 priority=0 cookie:0x1020000000000/0xffffffffffffffff",
         ),
     ];
     for (bytes, want) in cases {

@@ -669,7 +669,7 @@ pub enum Message {
         flags: u16,
         inner: Vec<u8>,
     },
-    FlowMod(FlowMod),
+    FlowMod(Box<FlowMod>),
     GroupMod(GroupModMsg),
     MeterMod(MeterModMsg),
     Experimenter {
@@ -911,7 +911,7 @@ pub fn decode_message(b: &[u8]) -> Result<(Header, Message), CodecError> {
                 inner,
             }
         }
-        msg_type::FLOW_MOD => Message::FlowMod(decode_flow_mod(&mut r)?),
+        msg_type::FLOW_MOD => Message::FlowMod(Box::new(decode_flow_mod(&mut r)?)),
         msg_type::GROUP_MOD => Message::GroupMod(decode_group_mod(&mut r)?),
         msg_type::METER_MOD => Message::MeterMod(decode_meter_mod(&mut r)?),
         msg_type::EXPERIMENTER => {
@@ -983,7 +983,7 @@ mod tests {
         assert_eq!(b.len() % 8, 0);
         let (h, m) = decode_message(&b).unwrap();
         assert_eq!(h.xid, 42);
-        assert_eq!(m, Message::FlowMod(fm));
+        assert_eq!(m, Message::FlowMod(Box::new(fm)));
     }
 
     #[test]
@@ -1003,7 +1003,7 @@ mod tests {
         };
         let (ih, im) = decode_message(&inner).unwrap();
         assert_eq!(ih.xid, 9);
-        assert_eq!(im, Message::FlowMod(fm));
+        assert_eq!(im, Message::FlowMod(Box::new(fm)));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //!   is the default 32768; with an empty match and default priority the line has no match part.
 //! * match field order: pkt_mark, conj_id, ct_state, ct_zone, ct_mark, ct_label, protocol
 //!   shorthand (`ip`, `tcp6`, ...), reg0..reg15, in_port, dl_src, dl_dst, dl_type (only if
-//!   no shorthand), nw_src/nw_dst or ipv6_src/ipv6_dst, nw_proto (only if no shorthand),
+//!   no shorthand; OVS 3.1 has no `igmp` shorthand: `ip,nw_proto=2`), nw_src/nw_dst or ipv6_src/ipv6_dst, nw_proto (only if no shorthand),
 //!   icmp_type/icmp_code or tp_src/tp_dst.
 //! * 32-bit fields (regs, pkt_mark, ct_mark): C `%#x`, so zero is `0`, not `0x0`; the mask
 //!   `/%#x` is omitted when all ones. 16-bit ports/ct_zone: decimal when exact, otherwise
@@ -229,10 +229,10 @@ fn ct_state_text(value: u32, mask: u32) -> String {
         return "0/0".to_string();
     }
     let mut s = String::new();
-    for b in 0..8 {
+    for (b, name) in CT_STATE_NAMES.iter().enumerate() {
         if mask & (1 << b) != 0 {
             s.push(if value & (1 << b) != 0 { '+' } else { '-' });
-            s.push_str(CT_STATE_NAMES[b]);
+            s.push_str(name);
         }
     }
     s
@@ -274,7 +274,6 @@ fn render_match_into(out: &mut String, m: &Match, priority: u16, names: &Names) 
         let shorthand = match t {
             eth_type::IPV4 => Some(match m.ip_proto {
                 Some(ip_proto::ICMP) => "icmp",
-                Some(ip_proto::IGMP) => "igmp",
                 Some(ip_proto::TCP) => "tcp",
                 Some(ip_proto::UDP) => "udp",
                 Some(ip_proto::SCTP) => "sctp",
@@ -351,21 +350,12 @@ fn render_match_into(out: &mut String, m: &Match, priority: u16, names: &Names) 
         (m.eth_type, m.ip_proto),
         (Some(eth_type::IPV4), Some(ip_proto::ICMP)) | (Some(eth_type::IPV6), Some(ip_proto::ICMPV6))
     );
-    let igmp = matches!(
-        (m.eth_type, m.ip_proto),
-        (Some(eth_type::IPV4), Some(ip_proto::IGMP))
-    );
-    if icmp || igmp {
-        let (t, c) = if igmp {
-            ("igmp_type", "igmp_code")
-        } else {
-            ("icmp_type", "icmp_code")
-        };
+    if icmp {
         if let Some(v) = m.icmp_type {
-            let _ = write!(out, "{t}={v},");
+            let _ = write!(out, "icmp_type={v},");
         }
         if let Some(v) = m.icmp_code {
-            let _ = write!(out, "{c}={v},");
+            let _ = write!(out, "icmp_code={v},");
         }
     } else {
         if let Some(p) = m.tp_src {
@@ -399,7 +389,7 @@ fn subfield(r: &RegRange) -> String {
         format!(
             "{name}[{}..{}]",
             r.ofs,
-            u32::from(r.ofs) + u32::from(r.n_bits) - 1
+            (u32::from(r.ofs) + u32::from(r.n_bits)).saturating_sub(1)
         )
     }
 }
