@@ -87,14 +87,14 @@ start_ovs() {
     local env=(env "OVS_RUNDIR=$RUN_DIR" "OVS_DBDIR=$RUN_DIR" "OVS_LOGDIR=$RUN_DIR")
     vm "${env[@]}" ovsdb-server "$RUN_DIR/conf.db" --remote="punix:$RUN_DIR/db.sock" \
         --pidfile="$RUN_DIR/ovsdb-server.pid" --unixctl="$RUN_DIR/ovsdb-server.ctl" \
-        --log-file="$RUN_DIR/ovsdb-server.log" --detach --no-chdir 2>>"$RUN_DIR/start.log" ||
+        --log-file="$RUN_DIR/ovsdb-server.log" --detach --no-chdir >>"$RUN_DIR/start.log" 2>&1 3>&- 4>&- ||
         fail "ovsdb-server did not start (see $RUN_DIR/ovsdb-server.log)"
     vsctl --no-wait init -- set Open_vSwitch . \
         "ovs_version=\"$(ovs-vswitchd --version | awk 'NR==1{print $NF}')\""
     # OVS_RUNDIR makes ovs-vswitchd put <bridge>.mgmt in the run dir.
     vm "${env[@]}" ovs-vswitchd "unix:$RUN_DIR/db.sock" --pidfile="$RUN_DIR/ovs-vswitchd.pid" \
         --unixctl="$RUN_DIR/ovs-vswitchd.ctl" --log-file="$RUN_DIR/ovs-vswitchd.log" \
-        --detach --no-chdir 2>>"$RUN_DIR/start.log" ||
+        --detach --no-chdir >>"$RUN_DIR/start.log" 2>&1 3>&- 4>&- ||
         fail "ovs-vswitchd did not start (see $RUN_DIR/ovs-vswitchd.log)"
 }
 
@@ -209,6 +209,13 @@ attached() {
         vm ip -o addr show dev eth0 | grep -q "inet $VM_IP4/24"
 }
 
+# The bridge has flows (fail_mode secure: none means no traffic) and the flows were committed (the
+# agent records its round number on the bridge afterwards).
+flows_installed() {
+    agent_alive || fail "the agent exited; log:$(echo; tail -n 40 "$AGENT_LOG")"
+    dump_flows | grep -q . && vsctl get Bridge br-int external_ids:roundNum
+}
+
 # The NIC is back: no eth0~, eth0 is the veth with its address and default route.
 restored() {
     ! link_exists 'eth0~' && [[ $(link_driver eth0) == veth ]] &&
@@ -256,7 +263,7 @@ ping_check() { # FROM(ext|vm) TARGET
 tcp_check() { # SERVER_NS CLIENT_NS IP PORT
     local server=$1 client=$2 ip=$3 port=$4 token out=$LAB_DIR/tcp.out pid
     token="avm-demo-$RANDOM$RANDOM"
-    ip netns exec "$server" nc -l -n "$ip" "$port" </dev/null >"$out" 2>/dev/null &
+    ip netns exec "$server" nc -l -n "$ip" "$port" </dev/null >"$out" 2>/dev/null 3>&- 4>&- &
     pid=$!
     local deadline=$((SECONDS + 10))
     until ip netns exec "$server" ss -Hltn "sport = :$port" | grep -q .; do
@@ -334,12 +341,13 @@ cmd_demo() {
     run vm env NODE_NAME=vm1 "$AGENT_BIN" check-config --config "$CONFIG"
 
     section "Starting the agent in $VM_NS (standalone mode)"
-    vm env NODE_NAME=vm1 "$AGENT_BIN" run --config "$CONFIG" >"$AGENT_LOG" 2>&1 &
+    vm env NODE_NAME=vm1 "$AGENT_BIN" run --config "$CONFIG" >"$AGENT_LOG" 2>&1 3>&- 4>&- &
     echo $! >"$AGENT_PID"
     info "pid $(cat "$AGENT_PID"), log $AGENT_LOG"
     wait_for 60 "the agent attached eth0 to OVS (eth0~ is the uplink)" attached
     isolate_uplink
     ok "uplink isolated (lab only: nftables drop on eth0~, ARP off)"
+    wait_for 30 "the agent installed its flows" flows_installed
 
     section "The VM attached to OVS"
     show_state

@@ -1047,6 +1047,14 @@ antreaClientConnection:
     }
 
     #[test]
+    fn shipped_sample_parses() {
+        let c = parse_ok(include_str!("../deploy/antrea-agent.conf.sample"));
+        assert_eq!(c.kubeconfig, Some(PathBuf::from("/base/antrea-agent.kubeconfig")));
+        assert!(c.feature_enabled("SupportBundleCollection"));
+        assert!(c.ignored_keys.is_empty(), "{:?}", c.ignored_keys);
+    }
+
+    #[test]
     fn all_fields_are_read() {
         let yaml = "\
 nodeType: externalNode

@@ -116,7 +116,10 @@ fn init_logging(log: &LogArgs) -> Result<(), String> {
         }
         _ => {
             use std::io::IsTerminal;
-            builder.with_ansi(std::io::stderr().is_terminal()).with_writer(std::io::stderr).init()
+            builder
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_writer(std::io::stderr)
+                .init()
         }
     }
     // Panics are caught by the supervisor; make sure they are in the log, not only on stderr.

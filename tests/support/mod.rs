@@ -12,7 +12,7 @@ mod lab;
 mod traffic;
 mod util;
 
-pub use agent::AgentProcess;
+pub use agent::{agent_binary, AgentProcess};
 pub use lab::*;
 pub use traffic::{PingFlood, PingResult};
 pub use util::{wait_until, CommandOutputExt};

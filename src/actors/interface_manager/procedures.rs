@@ -213,7 +213,8 @@ async fn restore_config(env: &Env, record: &InterfaceRecord, dst: &Link) -> Resu
         tolerate_exists(env.host.add_address(dst.index, addr).await).map_err(host_err(d, "add address"))?;
     }
     // On-link routes first: a route through a gateway needs the gateway's subnet to be reachable.
-    let (direct, via_gateway): (Vec<&Route>, Vec<&Route>) = record.routes.iter().partition(|r| r.gateway.is_none());
+    let (direct, via_gateway): (Vec<&Route>, Vec<&Route>) =
+        record.routes.iter().partition(|r| r.gateway.is_none());
     for route in direct.into_iter().chain(via_gateway) {
         tolerate_exists(env.host.add_route(dst.index, route).await).map_err(host_err(d, "add route"))?;
     }
