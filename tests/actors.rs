@@ -370,6 +370,15 @@ async fn every_actor_restarts_after_a_panic_and_the_system_converges() {
             );
         }
     }
+    // The reporter publishes a healthy agent info with every actor's status.
+    let path = w._dir.path().join("agent-info.json");
+    eventually("agent info written and healthy", || async {
+        std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .is_some_and(|v| v["healthy"] == true && v["actors"].as_array().is_some_and(|a| a.len() == 4))
+    })
+    .await;
     let _ = w.supervisor.send(Shutdown).await;
 }
 
@@ -384,4 +393,81 @@ async fn flows_are_replayed_after_the_switch_reconnects() {
     eventually("reconnected", || async { w.switch.connect_count() > connects }).await;
     eventually("flows replayed", || async { w.flows_converged() }).await;
     let _ = w.supervisor.send(Shutdown).await;
+}
+
+/// A failure after the addresses were already moved (upstream leaves the host without them,
+/// D11) rolls everything back: name, MTU, addresses, routes, no ports, no record.
+#[actix_rt::test]
+async fn a_failed_attach_is_rolled_back_with_addresses_and_routes() {
+    use antrea_vm_agent::actors::interface_manager::procedures::{self, Env};
+    use antrea_vm_agent::actors::interface_manager::store::RecordStore;
+    use antrea_vm_agent::host::HostNet;
+    use antrea_vm_agent::messages::EntityRef;
+    use antrea_vm_agent::ovs::ovsdb::{BridgeSpec, Ovsdb};
+
+    let w = start_world();
+    let _ = w.supervisor.send(Shutdown).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env = Env {
+        ovsdb: w.ovsdb.clone(),
+        host: w.host.clone(),
+        bridge: "br-int".into(),
+        store: RecordStore::new(dir.path()),
+        port_wait: Duration::from_secs(1),
+    };
+    let spec = BridgeSpec {
+        name: "br-int".into(),
+        datapath_type: "netdev".into(),
+        table_names: vec![],
+    };
+    w.ovsdb.ensure_bridge(&spec).await.expect("bridge");
+    let before = w.host.snapshot().link("eth0").cloned().expect("eth0");
+    let link = w.host.link_by_name("eth0").await.expect("netlink").expect("eth0");
+    // The first route added is on the internal port, after every address moved there.
+    w.host.fail_next("add_route", "injected route failure");
+    let entity = EntityRef {
+        namespace: "vm-ns".into(),
+        name: "vm1-3e616".into(),
+    };
+    let ips = ["10.0.0.2".parse().expect("ip")];
+    let err = procedures::attach(&env, &link, &entity, &ips)
+        .await
+        .expect_err("attach must fail");
+    assert!(err.to_string().contains("add route"), "{err}");
+    let calls = w.host.calls();
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.starts_with("del_address") && c.ends_with("ok")),
+        "the failure came after addresses left the NIC: {calls:#?}"
+    );
+
+    let snap = w.host.snapshot();
+    assert!(snap.link("eth0~").is_none(), "uplink renamed back");
+    let after = snap.link("eth0").expect("eth0 is back");
+    assert_eq!(after.link.mac, before.link.mac);
+    assert_eq!(after.link.mtu, before.link.mtu);
+    let addrs = |l: &antrea_vm_agent::host::fake::FakeLinkState| {
+        let mut a: Vec<String> = l.addresses.iter().map(|a| a.addr.to_string()).collect();
+        a.sort();
+        a
+    };
+    assert_eq!(addrs(after), addrs(&before), "addresses restored");
+    let defaults = |l: &antrea_vm_agent::host::fake::FakeLinkState| {
+        l.routes
+            .iter()
+            .filter(|r| r.is_default())
+            .map(|r| (r.gateway, r.metric, r.protocol))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        defaults(after),
+        defaults(&before),
+        "default routes restored with metric and protocol"
+    );
+    assert!(w.ovsdb.ports("br-int").is_empty(), "no ports left in OVSDB");
+    assert!(
+        RecordStore::new(dir.path()).load_all().0.is_empty(),
+        "no record left"
+    );
 }

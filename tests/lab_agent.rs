@@ -197,6 +197,14 @@ fn attach_forwards_traffic_counts_bypass_and_restores_on_delete() {
     assert!(lab.tcp_from_ext(VM_IP6, 5002), "TCP ext → vm over IPv6");
     assert!(lab.tcp_from_vm(EXT_IP4, 5003), "TCP vm → ext over IPv4");
     assert!(lab.tcp_from_vm(EXT_IP6, 5004), "TCP vm → ext over IPv6");
+    // ARP and neighbour discovery crossed OVS: the outside host resolved the VM's MAC.
+    for ip in [VM_IP4, VM_IP6] {
+        let neigh = lab.ext_ok(&format!("ip neigh show {ip} dev {EXT_NIC}"));
+        assert!(
+            neigh.contains(&before.link.mac),
+            "ext resolved {ip} to the VM's MAC: {neigh}"
+        );
+    }
 
     // The switch holds exactly the init, pair and bypass flows.
     assert_eq!(lab.dump_flows(), expected_flows(&lab, &config));

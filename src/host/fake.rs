@@ -465,6 +465,7 @@ impl FakeHost {
                     mac: Some(mac.to_lowercase()),
                     mtu,
                     up,
+                    promisc: false,
                 },
                 altnames: Vec::new(),
                 addresses: Vec::new(),
@@ -663,6 +664,13 @@ impl HostNet for FakeHost {
 
     async fn set_up(&self, index: u32, up: bool) -> Result<(), HostError> {
         self.mutate("set_up", format!("#{index} {up}"), |st| st.set_up(index, up))
+    }
+
+    async fn set_promisc(&self, index: u32, on: bool) -> Result<(), HostError> {
+        self.mutate("set_promisc", format!("#{index} {on}"), |st| {
+            st.link_mut(index)?.link.promisc = on;
+            Ok(())
+        })
     }
 
     async fn add_address(&self, index: u32, addr: &Address) -> Result<(), HostError> {

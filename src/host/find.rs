@@ -75,6 +75,7 @@ mod tests {
             mac: Some(format!("02:00:00:00:00:{index:02x}")),
             mtu: 1500,
             up: true,
+            promisc: false,
         }
     }
 

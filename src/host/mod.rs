@@ -24,6 +24,9 @@ pub struct Link {
     pub mac: Option<String>,
     pub mtu: u32,
     pub up: bool,
+    /// IFF_PROMISC as set by a user of the link (OVS sets it on ports it attaches).
+    #[serde(default)]
+    pub promisc: bool,
 }
 
 /// An interface address with the attributes needed to put it back exactly.
@@ -124,6 +127,8 @@ pub trait HostNet: Send + Sync {
     async fn rename(&self, index: u32, new_name: &str) -> Result<(), HostError>;
     async fn set_mtu(&self, index: u32, mtu: u32) -> Result<(), HostError>;
     async fn set_up(&self, index: u32, up: bool) -> Result<(), HostError>;
+    /// Sets or clears IFF_PROMISC.
+    async fn set_promisc(&self, index: u32, on: bool) -> Result<(), HostError>;
     /// Adds an address; `Err(HostError::Exists)` if it is already there.
     async fn add_address(&self, index: u32, addr: &Address) -> Result<(), HostError>;
     async fn del_address(&self, index: u32, addr: &Address) -> Result<(), HostError>;

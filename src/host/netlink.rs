@@ -314,6 +314,7 @@ fn parse_link(msg: &LinkMessage) -> Option<Link> {
         mac,
         mtu,
         up: msg.header.flags.contains(LinkFlags::Up),
+        promisc: msg.header.flags.contains(LinkFlags::Promisc),
     })
 }
 
@@ -708,6 +709,20 @@ impl HostNet for NetlinkHost {
         self.set_flag_up(index, up)
             .await
             .map_err(|e| e.into_host(format!("set link #{index} {state}"), index))
+    }
+
+    async fn set_promisc(&self, index: u32, on: bool) -> Result<(), HostError> {
+        let state = if on { "on" } else { "off" };
+        self.set_link(index, |m| {
+            m.header.change_mask = LinkFlags::Promisc;
+            m.header.flags = if on {
+                LinkFlags::Promisc
+            } else {
+                LinkFlags::empty()
+            };
+        })
+        .await
+        .map_err(|e| e.into_host(format!("set promisc {state} on link #{index}"), index))
     }
 
     async fn add_address(&self, index: u32, addr: &Address) -> Result<(), HostError> {

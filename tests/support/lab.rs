@@ -86,6 +86,8 @@ pub struct LinkInfo {
     pub up: bool,
     /// `NOARP` is set.
     pub noarp: bool,
+    /// `PROMISC` is set.
+    pub promisc: bool,
 }
 
 /// A lab: two namespaces, a veth pair and a private OVS. See the module documentation.
@@ -596,6 +598,7 @@ impl Lab {
             mac: l["address"].as_str().unwrap_or_default().to_lowercase(),
             up: flags.contains(&"UP"),
             noarp: flags.contains(&"NOARP"),
+            promisc: flags.contains(&"PROMISC"),
         })
     }
 

@@ -284,6 +284,7 @@ pub async fn attach(
         ips: ips.to_vec(),
         mac,
         mtu: link.mtu,
+        promisc: link.promisc,
         addresses,
         routes,
         phase: Phase::Attaching,
@@ -428,6 +429,13 @@ pub async fn roll_back(env: &Env, record: &InterfaceRecord) -> Result<(), Proced
         .set_up(nic.index, true)
         .await
         .map_err(host_err(name, "set link up"))?;
+    // OVS turned promiscuity on for the uplink by name; once renamed it cannot turn it off.
+    if nic.promisc != record.promisc {
+        env.host
+            .set_promisc(nic.index, record.promisc)
+            .await
+            .map_err(host_err(name, "restore promiscuity"))?;
+    }
     restore_config(env, &record, &nic).await?;
     env.store.remove(name).map_err(store_err(name, "remove record"))?;
     Ok(())
@@ -646,6 +654,7 @@ async fn adopt_without_record(
             .or_else(|| port.mac.clone())
             .unwrap_or_default(),
         mtu: internal.mtu,
+        promisc: false,
         addresses,
         routes,
         phase: Phase::Attached,

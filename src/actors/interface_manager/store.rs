@@ -34,6 +34,9 @@ pub struct InterfaceRecord {
     pub ips: Vec<IpAddr>,
     pub mac: String,
     pub mtu: u32,
+    /// Whether the NIC was promiscuous (OVS makes the uplink promiscuous; detach puts this back).
+    #[serde(default)]
+    pub promisc: bool,
     /// Addresses the NIC had (link-local excluded: the kernel makes those).
     pub addresses: Vec<Address>,
     /// Routes through the NIC.
@@ -174,6 +177,7 @@ mod tests {
             ips: vec!["10.0.0.2".parse().expect("ip")],
             mac: "02:00:00:00:00:01".into(),
             mtu: 1400,
+            promisc: false,
             addresses: vec![],
             routes: vec![],
             phase: Phase::Attaching,
