@@ -31,6 +31,7 @@ struct World {
     switch: Arc<FakeConnector>,
     source: FakeSource,
     supervisor: Addr<Supervisor>,
+    deps: Deps,
     _dir: tempfile::TempDir,
 }
 
@@ -146,8 +147,9 @@ fn start_world() -> World {
         agent_info_path: Some(dir.path().join("agent-info.json")),
         timing: test_timing(),
     };
-    let supervisor = Supervisor::new(deps).start();
+    let supervisor = Supervisor::new(deps.clone()).start();
     World {
+        deps,
         ovsdb,
         host,
         switch,
@@ -177,6 +179,13 @@ where
 }
 
 impl World {
+    /// Stops every actor and starts a new supervisor on the same fakes: an agent restart.
+    async fn restart_agent(&mut self) {
+        let _ = self.supervisor.send(Shutdown).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        self.supervisor = Supervisor::new(self.deps.clone()).start();
+    }
+
     fn attached(&self) -> bool {
         let snap = self.host.snapshot();
         let (Some(internal), Some(uplink)) = (snap.link("eth0"), snap.link("eth0~")) else {
@@ -470,4 +479,40 @@ async fn a_failed_attach_is_rolled_back_with_addresses_and_routes() {
         RecordStore::new(dir.path()).load_all().0.is_empty(),
         "no record left"
     );
+}
+
+/// An agent started while ovsdb-server is up but ovs-vswitchd is not (no ofports yet) must not
+/// give up on the attached interface: recovery is retried until OVS is ready, then the
+/// interface is adopted without touching the host.
+#[actix_rt::test]
+async fn recovery_waits_for_ofports_then_adopts() {
+    let mut w = start_world();
+    w.source.set(external_node(&["10.0.0.2", "fd00::2"]));
+    w.converge().await;
+    let host_port = w
+        .ovsdb
+        .ports("br-int")
+        .iter()
+        .find(|p| p.name == "eth0")
+        .and_then(|p| p.ofport);
+    let uplink_port = w
+        .ovsdb
+        .ports("br-int")
+        .iter()
+        .find(|p| p.name == "eth0~")
+        .and_then(|p| p.ofport);
+    assert!(w.ovsdb.set_ofport("eth0", 0) && w.ovsdb.set_ofport("eth0~", 0));
+    let mutations = w.host.mutation_count();
+    w.restart_agent().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let flows = w.peers().await.flows.expect("flow installer");
+    assert!(
+        flows.send(GetInstalledFlows).await.expect("alive").is_empty(),
+        "no flows are synced while the interface view is unknown"
+    );
+    assert!(w.ovsdb.set_ofport("eth0", host_port.expect("ofport")));
+    assert!(w.ovsdb.set_ofport("eth0~", uplink_port.expect("ofport")));
+    w.converge().await;
+    assert_eq!(w.host.mutation_count(), mutations, "adopted, not re-attached");
+    let _ = w.supervisor.send(Shutdown).await;
 }

@@ -89,6 +89,9 @@ pub enum ProcedureError {
     },
     #[error("interface {iface}: {message}")]
     Invalid { iface: String, message: String },
+    /// OVS has not caught up yet (no ofport, no netdev); the same step can succeed later.
+    #[error("interface {iface}: not ready: {message}")]
+    NotReady { iface: String, message: String },
 }
 
 fn host_err<'a>(iface: &'a str, step: &'static str) -> impl FnOnce(HostError) -> ProcedureError + 'a {
@@ -161,7 +164,7 @@ async fn wait_link(env: &Env, name: &str, want: bool) -> Result<Option<Link>, Pr
         }
         if tokio::time::Instant::now() >= deadline {
             let state = if want { "appear" } else { "disappear" };
-            return Err(ProcedureError::Invalid {
+            return Err(ProcedureError::NotReady {
                 iface: name.to_string(),
                 message: format!("netdev did not {state} within {:?}", env.port_wait),
             });
@@ -521,6 +524,9 @@ pub async fn recover(env: &Env) -> Result<Recovered, ProcedureError> {
         match recover_port(env, &ports, port, records.get(&port.name)).await {
             Ok(Some(a)) => out.attachments.push(a),
             Ok(None) => {}
+            // Recovering without this interface would publish a view that lacks it and remove its
+            // flows; retry the whole recovery instead once OVS is ready.
+            Err(e @ ProcedureError::NotReady { .. }) => return Err(e),
             Err(e) => out.errors.push(e.to_string()),
         }
     }
@@ -596,7 +602,7 @@ async fn recover_port(
         None => adopt_without_record(env, port, &uplink_name).await?,
     };
     let (Some(ofport), Some(uplink_ofport)) = (ofport_of(ports, name), ofport_of(ports, &uplink_name)) else {
-        return Err(ProcedureError::Invalid {
+        return Err(ProcedureError::NotReady {
             iface: name.into(),
             message: "OVS has not assigned ofports (is ovs-vswitchd running?)".into(),
         });
@@ -622,9 +628,9 @@ async fn adopt_without_record(
         .link_by_name(name)
         .await
         .map_err(host_err(name, "look up internal port"))?
-        .ok_or_else(|| ProcedureError::Invalid {
+        .ok_or_else(|| ProcedureError::NotReady {
             iface: name.into(),
-            message: "internal port netdev missing".into(),
+            message: "internal port netdev missing (is ovs-vswitchd running?)".into(),
         })?;
     let (addresses, routes) = snapshot(env, &internal).await?;
     let ips = port
