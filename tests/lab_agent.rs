@@ -360,9 +360,12 @@ fn bad_external_node_and_missing_interface_are_reported_and_survived() {
     std::fs::write(lab.en_file(), "metadata: [not, a, map\n").expect("write bad file");
     let mut agent = lab.start_agent(&config_path);
     agent.wait_for_log("external-node.yaml", Duration::from_secs(20));
-    // IPs on no interface: a clear error naming the ExternalEntity, nothing changes.
+    // The named interface does not hold the IPs: a clear error naming both, nothing changes.
     lab.write_external_node(&["192.0.2.77"]);
-    agent.wait_for_log("cannot find interface", Duration::from_secs(20));
+    agent.wait_for_log(
+        "interface eth0 is named in the ExternalNode but holds none of its IPs [192.0.2.77]",
+        Duration::from_secs(20),
+    );
     assert!(!lab.vm_link_exists(UPLINK));
     assert!(agent.is_running());
     // A good ExternalNode afterwards attaches.

@@ -14,6 +14,16 @@ pub enum FindError {
     /// None of the IPs is configured on any link.
     #[error("cannot find interface via IPs [{}]", join_ips(.ips))]
     NotFound { ips: Vec<IpAddr> },
+    /// The interface named in the ExternalNode exists, but its IPs are on another link.
+    #[error("interface {name} is named in the ExternalNode but its IPs [{}] are on {holder}", join_ips(.ips))]
+    NameAndIpsDisagree {
+        name: String,
+        holder: String,
+        ips: Vec<IpAddr>,
+    },
+    /// The interface named in the ExternalNode exists but holds none of its IPs.
+    #[error("interface {name} is named in the ExternalNode but holds none of its IPs [{}]", join_ips(.ips))]
+    NameWithoutIps { name: String, ips: Vec<IpAddr> },
 }
 
 fn join_ips(ips: &[IpAddr]) -> String {
@@ -40,7 +50,8 @@ pub fn find_link_by_ips(
             .iter()
             .find(|(_, addrs)| addrs.iter().any(|a| a.addr.addr().to_canonical() == want));
         let Some((link, _)) = holder else {
-            tracing::warn!(ip = %ip, "Failed to get device from IP: no link holds it");
+            // Reconciles resolve often; an absent IP is normal (not configured yet), so no warning.
+            tracing::debug!(ip = %ip, "Failed to get device from IP: no link holds it");
             continue;
         };
         found.push(want);
@@ -61,6 +72,35 @@ pub fn find_link_by_ips(
     found.sort_by_key(|ip| ip.to_string());
     found.dedup();
     Ok((link.clone(), found))
+}
+
+/// Finds the link of an ExternalNode interface by its name and its IPs (upstream looks at the IPs
+/// only, D16). When the name matches a link, that link must hold the IPs that are found (IPs on
+/// no link are skipped, as upstream); a name that matches no link is only a label (as upstream
+/// treats it) and the IPs decide.
+pub fn find_link(
+    links_with_addrs: &[(Link, Vec<Address>)],
+    name: &str,
+    ips: &[IpAddr],
+) -> Result<(Link, Vec<IpAddr>), FindError> {
+    let by_name = (!name.is_empty())
+        .then(|| links_with_addrs.iter().find(|(l, _)| l.name == name))
+        .flatten();
+    let by_ips = find_link_by_ips(links_with_addrs, ips);
+    match (by_name, by_ips) {
+        (None, result) => result,
+        (Some((link, _)), Ok((holder, found))) if holder.index == link.index => Ok((holder, found)),
+        (Some(_), Ok((holder, found))) => Err(FindError::NameAndIpsDisagree {
+            name: name.to_string(),
+            holder: holder.name,
+            ips: found,
+        }),
+        (Some(_), Err(FindError::NotFound { ips })) => Err(FindError::NameWithoutIps {
+            name: name.to_string(),
+            ips,
+        }),
+        (Some(_), Err(e)) => Err(e),
+    }
 }
 
 #[cfg(test)]
@@ -110,6 +150,33 @@ mod tests {
             ),
             (link(3, "eth1"), vec![addr("192.168.1.5/24")]),
         ]
+    }
+
+    #[test]
+    fn find_link_prefers_the_name_and_checks_the_ips_agree() {
+        // Name and IPs agree.
+        let (l, ips) = find_link(&host(), "eth0", &[ip("10.0.0.9")]).expect("found");
+        assert_eq!((l.name.as_str(), ips), ("eth0", vec![ip("10.0.0.9")]));
+        // Name given, but the link holds none of the IPs: an error naming it.
+        let err = find_link(&host(), "eth1", &[ip("172.16.0.1")]).expect_err("no IPs on it");
+        assert_eq!(
+            err.to_string(),
+            "interface eth1 is named in the ExternalNode but holds none of its IPs [172.16.0.1]"
+        );
+        // Name given, IPs on another link: a clear error naming both.
+        let err = find_link(&host(), "eth1", &[ip("10.0.0.9")]).expect_err("disagree");
+        assert_eq!(
+            err.to_string(),
+            "interface eth1 is named in the ExternalNode but its IPs [10.0.0.9] are on eth0"
+        );
+        // A name that is no link is a label only: the IPs decide.
+        let (l, _) = find_link(&host(), "nic-a", &[ip("192.168.1.5")]).expect("found by IPs");
+        assert_eq!(l.name, "eth1");
+        // No name: the IPs decide, with upstream's errors.
+        assert!(matches!(
+            find_link(&host(), "", &[ip("172.16.0.1")]),
+            Err(FindError::NotFound { .. })
+        ));
     }
 
     #[test]

@@ -18,7 +18,8 @@ use tracing::{error, info, warn};
 use self::procedures::{Attachment, Env};
 use self::store::RecordStore;
 use super::{common_handlers, Deps, Lifeline, Peers};
-use crate::host::find::find_link_by_ips;
+use crate::host::find::find_link;
+use crate::host::Link;
 use crate::k8s::external_node::ExternalNode;
 use crate::messages::{
     ActorKind, ActorStatus, EntityRef, ExternalNodeChanged, InterfacesChanged, Resync, StatusQuery,
@@ -35,6 +36,8 @@ struct Reconcile;
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Wanted {
     entity: EntityRef,
+    /// `spec.interfaces[i].name` (may be empty).
+    name: String,
     ips: Vec<IpAddr>,
 }
 
@@ -117,6 +120,7 @@ impl InterfaceManager {
                         namespace: n.namespace.clone(),
                         name: i.entity_name.clone(),
                     },
+                    name: i.name.clone(),
                     ips: i.ips.clone(),
                 })
                 .collect()
@@ -180,74 +184,68 @@ async fn apply_wanted(
     wanted: &[Wanted],
     errors: &mut Vec<String>,
 ) {
-    let wanted_entities: BTreeSet<&EntityRef> = wanted.iter().map(|w| &w.entity).collect();
-    // Detach what is no longer listed.
-    let stale: Vec<String> = attached
-        .iter()
-        .filter(|(_, a)| !wanted_entities.contains(&EntityRef::from(&a.record.entity)))
-        .map(|(n, _)| n.clone())
-        .collect();
-    for name in stale {
-        let Some(a) = attached.get(&name).cloned() else {
-            continue;
+    let links = if wanted.is_empty() {
+        Vec::new()
+    } else {
+        match links_with_addresses(env).await {
+            Ok(l) => l,
+            Err(e) => {
+                // Without a view of the host nothing is decided, nothing is detached.
+                errors.push(e);
+                return;
+            }
+        }
+    };
+    // 1. Resolve every wanted interface to a link. An entity that cannot be resolved now keeps
+    //    its attachment: the cause may be transient (an address being re-applied).
+    let mut targets: BTreeMap<String, (&Wanted, Link, Vec<IpAddr>)> = BTreeMap::new();
+    let mut unresolved: BTreeSet<&EntityRef> = BTreeSet::new();
+    for w in wanted {
+        match find_link(&links, &w.name, &w.ips) {
+            Ok((link, _)) if targets.contains_key(&link.name) => {
+                errors.push(format!(
+                    "ExternalEntity {}: resolves to {}, which another interface of the ExternalNode already uses",
+                    w.entity.name, link.name
+                ));
+                unresolved.insert(&w.entity);
+            }
+            Ok((link, found)) => {
+                targets.insert(link.name.clone(), (w, link, found));
+            }
+            Err(e) => {
+                errors.push(format!("ExternalEntity {}: {e}", w.entity.name));
+                unresolved.insert(&w.entity);
+            }
+        }
+    }
+    // 2. Attach new links; update the identity of attached ones (no host change, no flap).
+    for (name, (w, link, ips)) in &targets {
+        let result = match attached.get(name) {
+            Some(a) if EntityRef::from(&a.record.entity) == w.entity && same_ips(&a.record.ips, ips) => {
+                continue
+            }
+            Some(a) => procedures::update_identity(env, a, &w.entity, ips).await,
+            None => procedures::attach(env, link, &w.entity, ips).await,
         };
-        match procedures::detach(env, &a).await {
-            Ok(()) => {
-                attached.remove(&name);
+        match result {
+            Ok(a) => {
+                attached.insert(name.clone(), a);
             }
             Err(e) => errors.push(e.to_string()),
         }
     }
-    if wanted.is_empty() {
-        return;
-    }
-    let links_with_addrs = match links_with_addresses(env).await {
-        Ok(l) => l,
-        Err(e) => {
-            errors.push(e);
-            return;
-        }
-    };
-    for w in wanted {
-        let current = attached
-            .values()
-            .find(|a| EntityRef::from(&a.record.entity) == w.entity)
-            .cloned();
-        if current.as_ref().is_some_and(|a| same_ips(&a.record.ips, &w.ips)) {
-            continue;
-        }
-        let (link, found_ips) = match find_link_by_ips(&links_with_addrs, &w.ips) {
-            Ok(found) => found,
-            Err(e) => {
-                errors.push(format!("ExternalEntity {}: {e}", w.entity.name));
-                continue;
-            }
-        };
-        if let Some(a) = attached.get(&link.name).cloned() {
-            // Already attached (as this or another entity): at most its identity changes.
-            if EntityRef::from(&a.record.entity) == w.entity && same_ips(&a.record.ips, &found_ips) {
-                continue;
-            }
-            match procedures::update_identity(env, &a, &w.entity, &found_ips).await {
-                Ok(next) => {
-                    attached.insert(link.name.clone(), next);
-                }
-                Err(e) => errors.push(e.to_string()),
-            }
-            continue;
-        }
-        match procedures::attach(env, &link, &w.entity, &found_ips).await {
-            Ok(a) => {
-                attached.insert(link.name.clone(), a);
-                // The entity moved to another NIC: the old one goes back.
-                if let Some(old) = current {
-                    match procedures::detach(env, &old).await {
-                        Ok(()) => {
-                            attached.remove(&old.record.name);
-                        }
-                        Err(e) => errors.push(e.to_string()),
-                    }
-                }
+    // 3. Detach what no wanted interface resolves to any more (after the attaches, so an entity
+    //    that moved to another NIC is never without one).
+    let stale: Vec<Attachment> = attached
+        .values()
+        .filter(|a| !targets.contains_key(&a.record.name))
+        .filter(|a| !unresolved.contains(&EntityRef::from(&a.record.entity)))
+        .cloned()
+        .collect();
+    for a in stale {
+        match procedures::detach(env, &a).await {
+            Ok(()) => {
+                attached.remove(&a.record.name);
             }
             Err(e) => errors.push(e.to_string()),
         }
