@@ -7,6 +7,7 @@
 
 pub mod actors;
 pub mod config;
+pub mod failpoint;
 pub mod host;
 pub mod k8s;
 pub mod messages;

@@ -37,10 +37,16 @@ impl Lab {
 
     /// Starts the agent binary with arbitrary arguments (in the VM namespace, `NODE_NAME=vm1`).
     pub fn start_agent_with_args(&self, args: &[&str]) -> AgentProcess {
+        self.start_agent_with_env(args, &[])
+    }
+
+    /// Like [`Lab::start_agent_with_args`], with extra environment variables (e.g. a failpoint).
+    pub fn start_agent_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> AgentProcess {
         let log_path = self.unique_path("agent", "log");
         let log = std::fs::File::create(&log_path).expect("create the agent log");
         let err = log.try_clone().expect("clone the agent log handle");
         let mut c = self.agent_command(args);
+        c.envs(env.iter().copied());
         c.stdin(Stdio::null()).stdout(log).stderr(err);
         let child = c
             .spawn()

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use super::store::{InterfaceRecord, Phase, RecordStore};
+use super::store::{InterfaceRecord, Phase, RecordStore, Step};
+use crate::failpoint;
 use crate::host::{Address, HostError, HostNet, Link, Route};
 use crate::messages::{AttachedInterface, EntityRef};
 use crate::ovs::ovsdb::{Ovsdb, OvsdbError, PortRecord, PortSpec};
@@ -173,16 +174,33 @@ async fn wait_link(env: &Env, name: &str, want: bool) -> Result<Option<Link>, Pr
     }
 }
 
+/// Journals `step` in the record before it runs (and marks its failpoint). Healing an attached
+/// interface is not journaled: nothing is in flight there.
+async fn begin(env: &Env, record: &mut InterfaceRecord, step: Step) -> Result<(), ProcedureError> {
+    if record.phase == Phase::Attached {
+        return Ok(());
+    }
+    record.step = step;
+    env.store.save(record).map_err(|source| ProcedureError::Store {
+        iface: record.name.clone(),
+        step: "journal step",
+        source,
+    })?;
+    failpoint::hit(&format!("{}:{}", record.phase.as_str(), step.as_str()));
+    Ok(())
+}
+
 /// Moves MTU, addresses and routes from `src` (if any) onto `dst`. The source's routes and
 /// addresses are removed first, so there is never a moment with two default routes.
 async fn move_config(
     env: &Env,
-    record: &InterfaceRecord,
+    record: &mut InterfaceRecord,
     src: Option<&Link>,
     dst: &Link,
 ) -> Result<(), ProcedureError> {
     let host = &env.host;
     let d = dst.name.as_str();
+    begin(env, record, Step::ClearSource).await?;
     host.set_mtu(dst.index, record.mtu)
         .await
         .map_err(host_err(d, "set MTU"))?;
@@ -206,15 +224,23 @@ async fn move_config(
                 .map_err(host_err(s, "delete address"))?;
         }
     }
-    restore_config(env, record, dst).await
+    restore_config(env, record, dst, (Step::AddAddresses, Step::AddRoutes)).await
 }
 
-/// Adds the record's addresses, then its routes, to `dst` (present ones are left alone).
-async fn restore_config(env: &Env, record: &InterfaceRecord, dst: &Link) -> Result<(), ProcedureError> {
+/// Adds the record's addresses, then its routes, to `dst` (present ones are left alone),
+/// journaling the two steps.
+async fn restore_config(
+    env: &Env,
+    record: &mut InterfaceRecord,
+    dst: &Link,
+    (addresses_step, routes_step): (Step, Step),
+) -> Result<(), ProcedureError> {
     let d = dst.name.as_str();
+    begin(env, record, addresses_step).await?;
     for addr in &record.addresses {
         tolerate_exists(env.host.add_address(dst.index, addr).await).map_err(host_err(d, "add address"))?;
     }
+    begin(env, record, routes_step).await?;
     // On-link routes first: a route through a gateway needs the gateway's subnet to be reachable.
     let (direct, via_gateway): (Vec<&Route>, Vec<&Route>) =
         record.routes.iter().partition(|r| r.gateway.is_none());
@@ -291,12 +317,15 @@ pub async fn attach(
         addresses,
         routes,
         phase: Phase::Attaching,
+        step: Step::Saved,
     };
     env.store.save(&record).map_err(store_err(&name, "save record"))?;
+    failpoint::hit("attaching:saved");
     info!(iface = %name, entity = %entity.name, "attaching interface");
-    match attach_steps(env, link, &record).await {
+    match attach_steps(env, link, &mut record).await {
         Ok((ofport, uplink_ofport)) => {
             record.phase = Phase::Attached;
+            record.step = Step::Done;
             env.store.save(&record).map_err(store_err(&name, "save record"))?;
             info!(iface = %name, ofport, uplink_ofport, "interface attached");
             Ok(Attachment {
@@ -319,14 +348,17 @@ pub async fn attach(
 async fn attach_steps(
     env: &Env,
     link: &Link,
-    record: &InterfaceRecord,
+    record: &mut InterfaceRecord,
 ) -> Result<(u32, u32), ProcedureError> {
-    let name = record.name.as_str();
-    let uplink = record.uplink_name.as_str();
+    let name = record.name.clone();
+    let uplink = record.uplink_name.clone();
+    let (name, uplink) = (name.as_str(), uplink.as_str());
+    begin(env, record, Step::Rename).await?;
     env.host
         .rename(link.index, uplink)
         .await
         .map_err(host_err(name, "rename to uplink name"))?;
+    begin(env, record, Step::UplinkPort).await?;
     // Leftovers of an earlier attempt would make the creates fail.
     env.ovsdb
         .delete_port(&env.bridge, uplink)
@@ -355,6 +387,7 @@ async fn attach_steps(
         .wait_ofport(uplink, env.port_wait)
         .await
         .map_err(db_err(uplink, "wait for uplink ofport"))?;
+    begin(env, record, Step::InternalPort).await?;
     let spec = PortSpec {
         name: name.into(),
         iface_type: "internal".into(),
@@ -391,10 +424,8 @@ pub async fn roll_back(env: &Env, record: &InterfaceRecord) -> Result<(), Proced
     let name = record.name.as_str();
     let uplink = record.uplink_name.as_str();
     let mut record = record.clone();
-    if record.phase != Phase::Detaching {
-        record.phase = Phase::Detaching;
-        env.store.save(&record).map_err(store_err(name, "save record"))?;
-    }
+    record.phase = Phase::Detaching;
+    begin(env, &mut record, Step::DeletePorts).await?;
     env.ovsdb
         .delete_port(&env.bridge, name)
         .await
@@ -403,6 +434,7 @@ pub async fn roll_back(env: &Env, record: &InterfaceRecord) -> Result<(), Proced
         .delete_port(&env.bridge, uplink)
         .await
         .map_err(db_err(uplink, "delete uplink port"))?;
+    begin(env, &mut record, Step::RenameBack).await?;
     if let Some(uplink_link) = env
         .host
         .link_by_name(uplink)
@@ -424,6 +456,7 @@ pub async fn roll_back(env: &Env, record: &InterfaceRecord) -> Result<(), Proced
             iface: name.into(),
             message: "neither the NIC nor its uplink exists".into(),
         })?;
+    begin(env, &mut record, Step::RestoreLink).await?;
     env.host
         .set_mtu(nic.index, record.mtu)
         .await
@@ -439,7 +472,13 @@ pub async fn roll_back(env: &Env, record: &InterfaceRecord) -> Result<(), Proced
             .await
             .map_err(host_err(name, "restore promiscuity"))?;
     }
-    restore_config(env, &record, &nic).await?;
+    restore_config(
+        env,
+        &mut record,
+        &nic,
+        (Step::RestoreAddresses, Step::RestoreRoutes),
+    )
+    .await?;
     env.store.remove(name).map_err(store_err(name, "remove record"))?;
     Ok(())
 }
@@ -593,7 +632,7 @@ async fn recover_port(
                         iface: name.into(),
                         message: "internal port missing".into(),
                     })?;
-                move_config(env, &r, uplink_link.as_ref(), &internal).await?;
+                move_config(env, &mut r, uplink_link.as_ref(), &internal).await?;
                 r.phase = Phase::Attached;
                 env.store.save(&r).map_err(store_err(name, "save record"))?;
             }
@@ -664,6 +703,7 @@ async fn adopt_without_record(
         addresses,
         routes,
         phase: Phase::Attached,
+        step: Step::Done,
     };
     env.store.save(&record).map_err(store_err(name, "save record"))?;
     Ok(record)
@@ -712,7 +752,8 @@ pub async fn heal(
     if missing_addr || missing_route || !internal.up || internal.mtu != r.mtu {
         warn!(iface = %name, missing_addr, missing_route, up = internal.up, mtu = internal.mtu,
             "internal port lost its configuration; re-applying");
-        move_config(env, r, None, &internal).await?;
+        // An attached record: `begin` journals nothing here.
+        move_config(env, &mut r.clone(), None, &internal).await?;
     }
     let mut next = attachment.clone();
     if let (Some(o), Some(u)) = (ofport_of(ports, name), ofport_of(ports, &r.uplink_name)) {

@@ -23,6 +23,61 @@ pub enum Phase {
     Detaching,
 }
 
+/// The step an attach or detach is at; written before the step starts (a journal), so a start
+/// after a crash knows where it stopped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Step {
+    /// The record was just written; nothing changed yet.
+    #[default]
+    Saved,
+    // Attach.
+    Rename,
+    UplinkPort,
+    InternalPort,
+    ClearSource,
+    AddAddresses,
+    AddRoutes,
+    // Detach.
+    DeletePorts,
+    RenameBack,
+    RestoreLink,
+    RestoreAddresses,
+    RestoreRoutes,
+    /// The phase finished.
+    Done,
+}
+
+impl Step {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Saved => "saved",
+            Step::Rename => "rename",
+            Step::UplinkPort => "uplink-port",
+            Step::InternalPort => "internal-port",
+            Step::ClearSource => "clear-source",
+            Step::AddAddresses => "add-addresses",
+            Step::AddRoutes => "add-routes",
+            Step::DeletePorts => "delete-ports",
+            Step::RenameBack => "rename-back",
+            Step::RestoreLink => "restore-link",
+            Step::RestoreAddresses => "restore-addresses",
+            Step::RestoreRoutes => "restore-routes",
+            Step::Done => "done",
+        }
+    }
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Attaching => "attaching",
+            Phase::Attached => "attached",
+            Phase::Detaching => "detaching",
+        }
+    }
+}
+
 /// The saved state of one interface.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -42,6 +97,9 @@ pub struct InterfaceRecord {
     /// Routes through the NIC.
     pub routes: Vec<Route>,
     pub phase: Phase,
+    /// The step under way within `phase`.
+    #[serde(default)]
+    pub step: Step,
 }
 
 /// Serializable twin of [`EntityRef`].
@@ -181,6 +239,7 @@ mod tests {
             addresses: vec![],
             routes: vec![],
             phase: Phase::Attaching,
+            step: Step::Saved,
         };
         store.save(&record).expect("save");
         let (all, errors) = store.load_all();
