@@ -47,6 +47,15 @@ pub const NIC: &str = "eth0";
 pub const UPLINK: &str = "eth0~";
 /// The outside host's interface.
 pub const EXT_NIC: &str = "ext0";
+/// The VM's second NIC (after [`Lab::add_second_nic`]), its uplink name and its peer.
+pub const NIC2: &str = "eth1";
+pub const UPLINK2: &str = "eth1~";
+pub const EXT_NIC2: &str = "ext1";
+/// Addresses of the second link (no default route through it).
+pub const VM2_IP4: &str = "10.98.0.2";
+pub const EXT2_IP4: &str = "10.98.0.1";
+pub const VM2_IP6: &str = "fd00:98::2";
+pub const EXT2_IP6: &str = "fd00:98::1";
 /// The OVS bridge the agent uses (the default `ovsBridge`).
 pub const BRIDGE: &str = "br-int";
 /// `NODE_NAME` given to the agent, and the ExternalNode's name.
@@ -652,6 +661,76 @@ impl Lab {
             "IPv6 addresses to leave the tentative state",
             || !self.vm_ok("ip addr").contains("tentative") && !self.ext_ok("ip addr").contains("tentative"),
         );
+    }
+
+    /// Adds a second NIC to the VM: `eth1` (10.98.0.2/24, fd00:98::2/64, no default route) joined
+    /// to `ext1` (10.98.0.1/24, fd00:98::1/64) on the outside host.
+    pub fn add_second_nic(&self) {
+        let (vm, ext) = (&self.vm_ns, &self.ext_ns);
+        host_ok(&format!(
+            "ip link add {EXT_NIC2} netns {ext} type veth peer name {NIC2} netns {vm}"
+        ));
+        self.vm_ok(&format!(
+            "set -e\n\
+             sysctl -qw net.ipv6.conf.{NIC2}.accept_dad=0\n\
+             ethtool -K {NIC2} tx off >/dev/null\n\
+             ip addr add {VM2_IP4}/24 dev {NIC2}\n\
+             ip addr add {VM2_IP6}/64 dev {NIC2} nodad\n\
+             ip link set dev {NIC2} up"
+        ));
+        self.ext_ok(&format!(
+            "set -e\n\
+             sysctl -qw net.ipv6.conf.{EXT_NIC2}.accept_dad=0\n\
+             ethtool -K {EXT_NIC2} tx off >/dev/null\n\
+             ip addr add {EXT2_IP4}/24 dev {EXT_NIC2}\n\
+             ip addr add {EXT2_IP6}/64 dev {EXT_NIC2} nodad\n\
+             ip link set dev {EXT_NIC2} up"
+        ));
+        self.wait_no_tentative();
+    }
+
+    /// [`Lab::isolate_uplink`] for the second NIC (`eth1~`, internal `eth1`).
+    pub fn isolate_second_uplink(&self) {
+        wait_until(
+            Duration::from_secs(30),
+            "eth1~ and the OVS internal port eth1",
+            || self.vm_link_exists(UPLINK2) && self.vm_link_driver(NIC2).as_deref() == Some("tun"),
+        );
+        let table = format!("{}2", self.nft_table);
+        self.vm(&format!("nft delete table netdev {table} 2>/dev/null"));
+        self.vm_ok(&format!(
+            "nft -f - <<'EOF'\n\
+             table netdev {table} {{\n  chain uplink_in {{\n    \
+             type filter hook ingress device \"{UPLINK2}\" priority -500; policy drop;\n  }}\n}}\nEOF"
+        ));
+        self.vm_ok(&format!("ip link set dev '{UPLINK2}' arp off"));
+        self.vm_ok(&format!("ethtool -K '{NIC2}' tx off >/dev/null"));
+    }
+
+    /// Undoes [`Lab::isolate_second_uplink`] (before the second NIC is detached).
+    pub fn unisolate_second_uplink(&self) {
+        self.vm(&format!(
+            "nft delete table netdev {}2 2>/dev/null",
+            self.nft_table
+        ));
+        if self.vm_link_exists(UPLINK2) {
+            self.vm_ok(&format!("ip link set dev '{UPLINK2}' arp on"));
+        }
+    }
+
+    /// Writes an ExternalNode listing several interfaces: `(name, ips)` each.
+    pub fn write_external_node_interfaces(&self, interfaces: &[(&str, &[&str])]) {
+        let mut text = format!(
+            "apiVersion: crd.antrea.io/v1alpha1\nkind: ExternalNode\n\
+             metadata:\n  name: {NODE_NAME}\n  namespace: {EN_NAMESPACE}\nspec:\n  interfaces:\n"
+        );
+        for (name, ips) in interfaces {
+            let ips: Vec<String> = ips.iter().map(|ip| format!("\"{ip}\"")).collect();
+            text.push_str(&format!("  - name: {name}\n    ips: [{}]\n", ips.join(", ")));
+        }
+        let tmp = self.dir.join(".external-node.yaml.tmp");
+        std::fs::write(&tmp, text).expect("write the ExternalNode file");
+        std::fs::rename(&tmp, self.en_file()).expect("move the ExternalNode file in place");
     }
 
     fn build_network(&self) {
