@@ -83,6 +83,10 @@ fn test_timing() -> Timing {
 }
 
 fn external_node(ips: &[&str]) -> SourceEvent {
+    external_node_named("eth0", ips)
+}
+
+fn external_node_named(name: &str, ips: &[&str]) -> SourceEvent {
     let ips = ips
         .iter()
         .map(|ip| format!("\"{ip}\""))
@@ -90,7 +94,7 @@ fn external_node(ips: &[&str]) -> SourceEvent {
         .join(", ");
     let yaml = format!(
         "apiVersion: crd.antrea.io/v1alpha1\nkind: ExternalNode\nmetadata: {{name: vm1, namespace: vm-ns}}\n\
-         spec: {{interfaces: [{{name: eth0, ips: [{ips}]}}]}}\n"
+         spec: {{interfaces: [{{name: {name}, ips: [{ips}]}}]}}\n"
     );
     let obj: ExternalNodeObject = serde_norway::from_str(&yaml).expect("test yaml");
     SourceEvent::Present(Box::new(obj))
@@ -514,5 +518,28 @@ async fn recovery_waits_for_ofports_then_adopts() {
     assert!(w.ovsdb.set_ofport("eth0~", uplink_port.expect("ofport")));
     w.converge().await;
     assert_eq!(w.host.mutation_count(), mutations, "adopted, not re-attached");
+    let _ = w.supervisor.send(Shutdown).await;
+}
+
+/// Renaming the interface in the ExternalNode (the name is then only a label) gives it a new
+/// ExternalEntity name: OVSDB and the published view change, the host does not.
+#[actix_rt::test]
+async fn renaming_the_interface_updates_its_identity_without_a_flap() {
+    use antrea_vm_agent::k8s::external_node::external_entity_name;
+    let w = start_world();
+    w.source.set(external_node(&["10.0.0.2"]));
+    w.converge().await;
+    let mutations = w.host.mutation_count();
+    let renamed = external_entity_name("vm1", "nic-a");
+    w.source.set(external_node_named("nic-a", &["10.0.0.2"]));
+    eventually("entity name updated in OVSDB", || async {
+        w.ovsdb
+            .ports("br-int")
+            .iter()
+            .any(|p| p.name == "eth0" && p.external_ids.get("entity-name") == Some(&renamed))
+    })
+    .await;
+    w.converge().await;
+    assert_eq!(w.host.mutation_count(), mutations, "no change to the host");
     let _ = w.supervisor.send(Shutdown).await;
 }

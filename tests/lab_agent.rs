@@ -377,3 +377,81 @@ fn bad_external_node_and_missing_interface_are_reported_and_survived() {
     assert!(lab.ping_from_ext(VM_IP4, 2).all_received());
     agent.stop();
 }
+
+/// Every route through the NIC (all tables but local) and every address, with the attributes
+/// `ip` shows; lifetimes are left out because they count down.
+fn full_config(lab: &Lab, dev: &str) -> (Vec<String>, Vec<String>) {
+    let strip_lifetimes = |l: &str| {
+        l.split_whitespace()
+            .filter(|w| !w.ends_with("sec") && *w != "valid_lft" && *w != "preferred_lft" && *w != "forever")
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let addrs = lab
+        .vm_ok(&format!("ip -o addr show dev {dev} | grep -v ' fe80::' || true"))
+        .lines()
+        .map(|l| strip_lifetimes(l.split_once(' ').map_or(l, |(_, rest)| rest)))
+        .map(|l| l.replace(&format!("{dev}~"), dev))
+        .collect::<Vec<_>>();
+    let mut routes = Vec::new();
+    for family in ["-4", "-6"] {
+        let out = lab.vm_ok(&format!("ip {family} route show table all dev {dev}"));
+        routes.extend(
+            out.lines()
+                .filter(|l| {
+                    !l.contains("table local") && !l.starts_with("fe80::") && !l.starts_with("multicast")
+                })
+                .map(|l| l.trim().to_string()),
+        );
+    }
+    routes.sort();
+    let mut addrs = addrs;
+    addrs.sort();
+    (addrs, routes)
+}
+
+#[test]
+fn a_rich_configuration_moves_and_comes_back_exactly() {
+    let lab = Lab::new();
+    lab.vm_ok(&format!(
+        "set -e\n\
+         ip addr add 10.99.0.3/24 dev {NIC} label {NIC}:1\n\
+         ip addr add 10.99.0.4/24 dev {NIC} valid_lft 3600 preferred_lft 1800\n\
+         ip -6 addr add fd00:99::4/64 dev {NIC} nodad valid_lft 7200 preferred_lft 3600\n\
+         ip route add 192.0.2.0/24 via {EXT_IP4} dev {NIC} proto static metric 50\n\
+         ip route add 198.51.100.0/24 dev {NIC} scope link metric 20\n\
+         ip route add 203.0.113.0/24 via 10.99.0.254 dev {NIC} onlink\n\
+         ip route add default via {EXT_IP4} dev {NIC} table 100 metric 5\n\
+         ip -6 route add 2001:db8::/64 via {EXT_IP6} dev {NIC} metric 77 proto boot"
+    ));
+    let before = full_config(&lab, NIC);
+    let config = lab.write_config("");
+    lab.write_external_node(&[VM_IP4, VM_IP6]);
+    let mut agent = lab.start_agent(&config);
+    lab.isolate_uplink();
+    wait_until(
+        Duration::from_secs(30),
+        "the whole configuration on the internal eth0",
+        || lab.vm_link_driver(NIC).as_deref() == Some("tun") && full_config(&lab, NIC) == before,
+    );
+    let (uplink_addrs, uplink_routes) = full_config(&lab, UPLINK);
+    assert!(
+        uplink_addrs.is_empty(),
+        "eth0~ keeps no address: {uplink_addrs:?}"
+    );
+    assert!(
+        uplink_routes.iter().all(|r| r.contains("proto kernel")),
+        "eth0~ keeps no route: {uplink_routes:?}"
+    );
+    assert!(
+        lab.ping_from_ext("10.99.0.3", 2).all_received(),
+        "the secondary address answers"
+    );
+    lab.remove_external_node();
+    wait_until(
+        Duration::from_secs(30),
+        "the whole configuration back on the NIC",
+        || lab.vm_link_driver(NIC).as_deref() == Some("veth") && full_config(&lab, NIC) == before,
+    );
+    agent.stop();
+}
