@@ -543,3 +543,111 @@ async fn renaming_the_interface_updates_its_identity_without_a_flap() {
     assert_eq!(w.host.mutation_count(), mutations, "no change to the host");
     let _ = w.supervisor.send(Shutdown).await;
 }
+
+/// A NIC that vanishes in the middle of its attach: a clear error naming that interface, the
+/// other interface of the ExternalNode attaches normally, nothing panics.
+#[actix_rt::test]
+async fn an_interface_vanishing_mid_attach_fails_alone() {
+    let w = start_world();
+    w.host.add_link("eth1", "02:11:22:33:44:66", 1500);
+    w.host
+        .seed_address("eth1", &address("10.1.0.2/24"))
+        .expect("seed eth1");
+    // The NIC disappears right after its uplink port is created (hot-unplug).
+    // OVS then reports the interface with ofport -1 ("No such device").
+    let h = w.host.clone();
+    let db = w.ovsdb.clone();
+    w.ovsdb.on_port_created(Box::new(move |spec| {
+        if spec.name == "eth1~" {
+            h.remove_link("eth1~");
+            db.set_ofport("eth1~", -1);
+        }
+    }));
+    let yaml = "apiVersion: crd.antrea.io/v1alpha1\nkind: ExternalNode\nmetadata: {name: vm1, namespace: vm-ns}\n\
+                spec: {interfaces: [{name: eth0, ips: [\"10.0.0.2\", \"fd00::2\"]}, {name: eth1, ips: [\"10.1.0.2\"]}]}\n";
+    let obj: ExternalNodeObject = serde_norway::from_str(yaml).expect("test yaml");
+    w.source.set(SourceEvent::Present(Box::new(obj)));
+    eventually("eth0 attached", || async { w.attached() }).await;
+    let im = w.peers().await.interfaces.expect("interface manager");
+    eventually("an error naming eth1", || async {
+        let status = im.send(StatusQuery).await.expect("alive");
+        status.detail["errors"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|m| m.as_str().is_some_and(|m| m.contains("eth1"))))
+    })
+    .await;
+    let status = im.send(StatusQuery).await.expect("alive");
+    let attached: Vec<&str> = status.detail["interfaces"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|i| i["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(attached, vec!["eth0"], "only eth0 is attached");
+    assert!(
+        w.ovsdb
+            .ports("br-int")
+            .iter()
+            .all(|p| !p.name.starts_with("eth1")),
+        "no eth1 ports left"
+    );
+    let _ = w.supervisor.send(Shutdown).await;
+}
+
+/// A detach that was interrupted (its record says so) is finished by the next reconcile pass,
+/// not only at the next start.
+#[actix_rt::test]
+async fn an_interrupted_detach_is_finished_by_the_next_pass() {
+    use antrea_vm_agent::actors::interface_manager::procedures::{self, Env};
+    use antrea_vm_agent::actors::interface_manager::store::{Phase, RecordStore, Step};
+    use antrea_vm_agent::host::HostNet;
+    use antrea_vm_agent::messages::EntityRef;
+    use antrea_vm_agent::ovs::ovsdb::{BridgeSpec, Ovsdb};
+
+    let w = start_world();
+    let _ = w.supervisor.send(Shutdown).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = RecordStore::new(dir.path());
+    let env = Env {
+        ovsdb: w.ovsdb.clone(),
+        host: w.host.clone(),
+        bridge: "br-int".into(),
+        store: store.clone(),
+        port_wait: Duration::from_secs(1),
+    };
+    let spec = BridgeSpec {
+        name: "br-int".into(),
+        datapath_type: "netdev".into(),
+        table_names: vec![],
+    };
+    w.ovsdb.ensure_bridge(&spec).await.expect("bridge");
+    let link = w.host.link_by_name("eth0").await.expect("netlink").expect("eth0");
+    let entity = EntityRef {
+        namespace: "vm-ns".into(),
+        name: "vm1-3e616".into(),
+    };
+    let attachment = procedures::attach(&env, &link, &entity, &["10.0.0.2".parse().expect("ip")])
+        .await
+        .expect("attach");
+    // As if a detach had been cut short right after it started.
+    let mut record = attachment.record.clone();
+    record.phase = Phase::Detaching;
+    record.step = Step::DeletePorts;
+    store.save(&record).expect("save");
+
+    let errors = procedures::retry_unfinished(&env, &Default::default()).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let snap = w.host.snapshot();
+    assert!(snap.link("eth0~").is_none(), "renamed back");
+    let eth0 = snap.link("eth0").expect("eth0");
+    assert!(
+        eth0.addresses.iter().any(|a| a.addr.to_string() == "10.0.0.2/24"),
+        "addresses back"
+    );
+    assert!(
+        eth0.routes
+            .iter()
+            .any(|r| r.is_default() && r.metric == Some(100)),
+        "default route back"
+    );
+    assert!(w.ovsdb.ports("br-int").is_empty());
+    assert!(store.load_all().0.is_empty(), "record removed");
+}

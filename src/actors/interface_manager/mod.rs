@@ -167,6 +167,7 @@ async fn reconcile(
             }
         }
     }
+    errors.extend(procedures::retry_unfinished(&env, &attached).await);
     if let Some(wanted) = wanted {
         apply_wanted(&env, &mut attached, &wanted, &mut errors).await;
     }

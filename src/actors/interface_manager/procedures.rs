@@ -409,12 +409,20 @@ async fn attach_steps(
             iface: name.into(),
             message: "internal port vanished".into(),
         })?;
-    let renamed = env
+    let Some(renamed) = env
         .host
         .link_by_name(uplink)
         .await
-        .map_err(host_err(uplink, "look up uplink"))?;
-    move_config(env, record, renamed.as_ref(), &internal).await?;
+        .map_err(host_err(uplink, "look up uplink"))?
+    else {
+        // The NIC vanished (hot-unplug): never move the configuration onto a port with nothing
+        // behind it.
+        return Err(ProcedureError::Invalid {
+            iface: name.into(),
+            message: format!("{uplink} vanished during the attach"),
+        });
+    };
+    move_config(env, record, Some(&renamed), &internal).await?;
     Ok((ofport, uplink_ofport))
 }
 
@@ -481,6 +489,25 @@ pub async fn roll_back(env: &Env, record: &InterfaceRecord) -> Result<(), Proced
     .await?;
     env.store.remove(name).map_err(store_err(name, "remove record"))?;
     Ok(())
+}
+
+/// Rolls back every recorded attach or detach that is unfinished and not tracked as attached
+/// (a rollback that failed earlier, e.g. while OVSDB was down). Returns the errors; the records
+/// of failures stay for the next try.
+pub async fn retry_unfinished(env: &Env, attached: &BTreeMap<String, Attachment>) -> Vec<String> {
+    let (records, _) = env.store.load_all();
+    let mut errors = Vec::new();
+    for record in records.values() {
+        if record.phase == Phase::Attached || attached.contains_key(&record.name) {
+            continue;
+        }
+        warn!(iface = %record.name, phase = %record.phase.as_str(), step = %record.step.as_str(),
+            "finishing an interrupted change: restoring the interface");
+        if let Err(e) = roll_back(env, record).await {
+            errors.push(e.to_string());
+        }
+    }
+    errors
 }
 
 /// Detaches an attached interface and restores the NIC exactly as it was.
