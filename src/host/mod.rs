@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 pub mod fake;
 pub mod find;
 pub mod kernel;
+pub mod managers;
 pub mod netlink;
 #[cfg(test)]
 pub(crate) mod testns;

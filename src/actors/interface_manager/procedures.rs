@@ -305,6 +305,11 @@ pub async fn attach(
             message: "link has no MAC address".into(),
         });
     };
+    // A network manager that does not leave the renamed NIC alone would fight the agent over it
+    // (configure it twice, or take it back): say so, naming the drop-in that prevents it.
+    for warning in crate::host::managers::check_before_attach(std::path::Path::new("/"), &name) {
+        warn!(iface = %name, "{warning}");
+    }
     let (addresses, routes) = snapshot(env, link).await?;
     let mut record = InterfaceRecord {
         name: name.clone(),
