@@ -2178,63 +2178,6 @@ mod tests {
         assert_eq!(f[0].at_risk, vec!["eth0~".to_string()]);
     }
 
-    /// Validates the NetworkManager drop-in with NetworkManager itself (`--print-config` parses
-    /// the configuration and exits) when it is installed; `ANTREA_TEST_NETWORKMANAGER` may point
-    /// at a binary. Without one the Rust-level checks above stand.
-    #[test]
-    fn networkmanager_print_config_accepts_the_dropin() {
-        let bin = std::env::var_os("ANTREA_TEST_NETWORKMANAGER")
-            .map(PathBuf::from)
-            .or_else(|| {
-                ["/usr/sbin/NetworkManager", "/sbin/NetworkManager"]
-                    .iter()
-                    .map(PathBuf::from)
-                    .find(|p| p.is_file())
-            });
-        let Some(bin) = bin else {
-            eprintln!("NetworkManager not installed: drop-in checked by the Rust parser only");
-            return;
-        };
-        let root = Root::new();
-        root.write("/etc/NetworkManager.conf", "[main]\nplugins=keyfile\n")
-            .write(
-                "/lib/conf.d/10-globally-managed-devices.conf",
-                "[keyfile]\nunmanaged-devices=interface-name:docker0\n",
-            )
-            .write(
-                "/etc/conf.d/90-antrea-vm-agent.conf",
-                NETWORKMANAGER_DROPIN.content,
-            );
-        let out = Command::new(bin)
-            .arg("--print-config")
-            .arg(format!(
-                "--config={}",
-                root.abs("/etc/NetworkManager.conf").display()
-            ))
-            .arg(format!("--config-dir={}", root.abs("/etc/conf.d").display()))
-            .arg(format!(
-                "--system-config-dir={}",
-                root.abs("/lib/conf.d").display()
-            ))
-            .arg(format!("--intern-config={}", root.abs("/intern.conf").display()))
-            .output()
-            .expect("run NetworkManager --print-config");
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            text.contains("unmanaged-devices=interface-name:docker0,interface-name:*~"),
-            "{text}"
-        );
-        assert!(
-            text.contains("[device-antrea-vm-agent-uplink]\nmatch-device=interface-name:*~\nmanaged=0"),
-            "{text}"
-        );
-    }
-
     /// Runs the real systemd-networkd in private network, mount and PID namespaces: a veth pair,
     /// DHCP from networkd's own server on one end, a `Name=eth*` client on the other (`eth0`),
     /// then the agent's rename (down, `eth0` to `eth0~`, up). Without the drop-in networkd
@@ -2251,7 +2194,10 @@ mod tests {
         .find(|p| p.is_file()) else {
             // CI machines have systemd (it is in the base image): a missing daemon there is a
             // failure, not a skip.
-            assert!(std::env::var_os("CI").is_none(), "systemd-networkd is missing on a CI machine");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "systemd-networkd is missing on a CI machine"
+            );
             eprintln!("systemd-networkd not installed: real-daemon check not run");
             return;
         };
