@@ -38,7 +38,7 @@ deps:
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(DEB_PACKAGES); \
 	fi
 
-demo:
+demo: deps
 	deploy/lab.sh demo
 
 lint:
