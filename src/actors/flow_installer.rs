@@ -18,9 +18,11 @@ use serde_json::json;
 use tracing::{debug, error, info, warn};
 
 use super::{common_handlers, Deps, Lifeline, Peers};
-use crate::messages::{ActorKind, ActorStatus, AttachedInterface, InterfacesChanged, StatusQuery};
+use crate::messages::{ActorKind, ActorStatus, AttachedInterface, InterfacesChanged, RulesChanged, StatusQuery};
 use crate::ovs::openflow::{OfError, Switch};
+use crate::policy::compiler::{CompileOptions, Compiler};
 use crate::policy::flowset::{self, FlowSet};
+use crate::policy::rule::CompiledRuleInput;
 use crate::policy::pipeline::{self, PipelineOptions};
 
 /// Bridge `external_ids` key holding the last committed round.
@@ -66,6 +68,10 @@ pub struct FlowInstaller {
     next_epoch: u64,
     /// `None` until the interface manager's first view arrives.
     interfaces: Option<Vec<AttachedInterface>>,
+    /// `None` until the policy cache's first view arrives.
+    rules: Option<Vec<CompiledRuleInput>>,
+    /// Keeps conjunction ids and rule priorities stable from one compilation to the next.
+    compiler: Compiler,
     installed: FlowSet,
     reconnect_delay: Duration,
     connecting: bool,
@@ -82,6 +88,8 @@ impl FlowInstaller {
             session: None,
             next_epoch: 1,
             interfaces: None,
+            rules: None,
+            compiler: Compiler::new(CompileOptions::default()),
             installed: FlowSet::new(),
             reconnect_delay,
             connecting: false,
@@ -104,17 +112,20 @@ impl FlowInstaller {
         self.last_error = Some(msg);
     }
 
-    fn desired(&self, session: &Session) -> Option<FlowSet> {
-        let interfaces = self.interfaces.as_ref()?;
-        let opts = PipelineOptions {
-            round: session.round,
-            meters: session.meters,
+    /// Everything the switch should hold; `None` while the interfaces or the rules are unknown
+    /// (the switch then keeps what it has: fail closed, no gap).
+    fn desired(&mut self, round: u16, meters: bool) -> Option<FlowSet> {
+        let (Some(interfaces), Some(rules)) = (self.interfaces.as_ref(), self.rules.as_ref()) else {
+            return None;
         };
-        Some(flowset::desired_flows(
-            opts,
-            &self.deps.config.policy_bypass_rules,
-            interfaces,
-        ))
+        let opts = PipelineOptions { round, meters };
+        let mut flows = flowset::desired_flows(opts, &self.deps.config.policy_bypass_rules, interfaces);
+        let compiled = self.compiler.compile(rules, round);
+        for skipped in &compiled.skipped {
+            warn!("rule {:?} not installed: {:?}", skipped.id, skipped.reason);
+        }
+        flows.extend(compiled.flows);
+        Some(flows)
     }
 
     fn flows_per_table(&self) -> BTreeMap<String, usize> {
@@ -245,11 +256,14 @@ impl Handler<Sync> for FlowInstaller {
 
     fn handle(&mut self, _: Sync, _: &mut Context<Self>) -> Self::Result {
         let noop = || AtomicResponse::new(Box::pin(actix::fut::ready(())));
-        let Some(session) = &self.session else {
+        let Some((round, meters)) = self.session.as_ref().map(|s| (s.round, s.meters)) else {
             return noop();
         };
-        let Some(desired) = self.desired(session) else {
-            debug!("waiting for the interface view before the first sync");
+        let Some(desired) = self.desired(round, meters) else {
+            debug!("waiting for the interface and rule views before syncing");
+            return noop();
+        };
+        let Some(session) = &self.session else {
             return noop();
         };
         let first = !session.synced;
@@ -315,6 +329,18 @@ impl Handler<InterfacesChanged> for FlowInstaller {
         if self.interfaces.as_ref() != Some(&msg.interfaces) {
             debug!(interfaces = msg.interfaces.len(), "interface view changed");
             self.interfaces = Some(msg.interfaces);
+        }
+        ctx.notify(Sync);
+    }
+}
+
+impl Handler<RulesChanged> for FlowInstaller {
+    type Result = ();
+
+    fn handle(&mut self, msg: RulesChanged, ctx: &mut Context<Self>) {
+        if self.rules.as_ref() != Some(&msg.rules) {
+            debug!(rules = msg.rules.len(), "rule view changed");
+            self.rules = Some(msg.rules);
         }
         ctx.notify(Sync);
     }

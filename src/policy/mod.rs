@@ -1,5 +1,10 @@
 //! Pure policy and pipeline logic: the ExternalNode pipeline definition (`pipeline`) and desired
 //! flow sets with their diffs (`flowset`). Nothing here does I/O.
 
+pub mod compiler;
+pub mod controlplane;
 pub mod flowset;
 pub mod pipeline;
+pub mod resolve;
+pub mod priority;
+pub mod rule;

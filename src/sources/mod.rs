@@ -5,6 +5,7 @@
 
 pub mod fake;
 pub mod file;
+pub mod policy_dir;
 
 use futures::stream::BoxStream;
 

@@ -6,7 +6,9 @@
 //! Encodings mirror what `ovs-ofctl -O OpenFlow15` sends for the same action text, so that
 //! `ovs-ofctl dump-flows` prints what `render.rs` predicts.
 
-use super::flow::{port, Action, ControllerAction, CtAction, CtZone, RegRange, SetField};
+use std::net::IpAddr;
+
+use super::flow::{port, Action, ControllerAction, CtAction, CtZone, NatAction, NatKind, RegRange, SetField};
 use super::oxm::{read_oxm, Field};
 use super::wire::{pad8, CodecError, Reader, Writer, NX_VENDOR_ID};
 
@@ -29,8 +31,10 @@ pub mod nxast {
     pub const OUTPUT_REG: u16 = 15;
     pub const CONJUNCTION: u16 = 34;
     pub const CT: u16 = 35;
+    pub const NAT: u16 = 36;
     pub const CONTROLLER2: u16 = 37;
     pub const CT_CLEAR: u16 = 43;
+    pub const RESUBMIT_TABLE_CT: u16 = 44;
 }
 
 /// Instruction types (OFPIT_*).
@@ -53,6 +57,23 @@ mod nxac2pt {
 pub const OFPR_ACTION: u8 = 1;
 /// `ct` flag: commit the connection.
 const NX_CT_F_COMMIT: u16 = 1;
+/// NXAST_NAT flags (NX_NAT_F_*).
+mod nat_flags {
+    pub const SRC: u16 = 1;
+    pub const DST: u16 = 2;
+    pub const PERSISTENT: u16 = 4;
+    pub const PROTO_HASH: u16 = 8;
+    pub const PROTO_RANDOM: u16 = 16;
+}
+/// NXAST_NAT range_present bits (NX_NAT_RANGE_*).
+mod nat_range {
+    pub const IPV4_MIN: u16 = 1;
+    pub const IPV4_MAX: u16 = 2;
+    pub const IPV6_MIN: u16 = 4;
+    pub const IPV6_MAX: u16 = 8;
+    pub const PROTO_MIN: u16 = 16;
+    pub const PROTO_MAX: u16 = 32;
+}
 /// `ct` recirculation table meaning "no recirculation".
 const NX_CT_RECIRC_NONE: u8 = 0xff;
 /// The 16-bit OpenFlow 1.0 port number of OFPP_IN_PORT (used by NXAST_RESUBMIT*).
@@ -164,8 +185,25 @@ fn set_field_value(sf: &SetField) -> Result<FieldValue, CodecError> {
                 Some(m.to_be_bytes().to_vec()),
             ),
         },
+        SetField::Metadata { value, mask } => match mask {
+            None | Some(u64::MAX) => (Field::Metadata, value.to_be_bytes().to_vec(), None),
+            Some(0) => return Err(CodecError::Invalid("set_field with an all-zero mask".into())),
+            Some(m) => (
+                Field::Metadata,
+                (value & m).to_be_bytes().to_vec(),
+                Some(m.to_be_bytes().to_vec()),
+            ),
+        },
         SetField::EthSrc(mac) => (Field::EthSrc, mac.to_vec(), None),
         SetField::EthDst(mac) => (Field::EthDst, mac.to_vec(), None),
+        SetField::Ipv4Src(a) => (Field::Ipv4Src, a.octets().to_vec(), None),
+        SetField::Ipv4Dst(a) => (Field::Ipv4Dst, a.octets().to_vec(), None),
+        SetField::Ipv6Src(a) => (Field::Ipv6Src, a.octets().to_vec(), None),
+        SetField::Ipv6Dst(a) => (Field::Ipv6Dst, a.octets().to_vec(), None),
+        SetField::TcpSrc(p) => (Field::TcpSrc, p.to_be_bytes().to_vec(), None),
+        SetField::TcpDst(p) => (Field::TcpDst, p.to_be_bytes().to_vec(), None),
+        SetField::UdpSrc(p) => (Field::UdpSrc, p.to_be_bytes().to_vec(), None),
+        SetField::UdpDst(p) => (Field::UdpDst, p.to_be_bytes().to_vec(), None),
     })
 }
 
@@ -224,7 +262,91 @@ fn encode_ct(ct: &CtAction, w: &mut Writer) -> Result<(), CodecError> {
     }
     w.zeros(3);
     w.u16(0); // alg
-    encode_actions(&ct.exec, w)?;
+    for (i, a) in ct.exec.iter().enumerate() {
+        match a {
+            Action::Nat(n) if i == 0 => encode_nat(n, w)?,
+            Action::Nat(_) => {
+                return Err(CodecError::Invalid(
+                    "nat must be the first action inside ct".into(),
+                ))
+            }
+            Action::Ct(_) => return Err(CodecError::Invalid("ct inside ct".into())),
+            a => encode_action(a, w)?,
+        }
+    }
+    end_action(w, start)
+}
+
+fn encode_nat(n: &NatAction, w: &mut Writer) -> Result<(), CodecError> {
+    let mut flags = match n.kind {
+        None => 0,
+        Some(NatKind::Src) => nat_flags::SRC,
+        Some(NatKind::Dst) => nat_flags::DST,
+    };
+    if n.persistent {
+        flags |= nat_flags::PERSISTENT;
+    }
+    if n.hash {
+        flags |= nat_flags::PROTO_HASH;
+    }
+    if n.random {
+        flags |= nat_flags::PROTO_RANDOM;
+    }
+    if n.kind.is_none() && (n.addrs.is_some() || n.ports.is_some()) {
+        return Err(CodecError::Invalid("nat with a range needs src or dst".into()));
+    }
+    if n.ports.is_some() && n.addrs.is_none() {
+        return Err(CodecError::Invalid(
+            "nat port range without an address range".into(),
+        ));
+    }
+    let start = begin_nx(w, nxast::NAT);
+    w.zeros(2);
+    w.u16(flags);
+    let present_at = w.len();
+    w.u16(0);
+    let mut present = 0;
+    match n.addrs {
+        None => {}
+        Some((IpAddr::V4(min), IpAddr::V4(max))) => {
+            if !min.is_unspecified() {
+                w.bytes(&min.octets());
+                present |= nat_range::IPV4_MIN;
+            }
+            if !max.is_unspecified() && max != min {
+                w.bytes(&max.octets());
+                present |= nat_range::IPV4_MAX;
+            }
+        }
+        Some((IpAddr::V6(min), IpAddr::V6(max))) => {
+            if !min.is_unspecified() {
+                w.bytes(&min.octets());
+                present |= nat_range::IPV6_MIN;
+            }
+            if !max.is_unspecified() && max != min {
+                w.bytes(&max.octets());
+                present |= nat_range::IPV6_MAX;
+            }
+        }
+        Some(_) => {
+            return Err(CodecError::Invalid(
+                "nat address range mixes IPv4 and IPv6".into(),
+            ))
+        }
+    }
+    if let Some((min, max)) = n.ports {
+        if min != 0 {
+            w.u16(min);
+            present |= nat_range::PROTO_MIN;
+        }
+        if max != 0 && max != min {
+            w.u16(max);
+            present |= nat_range::PROTO_MAX;
+        }
+    }
+    if let Some(slot) = w.buf.get_mut(present_at..present_at + 2) {
+        slot.copy_from_slice(&u16::to_be_bytes(present));
+    }
     end_action(w, start)
 }
 
@@ -313,8 +435,16 @@ pub fn encode_action(a: &Action, w: &mut Writer) -> Result<(), CodecError> {
             end_action(w, start)?;
         }
         Action::Controller(c) => encode_controller(c, w)?,
-        Action::Resubmit { in_port, table } => {
-            let start = begin_nx(w, nxast::RESUBMIT_TABLE);
+        Action::Resubmit { in_port, table } | Action::ResubmitCt { in_port, table } => {
+            let ct = matches!(a, Action::ResubmitCt { .. });
+            let start = begin_nx(
+                w,
+                if ct {
+                    nxast::RESUBMIT_TABLE_CT
+                } else {
+                    nxast::RESUBMIT_TABLE
+                },
+            );
             w.u16(match in_port {
                 Some(p) => port_to_16(*p)?,
                 None => OFPP10_IN_PORT,
@@ -337,6 +467,11 @@ pub fn encode_action(a: &Action, w: &mut Writer) -> Result<(), CodecError> {
                 w.zeros(16 - (w.len() - start));
             }
             end_action(w, start)?;
+        }
+        Action::Nat(_) => {
+            return Err(CodecError::Invalid(
+                "nat is only valid as the first action inside ct".into(),
+            ))
         }
     }
     Ok(())
@@ -394,6 +529,18 @@ fn decode_set_field(r: &mut Reader<'_>) -> Result<Action, CodecError> {
             mask: m.map(|m| m as u32),
         },
         Field::CtLabel => SetField::CtLabel { value: v, mask: m },
+        Field::Metadata => SetField::Metadata {
+            value: v as u64,
+            mask: m.map(|m| m as u64),
+        },
+        Field::Ipv4Src if m.is_none() => SetField::Ipv4Src((v as u32).into()),
+        Field::Ipv4Dst if m.is_none() => SetField::Ipv4Dst((v as u32).into()),
+        Field::Ipv6Src if m.is_none() => SetField::Ipv6Src(v.into()),
+        Field::Ipv6Dst if m.is_none() => SetField::Ipv6Dst(v.into()),
+        Field::TcpSrc if m.is_none() => SetField::TcpSrc(v as u16),
+        Field::TcpDst if m.is_none() => SetField::TcpDst(v as u16),
+        Field::UdpSrc if m.is_none() => SetField::UdpSrc(v as u16),
+        Field::UdpDst if m.is_none() => SetField::UdpDst(v as u16),
         Field::EthSrc | Field::EthDst if m.is_none() => {
             let mut mac = [0u8; 6];
             for (d, s) in mac.iter_mut().zip(o.value) {
@@ -447,17 +594,26 @@ fn decode_controller(r: &mut Reader<'_>) -> Result<Action, CodecError> {
 
 fn decode_nx(subtype: u16, r: &mut Reader<'_>, depth: usize) -> Result<Action, CodecError> {
     Ok(match subtype {
-        nxast::RESUBMIT | nxast::RESUBMIT_TABLE => {
+        nxast::RESUBMIT | nxast::RESUBMIT_TABLE | nxast::RESUBMIT_TABLE_CT => {
             let p = r.u16()?;
-            let t = if subtype == nxast::RESUBMIT_TABLE {
-                r.u8()?
-            } else {
+            let t = if subtype == nxast::RESUBMIT {
                 TABLE_NONE
+            } else {
+                r.u8()?
             };
-            Action::Resubmit {
-                in_port: (p != OFPP10_IN_PORT).then(|| port_from_16(p)),
-                table: (t != TABLE_NONE).then_some(t),
+            let in_port = (p != OFPP10_IN_PORT).then(|| port_from_16(p));
+            let table = (t != TABLE_NONE).then_some(t);
+            if subtype == nxast::RESUBMIT_TABLE_CT {
+                Action::ResubmitCt { in_port, table }
+            } else {
+                Action::Resubmit { in_port, table }
             }
+        }
+        nxast::NAT => {
+            if depth == 0 {
+                return Err(CodecError::Invalid("nat outside ct".into()));
+            }
+            decode_nat(r)?
         }
         nxast::REG_MOVE => {
             let n_bits = r.u16()?;
@@ -502,6 +658,9 @@ fn decode_nx(subtype: u16, r: &mut Reader<'_>, depth: usize) -> Result<Action, C
                 return Err(CodecError::Invalid("nested ct action".into()));
             }
             let exec = decode_actions_depth(r, depth + 1)?;
+            if exec.iter().skip(1).any(|a| matches!(a, Action::Nat(_))) {
+                return Err(CodecError::Invalid("nat after other actions inside ct".into()));
+            }
             Action::Ct(CtAction {
                 commit: flags & NX_CT_F_COMMIT != 0,
                 table: (table != NX_CT_RECIRC_NONE).then_some(table),
@@ -532,7 +691,21 @@ fn decode_actions_depth(r: &mut Reader<'_>, depth: usize) -> Result<Vec<Action>,
         let action = match ty {
             ofpat::OUTPUT => {
                 let p = a.u32()?;
-                Action::Output(p)
+                let max_len = a.u16()?;
+                if p == port::CONTROLLER && max_len != u16::MAX {
+                    // `controller(max_len=N)` with every other setting at its default: OVS
+                    // sends it back as an output action.
+                    Action::Controller(ControllerAction {
+                        max_len,
+                        controller_id: 0,
+                        reason: OFPR_ACTION,
+                        userdata: Vec::new(),
+                        pause: false,
+                        meter_id: None,
+                    })
+                } else {
+                    Action::Output(p)
+                }
             }
             ofpat::GROUP => Action::Group(a.u32()?),
             ofpat::METER => Action::Meter(a.u32()?),
@@ -564,6 +737,126 @@ fn decode_actions_depth(r: &mut Reader<'_>, depth: usize) -> Result<Vec<Action>,
         out.push(action);
     }
     Ok(out)
+}
+
+fn decode_nat(r: &mut Reader<'_>) -> Result<Action, CodecError> {
+    r.skip(2)?;
+    let flags = r.u16()?;
+    let present = r.u16()?;
+    let kind = match flags & (nat_flags::SRC | nat_flags::DST) {
+        0 => None,
+        nat_flags::SRC => Some(NatKind::Src),
+        nat_flags::DST => Some(NatKind::Dst),
+        _ => return Err(CodecError::Invalid("nat with both src and dst".into())),
+    };
+    let has = |bit: u16| present & bit != 0;
+    let mut addrs = None;
+    if has(nat_range::IPV4_MIN) || has(nat_range::IPV4_MAX) {
+        let min = if has(nat_range::IPV4_MIN) { r.u32()? } else { 0 };
+        let max = if has(nat_range::IPV4_MAX) { r.u32()? } else { min };
+        addrs = Some((IpAddr::V4(min.into()), IpAddr::V4(max.into())));
+    }
+    if has(nat_range::IPV6_MIN) || has(nat_range::IPV6_MAX) {
+        if addrs.is_some() {
+            return Err(CodecError::Invalid("nat with IPv4 and IPv6 ranges".into()));
+        }
+        let min = if has(nat_range::IPV6_MIN) { r.u128()? } else { 0 };
+        let max = if has(nat_range::IPV6_MAX) { r.u128()? } else { min };
+        addrs = Some((IpAddr::V6(min.into()), IpAddr::V6(max.into())));
+    }
+    let mut ports = None;
+    if has(nat_range::PROTO_MIN) || has(nat_range::PROTO_MAX) {
+        let min = if has(nat_range::PROTO_MIN) { r.u16()? } else { 0 };
+        let max = if has(nat_range::PROTO_MAX) { r.u16()? } else { min };
+        ports = Some((min, max));
+    }
+    // The rest is padding.
+    Ok(Action::Nat(NatAction {
+        kind,
+        addrs,
+        ports,
+        persistent: flags & nat_flags::PERSISTENT != 0,
+        hash: flags & nat_flags::PROTO_HASH != 0,
+        random: flags & nat_flags::PROTO_RANDOM != 0,
+    }))
+}
+
+/// The bytes OVS keeps for a `note`: the given bytes zero-padded so the action fills a
+/// multiple of 8 bytes (at least 6 bytes of note).
+pub fn padded_note(bytes: &[u8]) -> Vec<u8> {
+    let total = pad8(10 + bytes.len()).max(16);
+    let mut b = bytes.to_vec();
+    b.resize(total - 10, 0);
+    b
+}
+
+fn normalize_set_field(sf: &SetField) -> SetField {
+    fn m32(value: u32, mask: Option<u32>) -> (u32, Option<u32>) {
+        match mask {
+            None | Some(u32::MAX) => (value, None),
+            Some(m) => (value & m, Some(m)),
+        }
+    }
+    match *sf {
+        SetField::Reg { idx, value, mask } => {
+            let (value, mask) = m32(value, mask);
+            SetField::Reg { idx, value, mask }
+        }
+        SetField::CtMark { value, mask } => {
+            let (value, mask) = m32(value, mask);
+            SetField::CtMark { value, mask }
+        }
+        SetField::PktMark { value, mask } => {
+            let (value, mask) = m32(value, mask);
+            SetField::PktMark { value, mask }
+        }
+        SetField::CtLabel { value, mask } => match mask {
+            None | Some(u128::MAX) => SetField::CtLabel { value, mask: None },
+            Some(m) => SetField::CtLabel {
+                value: value & m,
+                mask: Some(m),
+            },
+        },
+        SetField::Metadata { value, mask } => match mask {
+            None | Some(u64::MAX) => SetField::Metadata { value, mask: None },
+            Some(m) => SetField::Metadata {
+                value: value & m,
+                mask: Some(m),
+            },
+        },
+        ref other => other.clone(),
+    }
+}
+
+fn normalize_action(a: &Action) -> Action {
+    match a {
+        Action::SetField(sf) => Action::SetField(normalize_set_field(sf)),
+        Action::Ct(ct) => Action::Ct(CtAction {
+            exec: normalize_actions(&ct.exec),
+            ..ct.clone()
+        }),
+        Action::Controller(c) => Action::Controller(ControllerAction {
+            meter_id: c.meter_id.filter(|m| *m != 0),
+            ..c.clone()
+        }),
+        Action::Resubmit { in_port, table } => Action::Resubmit {
+            in_port: in_port.filter(|p| *p != port::IN_PORT),
+            table: *table,
+        },
+        Action::ResubmitCt { in_port, table } => Action::ResubmitCt {
+            in_port: in_port.filter(|p| *p != port::IN_PORT),
+            table: *table,
+        },
+        Action::Note(b) => Action::Note(padded_note(b)),
+        other => other.clone(),
+    }
+}
+
+/// Returns `actions` in the form OVS keeps and reports them: masked set_field values ANDed
+/// with their mask and all-ones masks dropped, `resubmit(IN_PORT,..)` as `resubmit(,..)`,
+/// notes zero-padded, a controller meter id 0 as none.
+pub fn normalize_actions(actions: &[Action]) -> Vec<Action> {
+    actions.iter().map(normalize_action).collect()
 }
 
 /// Decodes a list of actions filling all of `r`.

@@ -5,10 +5,19 @@
 //! and writes each caller's batch of messages contiguously; a reader task decodes every
 //! message and hands it to the caller that registered its xid (callers register a contiguous
 //! xid range, so a bundle of thousands of flow_mods costs one map entry), answers echo
-//! requests, and logs unsolicited messages (packet-in, port status) at debug level. A
-//! keepalive task sends an echo request every `echo_interval` and declares the connection
-//! dead when one is not answered within `echo_timeout`; then [`Switch::closed`] resolves and
-//! every pending or later call fails with [`OfError::Closed`].
+//! requests, and publishes notifications (NXT_PACKET_IN2, port status) to the subscribers of
+//! the connection's [`Hub`]. A keepalive task sends an echo request every `echo_interval` and
+//! declares the connection dead when one is not answered within `echo_timeout`.
+//!
+//! A message from the switch that cannot be decoded (truncated, bad lengths, bad framing) is
+//! an error on the connection: it is logged with a summary of its bytes and the connection is
+//! closed. Then (as after EOF, an I/O error or an echo timeout) [`Switch::closed`] resolves,
+//! every subscription ends, and every pending or later call fails with [`OfError::Closed`];
+//! reconnecting is the caller's business (the flow installer does it with backoff).
+//!
+//! At connect the agent announces its controller id, selects NXT_PACKET_IN2, sets
+//! `miss_send_len` (a management-socket connection gets no asynchronous messages without it)
+//! and sets its async configuration ([`AsyncConfig::agent`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -22,11 +31,13 @@ use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tracing::{debug, error, warn};
 
-use super::flow::FlowMod;
+use super::events::{AsyncConfig, Event, Hub, PacketIn, PacketOut, PortDesc, Subscription};
+use super::flow::{AggregateStats, FlowFilter, FlowMod, FlowStats};
 use super::messages::{
-    self, bundle_ctrl, bundle_flags, multipart, ErrorMsg, Features, GroupCommand, Message, MeterCommand,
+    self, bundle_ctrl, bundle_flags, bytes_summary, multipart, ErrorMsg, Features, GroupCommand, Message,
+    MeterCommand,
 };
 use super::render::{render_flow, NameMap};
 use super::wire::{msg_type, CodecError, Header, Writer, OFP_HEADER_LEN, OFP_VERSION};
@@ -43,6 +54,9 @@ pub struct ConnOptions {
     pub echo_timeout: Duration,
     /// Upper bound for any single request (a whole bundle counts as one).
     pub request_timeout: Duration,
+    /// How many notifications each subscription queues before it starts dropping (and
+    /// counting) them.
+    pub event_queue: usize,
 }
 
 impl Default for ConnOptions {
@@ -52,6 +66,7 @@ impl Default for ConnOptions {
             echo_interval: Duration::from_secs(5),
             echo_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(300),
+            event_queue: 4096,
         }
     }
 }
@@ -89,6 +104,7 @@ struct Inner {
     next_bundle: Mutex<u32>,
     closed: watch::Sender<bool>,
     opts: ConnOptions,
+    hub: Hub,
 }
 
 impl Inner {
@@ -103,6 +119,7 @@ impl Inner {
         if let Ok(mut p) = self.pending.lock() {
             p.ranges.clear();
         }
+        self.hub.close();
     }
 
     /// Registers `n` consecutive xids; replies to any of them arrive on the returned receiver.
@@ -196,6 +213,16 @@ impl Drop for OfConnection {
     }
 }
 
+/// An encoded request whose xid is filled in when it is sent.
+fn with_xid(mut bytes: Vec<u8>) -> impl FnOnce(u32) -> Vec<u8> {
+    move |xid| {
+        if let Some(slot) = bytes.get_mut(4..8) {
+            slot.copy_from_slice(&xid.to_be_bytes());
+        }
+        bytes
+    }
+}
+
 fn codec(e: CodecError) -> OfError {
     OfError::Malformed(e.to_string())
 }
@@ -233,6 +260,33 @@ async fn writer_task(inner: Arc<Inner>, mut wr: OwnedWriteHalf, mut rx: mpsc::Un
     let _ = wr.shutdown().await;
 }
 
+/// What the reader does with a message nobody waits for.
+fn unsolicited(inner: &Inner, h: Header, m: Message) {
+    match m {
+        Message::PacketIn(pi) => inner.hub.publish(Event::PacketIn(pi)),
+        Message::PortStatus(ps) => inner.hub.publish(Event::PortStatus(ps)),
+        Message::Error(e) => {
+            let request = e.failed_request();
+            warn!(
+                error = %e.describe(),
+                xid = h.xid,
+                request = request.map(|r| msg_type::name(r.msg_type)).unwrap_or("unknown"),
+                flow = e.failed_flow().map(|f| render_flow(&f, &NameMap::new())).unwrap_or_default(),
+                "OpenFlow error from switch for a request nobody waits for"
+            );
+        }
+        m if m.is_async() => debug!(
+            msg_type = msg_type::name(h.msg_type),
+            "ignoring asynchronous OpenFlow message"
+        ),
+        _ => debug!(
+            msg_type = msg_type::name(h.msg_type),
+            xid = h.xid,
+            "unsolicited OpenFlow message"
+        ),
+    }
+}
+
 async fn reader_task(inner: Arc<Inner>, mut rd: BufReader<OwnedReadHalf>) {
     let mut closed = inner.closed.subscribe();
     loop {
@@ -250,19 +304,15 @@ async fn reader_task(inner: Arc<Inner>, mut rd: BufReader<OwnedReadHalf>) {
         let (h, m) = match messages::decode_message(&bytes) {
             Ok(x) => x,
             Err(e) => {
-                // An undecodable message is logged and skipped: its xid may still matter,
-                // so pass the raw header to a waiting caller as an "other" message.
-                warn!(error = %e, "undecodable OpenFlow message from switch");
-                match Header::parse(&bytes) {
-                    Ok(h) => (
-                        h,
-                        Message::Other {
-                            msg_type: h.msg_type,
-                            body: Vec::new(),
-                        },
-                    ),
-                    Err(_) => continue,
-                }
+                // A switch that sends what we cannot parse is not one we can keep talking to:
+                // close, so that `closed()` resolves and the owner reconnects.
+                error!(
+                    error = %e,
+                    message = %bytes_summary(&bytes),
+                    "malformed OpenFlow message from switch; closing the connection"
+                );
+                inner.mark_closed("malformed message from switch");
+                break;
             }
         };
         if let Message::EchoRequest(data) = &m {
@@ -276,19 +326,10 @@ async fn reader_task(inner: Arc<Inner>, mut rd: BufReader<OwnedReadHalf>) {
             }
             continue;
         }
-        if let Some(m) = inner.dispatch(h, m) {
-            if m.is_async() {
-                debug!(
-                    msg_type = msg_type::name(h.msg_type),
-                    "dropping asynchronous OpenFlow message"
-                );
-            } else {
-                debug!(
-                    msg_type = msg_type::name(h.msg_type),
-                    xid = h.xid,
-                    "unsolicited OpenFlow message"
-                );
-            }
+        if m.is_async() {
+            unsolicited(&inner, h, m);
+        } else if let Some(m) = inner.dispatch(h, m) {
+            unsolicited(&inner, h, m);
         }
     }
     inner.mark_closed("reader stopped");
@@ -400,6 +441,7 @@ impl OfConnection {
             }),
             next_bundle: Mutex::new(1),
             closed,
+            hub: Hub::new(opts.event_queue),
             opts,
         });
         let tasks = vec![
@@ -434,22 +476,32 @@ impl OfConnection {
         }
         drop(reg);
 
-        // Controller id and packet-in format, confirmed by a barrier.
-        let mut reg = inner.register(3)?;
-        let mut buf = messages::set_controller_id(reg.start, controller_id);
+        // Controller id, packet-in format, miss_send_len and async configuration, confirmed by
+        // a barrier.
+        let mut reg = inner.register(5)?;
+        let s = reg.start;
+        let mut buf = messages::set_controller_id(s, controller_id);
         buf.extend(messages::set_packet_in_format(
-            reg.start + 1,
+            s + 1,
             messages::NXPIF_NXT_PACKET_IN2,
         ));
-        buf.extend(messages::barrier_request(reg.start + 2));
+        buf.extend(messages::set_config(s + 2, 0, messages::MISS_SEND_LEN_NO_BUFFER));
+        buf.extend(messages::set_async(s + 3, &AsyncConfig::agent()));
+        buf.extend(messages::barrier_request(s + 4));
         inner.send(buf)?;
         loop {
             let (h, m) = reg.next(deadline, "barrier after controller setup").await?;
             match m {
-                Message::Error(e) if h.xid == reg.start => {
-                    return Err(rejected("set controller id", &e, None))
+                Message::Error(e) => {
+                    let what = match h.xid.wrapping_sub(s) {
+                        0 => "set controller id",
+                        1 => "set packet-in format NXT_PACKET_IN2",
+                        2 => "set config (miss_send_len)",
+                        3 => "set async configuration",
+                        _ => "barrier",
+                    };
+                    return Err(rejected(what, &e, None));
                 }
-                Message::Error(e) => return Err(rejected("set packet-in format NXT_PACKET_IN2", &e, None)),
                 Message::BarrierReply => break,
                 _ => {}
             }
@@ -481,23 +533,86 @@ impl OfConnection {
 
     /// Sends a multipart request and collects the bodies of all reply parts.
     async fn multipart(&self, build: impl FnOnce(u32) -> Vec<u8>, what: &str) -> Result<Vec<u8>, OfError> {
+        let mut body = Vec::new();
+        self.multipart_each(Ok(build), what, |b| {
+            body.extend_from_slice(b);
+            Ok(())
+        })
+        .await?;
+        Ok(body)
+    }
+
+    /// Sends a multipart request and hands the body of each reply part to `each` as it
+    /// arrives. A decoding error that means the switch sent garbage closes the connection.
+    async fn multipart_each(
+        &self,
+        build: Result<impl FnOnce(u32) -> Vec<u8>, CodecError>,
+        what: &str,
+        mut each: impl FnMut(&[u8]) -> Result<(), CodecError>,
+    ) -> Result<(), OfError> {
+        let build = build.map_err(|e| OfError::Encode {
+            what: what.to_string(),
+            why: e.to_string(),
+        })?;
         let mut reg = self.inner.register(1)?;
         self.inner.send(build(reg.start))?;
         let deadline = self.deadline();
-        let mut body = Vec::new();
         loop {
             let (_, m) = reg.next(deadline, what).await?;
             match m {
-                Message::MultipartReply { flags, body: b, .. } => {
-                    body.extend_from_slice(&b);
+                Message::MultipartReply { flags, body, .. } => {
+                    if let Err(e) = each(&body) {
+                        return Err(self.body_error(what, e, &body));
+                    }
                     if flags & multipart::MORE == 0 {
-                        return Ok(body);
+                        return Ok(());
                     }
                 }
                 Message::Error(e) => return Err(rejected(what, &e, None)),
                 _ => {}
             }
         }
+    }
+
+    /// Turns a reply-body decoding error into an [`OfError`]: something the codec does not
+    /// model is an error for this request only; anything else is a malformed message, which
+    /// closes the connection.
+    fn body_error(&self, what: &str, e: CodecError, body: &[u8]) -> OfError {
+        match e {
+            CodecError::Unsupported(why) => OfError::Unsupported(format!("{what} reply: {why}")),
+            e => {
+                error!(
+                    error = %e,
+                    reply = what,
+                    body = %bytes_summary(body),
+                    "malformed OpenFlow reply from switch; closing the connection"
+                );
+                self.inner.mark_closed("malformed reply from switch");
+                OfError::Malformed(format!("{what} reply: {e}"))
+            }
+        }
+    }
+
+    /// The switch's asynchronous-message configuration for this connection.
+    pub async fn get_async(&self) -> Result<AsyncConfig, OfError> {
+        let mut reg = self.inner.register(1)?;
+        self.inner.send(messages::get_async_request(reg.start))?;
+        let deadline = self.deadline();
+        loop {
+            let (_, m) = reg.next(deadline, "async configuration").await?;
+            match m {
+                Message::Async(c) => return Ok(c),
+                Message::Error(e) => return Err(rejected("get async configuration", &e, None)),
+                _ => {}
+            }
+        }
+    }
+
+    /// Changes which asynchronous messages the switch sends on this connection.
+    pub async fn set_async(&self, c: AsyncConfig) -> Result<(), OfError> {
+        let build: Vec<Encoder<'_>> = vec![Box::new(move |xid| Ok(messages::set_async(xid, &c)))];
+        self.send_batch(build, |_| "set async configuration".to_string())
+            .await
     }
 
     /// Sends pre-encoded messages occupying `reg`'s xids, the last one being a barrier, and
@@ -798,6 +913,80 @@ impl Switch for OfConnection {
         let mut rx = self.inner.closed.subscribe();
         let _ = rx.wait_for(|c| *c).await;
     }
+
+    async fn dump_flows(&self, filter: FlowFilter) -> Result<Vec<FlowStats>, OfError> {
+        let mut flows = Vec::new();
+        self.multipart_each(
+            messages::flow_stats_request(0, &filter).map(with_xid),
+            "flow stats",
+            |body| {
+                flows.extend(messages::decode_flow_stats(body)?);
+                Ok(())
+            },
+        )
+        .await?;
+        Ok(flows)
+    }
+
+    async fn aggregate_stats(&self, filter: FlowFilter) -> Result<AggregateStats, OfError> {
+        let mut agg = AggregateStats::default();
+        self.multipart_each(
+            messages::aggregate_stats_request(0, &filter).map(with_xid),
+            "aggregate stats",
+            |body| {
+                agg = messages::decode_aggregate(body)?;
+                Ok(())
+            },
+        )
+        .await?;
+        Ok(agg)
+    }
+
+    async fn port_descs(&self) -> Result<Vec<PortDesc>, OfError> {
+        let mut ports = Vec::new();
+        self.multipart_each(
+            Ok::<_, CodecError>(messages::port_desc_request),
+            "port description",
+            |body| {
+                ports.extend(messages::decode_port_descs(body)?);
+                Ok(())
+            },
+        )
+        .await?;
+        Ok(ports)
+    }
+
+    async fn packet_out(&self, po: PacketOut) -> Result<(), OfError> {
+        let po = &po;
+        let build: Vec<Encoder<'_>> = vec![Box::new(move |xid| messages::packet_out(xid, po))];
+        self.send_batch(build, |_| format!("packet-out (in_port {})", po.in_port))
+            .await
+    }
+
+    async fn resume(&self, pi: PacketIn) -> Result<(), OfError> {
+        let pi = &pi;
+        let build: Vec<Encoder<'_>> = vec![Box::new(move |xid| messages::resume(xid, pi))];
+        self.send_batch(build, |_| {
+            format!(
+                "resume (packet-in from table {}, cookie {:#x})",
+                pi.table_id, pi.cookie
+            )
+        })
+        .await
+    }
+
+    fn subscribe(&self) -> Subscription {
+        let sub = self.inner.hub.subscribe();
+        if self.inner.is_closed() {
+            // Closed before or while subscribing: end the subscription at once.
+            self.inner.hub.close();
+        }
+        sub
+    }
+
+    fn dropped_events(&self) -> u64 {
+        self.inner.hub.dropped()
+    }
 }
 
 #[cfg(test)]
@@ -893,6 +1082,160 @@ mod tests {
             .await
             .unwrap_err();
         assert!(e.to_string().contains("/nonexistent/br.mgmt"), "{e}");
+    }
+
+    /// A scripted switch that completes the handshake and, at the first barrier after it,
+    /// sends `script` (then the barrier reply), then keeps answering barriers and echoes.
+    async fn script_switch(listener: UnixListener, script: Vec<Vec<u8>>) -> Result<(), String> {
+        let (stream, _) = listener.accept().await.map_err(|e| e.to_string())?;
+        let (rd, mut wr) = stream.into_split();
+        let mut rd = BufReader::new(rd);
+        let mut barriers = 0;
+        let mut script = Some(script);
+        loop {
+            let Ok(m) = read_msg(&mut rd).await else {
+                return Ok(()); // the client hung up
+            };
+            let (h, msg) = messages::decode_message(&m).map_err(|e| e.to_string())?;
+            let out = match msg {
+                Message::Hello { .. } => reply(msg_type::HELLO, h.xid, &[0, 1, 0, 8, 0, 0, 0, 0x40]),
+                Message::Other {
+                    msg_type: msg_type::FEATURES_REQUEST,
+                    ..
+                } => reply(msg_type::FEATURES_REPLY, h.xid, &[0; 24]),
+                Message::EchoRequest(d) => reply(msg_type::ECHO_REPLY, h.xid, &d),
+                Message::BarrierRequest => {
+                    barriers += 1;
+                    let mut out = Vec::new();
+                    if barriers == 2 {
+                        for m in script.take().unwrap_or_default() {
+                            out.extend(m);
+                        }
+                    }
+                    out.extend(reply(msg_type::BARRIER_REPLY, h.xid, &[]));
+                    out
+                }
+                _ => continue,
+            };
+            wr.write_all(&out).await.map_err(|e| e.to_string())?;
+        }
+    }
+
+    fn port(n: u32) -> super::super::events::PortStatus {
+        super::super::events::PortStatus {
+            reason: super::super::events::PortReason::Add,
+            port: PortDesc {
+                port_no: n,
+                name: format!("p{n}"),
+                ..PortDesc::default()
+            },
+        }
+    }
+
+    async fn scripted(
+        script: Vec<Vec<u8>>,
+        opts: ConnOptions,
+    ) -> (tempfile::TempDir, OfConnection, JoinHandle<Result<(), String>>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("br.mgmt");
+        let listener = UnixListener::bind(&path).unwrap();
+        let server = tokio::spawn(script_switch(listener, script));
+        let sw = tokio::time::timeout(Duration::from_secs(10), OfConnection::connect(&path, 9, opts))
+            .await
+            .unwrap()
+            .unwrap();
+        (dir, sw, server)
+    }
+
+    #[tokio::test]
+    async fn notifications_reach_every_subscriber() {
+        let pi = PacketIn {
+            packet: vec![1, 2, 3],
+            total_len: 3,
+            buffer_id: None,
+            table_id: 10,
+            cookie: 0x1020000000000,
+            reason: 0,
+            metadata: super::super::flow::Match::new().in_port(20).reg(0, 0x400, None),
+            other_metadata: Vec::new(),
+            userdata: vec![1, 2],
+            continuation: None,
+            metadata_raw: Vec::new(),
+        };
+        let script = vec![
+            messages::port_status(0, &port(5)).unwrap(),
+            messages::packet_in2(0, &pi).unwrap(),
+        ];
+        let (_dir, sw, _server) = scripted(script, ConnOptions::default()).await;
+        let mut a = sw.subscribe();
+        let mut b = sw.subscribe();
+        sw.barrier().await.unwrap();
+        for sub in [&mut a, &mut b] {
+            assert_eq!(sub.try_recv(), Some(Event::PortStatus(port(5))));
+            match sub.try_recv() {
+                Some(Event::PacketIn(got)) => {
+                    assert_eq!(got.metadata, pi.metadata);
+                    assert_eq!(
+                        (got.table_id, got.cookie, got.userdata.clone()),
+                        (10, pi.cookie, vec![1, 2])
+                    );
+                }
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(sub.try_recv(), None);
+        }
+        assert_eq!(sw.dropped_events(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_full_subscriber_queue_drops_and_counts() {
+        let script = (1..=5)
+            .map(|n| messages::port_status(0, &port(n)).unwrap())
+            .collect();
+        let opts = ConnOptions {
+            event_queue: 2,
+            ..ConnOptions::default()
+        };
+        let (_dir, sw, _server) = scripted(script, opts).await;
+        let mut slow = sw.subscribe();
+        sw.barrier().await.unwrap();
+        assert_eq!(slow.dropped(), 3);
+        assert_eq!(sw.dropped_events(), 3);
+        assert_eq!(slow.try_recv(), Some(Event::PortStatus(port(1))));
+        assert_eq!(slow.try_recv(), Some(Event::PortStatus(port(2))));
+        assert_eq!(slow.try_recv(), None);
+    }
+
+    #[tokio::test]
+    async fn a_malformed_message_closes_the_connection() {
+        // A port status whose port claims 80 bytes but the message holds 48.
+        let mut bad = messages::port_status(0, &port(1)).unwrap();
+        bad.truncate(8 + 8 + 40);
+        let len = bad.len() as u16;
+        bad[2..4].copy_from_slice(&len.to_be_bytes());
+        bad[16 + 4..16 + 6].copy_from_slice(&80u16.to_be_bytes());
+        assert!(messages::decode_message(&bad).is_err());
+        let script = vec![messages::port_status(0, &port(7)).unwrap(), bad];
+        let (_dir, sw, _server) = scripted(script, ConnOptions::default()).await;
+        let mut sub = sw.subscribe();
+        // The barrier reply follows the malformed message, so it never arrives.
+        assert!(matches!(sw.barrier().await, Err(OfError::Closed)));
+        tokio::time::timeout(Duration::from_secs(10), sw.closed())
+            .await
+            .unwrap();
+        assert_eq!(sub.recv().await, Some(Event::PortStatus(port(7))));
+        assert_eq!(
+            sub.recv().await,
+            None,
+            "the subscription ends with the connection"
+        );
+        assert!(matches!(
+            sw.dump_flows(super::super::flow::FlowFilter::all()).await,
+            Err(OfError::Closed)
+        ));
+        // A subscription taken after the close ends at once.
+        let mut late = sw.subscribe();
+        assert_eq!(late.recv().await, None);
     }
 
     #[test]

@@ -8,23 +8,40 @@
 //! forward (`OFPBIC_BAD_TABLE_ID`), a `group:N` that does not exist
 //! (`OFPBAC_BAD_OUT_GROUP`) and a `meter:N` that does not exist (`OFPMMFC_INVALID_METER`);
 //! deleting a group or meter deletes the flows that use it.
+//!
+//! Flow stats come from the installed flows, normalized like OVS reports them, with counters
+//! a test sets ([`FakeSwitch::set_counters`]). Notifications are injected by the test
+//! ([`FakeSwitch::inject`]); packet-outs and resumes are recorded.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use tokio::sync::watch;
 
-use super::flow::{port, Action, Flow, FlowKey, FlowMod, FlowModCommand, Match, TABLE_ALL};
+use super::events::{Event, Hub, PacketIn, PacketOut, PortDesc, Subscription};
+use super::flow::{
+    normalize_flow, port, Action, AggregateStats, Flow, FlowFilter, FlowKey, FlowMod, FlowModCommand,
+    FlowStats, Match, TABLE_ALL,
+};
 use super::messages;
 use super::render::{render_flow, NameMap};
 use super::{Group, Meter, OfError, Switch, SwitchConnector};
 
+/// OFPFF_RESET_COUNTS.
+const RESET_COUNTS: u16 = 1 << 2;
+
 #[derive(Debug, Default)]
 struct State {
     flows: BTreeMap<FlowKey, Flow>,
+    /// (packets, bytes, installed at, flags) per flow.
+    stats: BTreeMap<FlowKey, (u64, u64, Option<Instant>, u16)>,
     groups: BTreeMap<u32, Group>,
     meters: BTreeMap<u32, Meter>,
+    ports: Vec<PortDesc>,
+    packet_outs: Vec<PacketOut>,
+    resumed: Vec<PacketIn>,
     fail_next_bundle: Option<String>,
     bundles_committed: usize,
 }
@@ -34,6 +51,7 @@ struct State {
 pub struct FakeSwitch {
     state: Arc<Mutex<State>>,
     closed: Arc<watch::Sender<bool>>,
+    hub: Arc<Hub>,
 }
 
 impl Default for FakeSwitch {
@@ -68,17 +86,42 @@ fn covers(general: &Match, specific: &Match) -> bool {
         && f(&general.eth_type, &specific.eth_type)
         && f(&general.ip_proto, &specific.ip_proto)
         && general.regs.iter().all(|(k, v)| specific.regs.get(k) == Some(v))
+        && f(&general.metadata, &specific.metadata)
         && f(&general.in_port, &specific.in_port)
+        && f(&general.vlan_tci, &specific.vlan_tci)
         && f(&general.eth_src, &specific.eth_src)
         && f(&general.eth_dst, &specific.eth_dst)
         && f(&general.ipv4_src, &specific.ipv4_src)
         && f(&general.ipv4_dst, &specific.ipv4_dst)
         && f(&general.ipv6_src, &specific.ipv6_src)
         && f(&general.ipv6_dst, &specific.ipv6_dst)
+        && f(&general.arp_spa, &specific.arp_spa)
+        && f(&general.arp_tpa, &specific.arp_tpa)
+        && f(&general.arp_op, &specific.arp_op)
+        && f(&general.arp_sha, &specific.arp_sha)
+        && f(&general.arp_tha, &specific.arp_tha)
         && f(&general.icmp_type, &specific.icmp_type)
         && f(&general.icmp_code, &specific.icmp_code)
+        && f(&general.nd_target, &specific.nd_target)
+        && f(&general.nd_sll, &specific.nd_sll)
+        && f(&general.nd_tll, &specific.nd_tll)
         && f(&general.tp_src, &specific.tp_src)
         && f(&general.tp_dst, &specific.tp_dst)
+        && f(&general.tcp_flags, &specific.tcp_flags)
+}
+
+/// The (non-strict) delete that selects what `filter` selects.
+fn filter_mod(filter: &FlowFilter) -> FlowMod {
+    let mut flow = Flow::new(filter.table, 0, filter.matches.clone());
+    flow.cookie = filter.cookie;
+    FlowMod {
+        command: FlowModCommand::Delete,
+        flow,
+        cookie_mask: filter.cookie_mask,
+        out_port: filter.out_port,
+        out_group: filter.out_group,
+        flags: 0,
+    }
 }
 
 fn uses_group(f: &Flow, g: u32) -> bool {
@@ -169,6 +212,7 @@ impl FakeSwitch {
         FakeSwitch {
             state: Arc::new(Mutex::new(State::default())),
             closed: Arc::new(watch::channel(false).0),
+            hub: Arc::new(Hub::new(1024)),
         }
     }
 
@@ -177,7 +221,39 @@ impl FakeSwitch {
         FakeSwitch {
             state: self.state.clone(),
             closed: Arc::new(watch::channel(false).0),
+            hub: Arc::new(Hub::new(1024)),
         }
+    }
+
+    /// Sets the packet and byte counters of the installed flow with `key` (no-op if absent).
+    pub fn set_counters(&self, key: &FlowKey, packets: u64, bytes: u64) {
+        let mut st = lock(&self.state);
+        let key = key.clone();
+        if st.flows.contains_key(&key) {
+            let e = st.stats.entry(key).or_insert((0, 0, Some(Instant::now()), 0));
+            e.0 = packets;
+            e.1 = bytes;
+        }
+    }
+
+    /// Sends `ev` to this connection's subscribers, as the switch would.
+    pub fn inject(&self, ev: Event) {
+        self.hub.publish(ev);
+    }
+
+    /// Sets the ports [`Switch::port_descs`] reports.
+    pub fn set_ports(&self, ports: Vec<PortDesc>) {
+        lock(&self.state).ports = ports;
+    }
+
+    /// Every packet-out sent so far (over all connections).
+    pub fn packet_outs(&self) -> Vec<PacketOut> {
+        lock(&self.state).packet_outs.clone()
+    }
+
+    /// Every packet-in resumed so far (over all connections).
+    pub fn resumed(&self) -> Vec<PacketIn> {
+        lock(&self.state).resumed.clone()
     }
 
     /// Every installed flow, sorted by key.
@@ -186,7 +262,7 @@ impl FakeSwitch {
     }
 
     /// Every installed flow rendered like `ovs-ofctl dump-flows`, sorted.
-    pub fn dump_flows(&self, names: &NameMap) -> Vec<String> {
+    pub fn dump_flows_text(&self, names: &NameMap) -> Vec<String> {
         let mut v = super::render::render_flows(lock(&self.state).flows.values(), names);
         v.sort();
         v
@@ -214,6 +290,7 @@ impl FakeSwitch {
     /// switch keeps its flows, like OVS does.
     pub fn disconnect(&self) {
         self.closed.send_replace(true);
+        self.hub.close();
     }
 
     /// Forgets every flow, group and meter (what an OVS restart does).
@@ -253,7 +330,26 @@ impl Switch for FakeSwitch {
             st.check_flow(i, mods.len(), fm)?;
             State::apply(&mut flows, fm);
         }
+        // Counters: kept for flows an ADD replaced (unless reset_counts), new for new flows,
+        // gone with deleted flows.
+        let now = Instant::now();
+        let mut stats = BTreeMap::new();
+        for key in flows.keys() {
+            let old = st.stats.get(key).copied();
+            let add = mods
+                .iter()
+                .rev()
+                .find(|fm| fm.command == FlowModCommand::Add && fm.flow.key() == *key);
+            let e = match (old, add) {
+                (Some(o), Some(fm)) if fm.flags & RESET_COUNTS == 0 => (o.0, o.1, o.2, fm.flags),
+                (_, Some(fm)) => (0, 0, Some(now), fm.flags),
+                (Some(o), None) => o,
+                (None, None) => (0, 0, Some(now), 0),
+            };
+            stats.insert(key.clone(), e);
+        }
         st.flows = flows;
+        st.stats = stats;
         st.bundles_committed += 1;
         Ok(())
     }
@@ -293,6 +389,76 @@ impl Switch for FakeSwitch {
     async fn closed(&self) {
         let mut rx = self.closed.subscribe();
         let _ = rx.wait_for(|c| *c).await;
+    }
+
+    async fn dump_flows(&self, filter: FlowFilter) -> Result<Vec<FlowStats>, OfError> {
+        let st = self.live()?;
+        let sel = filter_mod(&filter);
+        let now = Instant::now();
+        Ok(st
+            .flows
+            .iter()
+            .filter(|(_, f)| selects(&sel, f, false))
+            .map(|(k, f)| {
+                let (packets, bytes, since, flags) = st.stats.get(k).copied().unwrap_or_default();
+                FlowStats {
+                    flow: normalize_flow(f),
+                    packet_count: packets,
+                    byte_count: bytes,
+                    duration: since.map(|t| now.duration_since(t)).unwrap_or_default(),
+                    idle_age: None,
+                    flags,
+                    importance: 0,
+                }
+            })
+            .collect())
+    }
+
+    async fn aggregate_stats(&self, filter: FlowFilter) -> Result<AggregateStats, OfError> {
+        let flows = self.dump_flows(filter).await?;
+        Ok(AggregateStats {
+            packet_count: flows.iter().map(|f| f.packet_count).sum(),
+            byte_count: flows.iter().map(|f| f.byte_count).sum(),
+            flow_count: u32::try_from(flows.len()).unwrap_or(u32::MAX),
+        })
+    }
+
+    async fn port_descs(&self) -> Result<Vec<PortDesc>, OfError> {
+        Ok(self.live()?.ports.clone())
+    }
+
+    async fn packet_out(&self, po: PacketOut) -> Result<(), OfError> {
+        if let Err(e) = messages::packet_out(0, &po) {
+            return Err(OfError::Encode {
+                what: "packet-out".into(),
+                why: e.to_string(),
+            });
+        }
+        self.live()?.packet_outs.push(po);
+        Ok(())
+    }
+
+    async fn resume(&self, pi: PacketIn) -> Result<(), OfError> {
+        if let Err(e) = messages::resume(0, &pi) {
+            return Err(OfError::Encode {
+                what: "resume".into(),
+                why: e.to_string(),
+            });
+        }
+        self.live()?.resumed.push(pi);
+        Ok(())
+    }
+
+    fn subscribe(&self) -> Subscription {
+        let sub = self.hub.subscribe();
+        if self.is_closed() {
+            self.hub.close();
+        }
+        sub
+    }
+
+    fn dropped_events(&self) -> u64 {
+        self.hub.dropped()
     }
 }
 
@@ -499,6 +665,103 @@ mod tests {
         assert_eq!(sw.flows().len(), 1);
         sw.replace_groups(vec![]).await.unwrap();
         assert!(sw.flows().is_empty());
+    }
+
+    #[tokio::test]
+    async fn stats_notifications_and_packet_io() {
+        use crate::ovs::openflow::events::{PortReason, PortStatus};
+        let sw = FakeSwitch::new();
+        let a = flow(1, 10, 1, 0x1_0000);
+        let b = flow(2, 10, 2, 0x2_0000);
+        sw.bundle(vec![FlowMod::add(a.clone()), FlowMod::add(b.clone())])
+            .await
+            .unwrap();
+        sw.set_counters(&a.key(), 3, 300);
+        let all = sw.dump_flows(FlowFilter::all()).await.unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(
+            (all[0].flow.clone(), all[0].packet_count, all[0].byte_count),
+            (a.clone(), 3, 300)
+        );
+        let t2 = sw.dump_flows(FlowFilter::table(2)).await.unwrap();
+        assert_eq!(t2.len(), 1);
+        assert_eq!(t2[0].flow, b);
+        let by_cookie = sw
+            .aggregate_stats(FlowFilter::all().cookie(0x1_0000, 0xffff_0000))
+            .await
+            .unwrap();
+        assert_eq!(
+            by_cookie,
+            AggregateStats {
+                packet_count: 3,
+                byte_count: 300,
+                flow_count: 1
+            }
+        );
+        // An ADD that replaces a flow keeps its counters, unless reset_counts.
+        sw.bundle(vec![FlowMod::add(a.clone().goto(5))]).await.unwrap();
+        assert_eq!(
+            sw.aggregate_stats(FlowFilter::table(1))
+                .await
+                .unwrap()
+                .packet_count,
+            3
+        );
+        let mut reset = FlowMod::add(a.clone());
+        reset.flags = RESET_COUNTS;
+        sw.bundle(vec![reset]).await.unwrap();
+        assert_eq!(
+            sw.aggregate_stats(FlowFilter::table(1))
+                .await
+                .unwrap()
+                .packet_count,
+            0
+        );
+
+        let mut sub = sw.subscribe();
+        let ev = Event::PortStatus(PortStatus {
+            reason: PortReason::Add,
+            port: PortDesc::default(),
+        });
+        sw.inject(ev.clone());
+        assert_eq!(sub.recv().await, Some(ev));
+        sw.set_ports(vec![PortDesc::default()]);
+        assert_eq!(sw.port_descs().await.unwrap().len(), 1);
+
+        let po = PacketOut {
+            in_port: 20,
+            metadata: Match::new(),
+            actions: vec![Action::Output(21)],
+            packet: vec![1, 2, 3],
+        };
+        sw.packet_out(po.clone()).await.unwrap();
+        assert_eq!(sw.packet_outs(), vec![po]);
+        let pi = PacketIn {
+            packet: vec![1],
+            total_len: 1,
+            buffer_id: None,
+            table_id: 0,
+            cookie: 0,
+            reason: 0,
+            metadata: Match::new(),
+            other_metadata: vec![],
+            userdata: vec![],
+            continuation: None,
+            metadata_raw: vec![],
+        };
+        assert!(sw.resume(pi.clone()).await.is_err(), "nothing to resume");
+        let pi = PacketIn {
+            continuation: Some(vec![9]),
+            ..pi
+        };
+        sw.resume(pi.clone()).await.unwrap();
+        assert_eq!(sw.resumed(), vec![pi]);
+        sw.disconnect();
+        assert_eq!(sub.recv().await, None);
+        assert!(matches!(
+            sw.dump_flows(FlowFilter::all()).await,
+            Err(OfError::Closed)
+        ));
     }
 
     #[tokio::test]

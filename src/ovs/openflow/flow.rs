@@ -584,6 +584,8 @@ pub struct FlowStats {
     pub byte_count: u64,
     /// How long the flow has been installed.
     pub duration: std::time::Duration,
+    /// How long since the flow last matched a packet, when the switch says.
+    pub idle_age: Option<std::time::Duration>,
     /// OFPFF_* flags the flow was added with.
     pub flags: u16,
     pub importance: u16,
@@ -625,10 +627,7 @@ impl FlowFilter {
     }
     /// Every flow of one table.
     pub fn table(table: u8) -> Self {
-        FlowFilter {
-            table,
-            ..Self::all()
-        }
+        FlowFilter { table, ..Self::all() }
     }
     /// Restricts to flows whose cookie equals `cookie` under `mask`.
     pub fn cookie(mut self, cookie: u64, mask: u64) -> Self {

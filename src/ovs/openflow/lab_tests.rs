@@ -1,64 +1,26 @@
 //! Tests of the codec, renderer and connection against a real ovs-vswitchd 3.1 (userspace
 //! `netdev` datapath) started privately in a temporary directory and network namespace.
-//! They need root and the Open vSwitch binaries; every wait is bounded and the [`Lab`] guard
-//! stops the daemons and removes the namespace even when a test fails.
+//! They need root and the Open vSwitch binaries; every wait is bounded.
+//!
+//! The tests that do not stop or kill the switch share one private OVS ([`shared_lab`]): each
+//! works on a bridge of its own ([`Bridge`], deleted on drop), and the daemons stop when the
+//! last of them finishes. The [`Lab`] guard stops the daemons and removes the namespace even
+//! when a test fails.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use super::conn::{ConnOptions, OfConnection};
+use super::events::{Event, PacketOut, PortReason};
 use super::flow::*;
+use super::golden::*;
 use super::messages;
-use super::render::{render_flows, render_group, NameMap};
-use super::{Group, Meter, OfError, Switch};
-
-/// Production table ids and names (antrea-pipeline.md §2.2).
-pub const TABLES: [&str; 17] = [
-    "PipelineRootClassifier",
-    "ConntrackZone",
-    "ConntrackState",
-    "EgressSecurityClassifier",
-    "AntreaPolicyEgressRule",
-    "EgressRule",
-    "EgressDefaultRule",
-    "EgressMetric",
-    "L2ForwardingCalc",
-    "IngressSecurityClassifier",
-    "AntreaPolicyIngressRule",
-    "IngressRule",
-    "IngressDefaultRule",
-    "IngressMetric",
-    "ConntrackCommit",
-    "Output",
-    "NonIP",
-];
-
-const T_ROOT: u8 = 0;
-const T_CT_ZONE: u8 = 1;
-const T_CT_STATE: u8 = 2;
-const T_EGRESS_CLASSIFIER: u8 = 3;
-const T_AP_EGRESS: u8 = 4;
-const T_EGRESS_RULE: u8 = 5;
-const T_EGRESS_METRIC: u8 = 7;
-const T_L2_CALC: u8 = 8;
-const T_INGRESS_CLASSIFIER: u8 = 9;
-const T_AP_INGRESS: u8 = 10;
-const T_INGRESS_RULE: u8 = 11;
-const T_INGRESS_DEFAULT: u8 = 12;
-const T_INGRESS_METRIC: u8 = 13;
-const T_CT_COMMIT: u8 = 14;
-const T_OUTPUT: u8 = 15;
-const T_NON_IP: u8 = 16;
-
-const COOKIE_DEFAULT: u64 = 0x1000000000000;
-const COOKIE_NP: u64 = 0x1020000000000;
-const COOKIE_ENC: u64 = 0x1080000000000;
-const CTRL_ID: u16 = 32776;
-const HOST_PORT: u32 = 20;
-const UPLINK_PORT: u32 = 21;
+use super::render::{render_flow, render_flows, NameMap};
+use super::{OfError, Switch};
 
 // === the private OVS ===
 
@@ -137,97 +99,54 @@ impl Lab {
         self.dir.path()
     }
 
+    fn vsctl_cmd(&self) -> Command {
+        let mut c = Command::new("ovs-vsctl");
+        c.arg(format!("--db=unix:{}", self.dir().join("db.sock").display()))
+            .arg("--timeout=30");
+        c
+    }
+
     pub fn vsctl(&self, args: &[&str]) -> String {
-        let db = format!("--db=unix:{}", self.dir().join("db.sock").display());
-        run(Command::new("ovs-vsctl").arg(db).arg("--timeout=30").args(args)).expect("ovs-vsctl")
+        run(self.vsctl_cmd().args(args)).expect("ovs-vsctl")
     }
 
     /// Adds a netdev bridge speaking `protocols`, with the production table names.
-    pub fn add_bridge(&self, br: &str, protocols: &str) -> PathBuf {
+    pub fn add_bridge(self: &Arc<Self>, protocols: &str) -> Bridge {
+        let name = format!("ofb{}", BRIDGE_SEQ.fetch_add(1, Ordering::SeqCst));
+        let br = Bridge {
+            lab: self.clone(),
+            name: name.clone(),
+        };
         let mut args: Vec<String> = vec![
             "add-br".into(),
-            br.into(),
+            name.clone(),
             "--".into(),
             "set".into(),
             "bridge".into(),
-            br.into(),
+            name.clone(),
             "datapath_type=netdev".into(),
             format!("protocols={protocols}"),
             "fail_mode=secure".into(),
         ];
-        for (i, name) in TABLES.iter().enumerate() {
+        for (i, t) in TABLES.iter().enumerate() {
             args.extend([
                 "--".to_string(),
                 format!("--id=@t{i}"),
                 "create".into(),
                 "Flow_Table".into(),
-                format!("name={name}"),
+                format!("name={t}"),
                 "--".into(),
                 "set".into(),
                 "Bridge".into(),
-                br.into(),
+                name.clone(),
                 format!("flow_tables:{i}=@t{i}"),
             ]);
         }
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         self.vsctl(&refs);
-        let mgmt = self.dir().join(format!("{br}.mgmt"));
+        let mgmt = br.mgmt();
         wait_for("bridge mgmt socket", Duration::from_secs(20), || mgmt.exists());
-        mgmt
-    }
-
-    /// Adds an internal port with a fixed OpenFlow port number.
-    pub fn add_port(&self, br: &str, name: &str, ofport: u32) {
-        self.vsctl(&[
-            "add-port",
-            br,
-            name,
-            "--",
-            "set",
-            "Interface",
-            name,
-            "type=internal",
-            &format!("ofport_request={ofport}"),
-        ]);
-    }
-
-    pub fn ofctl(&self, args: &[&str]) -> String {
-        run(Command::new("ovs-ofctl").args(["-O", "OpenFlow15"]).args(args)).expect("ovs-ofctl")
-    }
-
-    pub fn mgmt(&self, br: &str) -> String {
-        self.dir().join(format!("{br}.mgmt")).display().to_string()
-    }
-
-    /// `dump-flows --no-stats`, one trimmed line per flow, sorted.
-    pub fn dump_flows(&self, br: &str, names: bool) -> Vec<String> {
-        let mgmt = self.mgmt(br);
-        let out = self.ofctl(&[
-            "dump-flows",
-            if names { "--names" } else { "--no-names" },
-            "--no-stats",
-            &mgmt,
-        ]);
-        let mut v: Vec<String> = out
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(String::from)
-            .collect();
-        v.sort();
-        v
-    }
-
-    pub fn dump_groups(&self, br: &str) -> Vec<String> {
-        let out = self.ofctl(&["dump-groups", "--names", &self.mgmt(br)]);
-        let mut v: Vec<String> = out
-            .lines()
-            .map(str::trim)
-            .filter(|l| l.starts_with("group_id="))
-            .map(String::from)
-            .collect();
-        v.sort();
-        v
+        br
     }
 
     fn pid(&self, daemon: &str) -> Option<String> {
@@ -276,708 +195,116 @@ impl Drop for Lab {
     }
 }
 
-// === the reference flows (antrea-pipeline.md §6, §7, §8) ===
-
-fn sf_reg(idx: u8, value: u32, mask: Option<u32>) -> Action {
-    Action::SetField(SetField::Reg { idx, value, mask })
-}
-
-fn ct(commit: bool, table: u8, zone: u16, exec: Vec<Action>) -> Action {
-    Action::Ct(CtAction {
-        commit,
-        table: Some(table),
-        zone: CtZone::Immediate(zone),
-        exec,
-    })
-}
-
-fn controller(userdata: Vec<u8>, pause: bool) -> Action {
-    Action::Controller(ControllerAction {
-        max_len: 65535,
-        controller_id: CTRL_ID,
-        reason: 0,
-        userdata,
-        pause,
-        meter_id: None,
-    })
-}
-
-fn conj(id: u32, clause: u8, n_clauses: u8) -> Action {
-    Action::Conjunction {
-        id,
-        clause,
-        n_clauses,
+/// The lab shared by the tests that leave the switch running: started by the first of them,
+/// stopped when the last one holding it finishes (or fails).
+fn shared_lab() -> Arc<Lab> {
+    static SHARED: Mutex<Weak<Lab>> = Mutex::new(Weak::new());
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(lab) = shared.upgrade() {
+        return lab;
     }
-}
-
-fn st(flags: &[(u32, bool)]) -> CtStateMatch {
-    CtStateMatch::of(flags)
-}
-
-fn ip_of(v6: bool) -> Match {
-    if v6 {
-        Match::new().ipv6()
-    } else {
-        Match::new().ipv4()
-    }
-}
-
-fn net4(s: &str) -> ipnet::Ipv4Net {
-    s.parse().expect("ipv4 net")
-}
-
-fn ct_label(value: u128, mask: u128) -> Action {
-    Action::SetField(SetField::CtLabel {
-        value,
-        mask: Some(mask),
-    })
-}
-
-/// §6.1 default flows (+ the IPv6 root flow).
-fn default_flows() -> Vec<Flow> {
-    let c = COOKIE_DEFAULT;
-    let mut v = vec![
-        Flow::new(T_ROOT, 200, Match::new().ipv4())
-            .cookie(c)
-            .goto(T_CT_ZONE),
-        Flow::new(T_ROOT, 200, Match::new().ipv6())
-            .cookie(c)
-            .goto(T_CT_ZONE),
-        Flow::new(T_ROOT, 190, Match::new()).cookie(c).goto(T_NON_IP),
-        Flow::new(T_ROOT, 0, Match::new()).cookie(c),
-    ];
-    for t in T_CT_ZONE..=T_CT_COMMIT {
-        v.push(Flow::new(t, 0, Match::new()).cookie(c).goto(t + 1));
-    }
-    v.push(Flow::new(T_OUTPUT, 0, Match::new()).cookie(c));
-    v.push(Flow::new(T_NON_IP, 0, Match::new()).cookie(c));
-    v
-}
-
-/// §6.2 ExternalNodeConnectivity init flows, IPv4 and IPv6.
-fn enc_flows() -> Vec<Flow> {
-    use ct_state::*;
-    let c = COOKIE_ENC;
-    let mut v = Vec::new();
-    for (v6, zone) in [(false, 65520), (true, 65510)] {
-        v.push(
-            Flow::new(T_CT_ZONE, 200, ip_of(v6))
-                .cookie(c)
-                .action(ct(false, T_CT_STATE, zone, vec![])),
-        );
-        v.push(
-            Flow::new(
-                T_CT_STATE,
-                210,
-                ip_of(v6).ct_state(st(&[(INV, true), (TRK, true)])),
-            )
-            .cookie(c),
-        );
-        v.push(
-            Flow::new(
-                T_CT_COMMIT,
-                200,
-                ip_of(v6).ct_state(st(&[(NEW, true), (TRK, true)])),
-            )
-            .cookie(c)
-            .action(ct(true, T_OUTPUT, zone, vec![])),
-        );
-    }
-    v.push(
-        Flow::new(T_OUTPUT, 200, Match::new().reg(0, 0x200000, Some(0x600000)))
-            .cookie(c)
-            .action(Action::OutputReg(RegRange::whole(1))),
-    );
-    v
-}
-
-/// §6.3 NetworkPolicy init flows (with or without `meter:256`), IPv4 and IPv6 skip flows.
-fn np_init_flows(meters: bool) -> Vec<Flow> {
-    use ct_state::*;
-    let c = COOKIE_NP;
-    let mut v = Vec::new();
-    for op in 1u32..=7 {
-        let mut f = Flow::new(
-            T_OUTPUT,
-            200,
-            Match::new().reg(0, (op << 25) | 0x400000, Some(0xfe600000)),
-        )
-        .cookie(c);
-        if meters {
-            f = f.action(Action::Meter(256));
-        }
-        v.push(f.action(controller(vec![1, op as u8], false)));
-    }
-    for v6 in [false, true] {
-        for flag in [EST, REL] {
-            let m = ip_of(v6).ct_state(st(&[(NEW, false), (flag, true)]));
-            v.push(
-                Flow::new(T_AP_EGRESS, 64990, m.clone())
-                    .cookie(c)
-                    .goto(T_EGRESS_METRIC),
-            );
-            v.push(Flow::new(T_AP_INGRESS, 64990, m).cookie(c).goto(T_INGRESS_METRIC));
-        }
-    }
-    v
-}
-
-/// §6.4 groups.
-fn np_groups() -> Vec<Group> {
-    [T_EGRESS_RULE, T_EGRESS_METRIC, T_INGRESS_RULE, T_INGRESS_METRIC]
-        .iter()
-        .enumerate()
-        .map(|(i, t)| Group {
-            group_id: i as u32 + 1,
-            buckets: vec![
-                vec![Action::Resubmit {
-                    in_port: None,
-                    table: Some(*t),
-                }],
-                vec![
-                    sf_reg(0, 0x400000, Some(0x600000)),
-                    Action::Resubmit {
-                        in_port: None,
-                        table: Some(T_OUTPUT),
-                    },
-                ],
-            ],
-        })
-        .collect()
-}
-
-/// §7.1 per-pair flows (with IPv6 twins of the L2ForwardingCalc flows).
-fn pair_flows(host: u32, uplink: u32) -> Vec<Flow> {
-    let c = COOKIE_ENC;
-    let mut v = Vec::new();
-    for v6 in [false, true] {
-        for (from, to) in [(host, uplink), (uplink, host)] {
-            v.push(
-                Flow::new(T_L2_CALC, 200, ip_of(v6).in_port(from))
-                    .cookie(c)
-                    .action(sf_reg(0, 0x200000, Some(0x600000)))
-                    .action(sf_reg(1, to, None))
-                    .goto(T_INGRESS_CLASSIFIER),
-            );
-        }
-    }
-    v.push(
-        Flow::new(T_NON_IP, 200, Match::new().in_port(host))
-            .cookie(c)
-            .action(Action::Output(uplink)),
-    );
-    v.push(
-        Flow::new(T_NON_IP, 200, Match::new().in_port(uplink))
-            .cookie(c)
-            .action(Action::Output(host)),
-    );
-    v
-}
-
-/// §7.2 policy-bypass flows.
-fn bypass_flows() -> Vec<Flow> {
-    use ct_state::*;
-    let c = COOKIE_ENC;
-    let newtrk = st(&[(NEW, true), (TRK, true)]);
-    let tcp = || {
-        Match::new()
-            .ipv4()
-            .ip_proto(ip_proto::TCP)
-            .ct_state(newtrk)
-            .tp_dst(30000)
-    };
-    let mut a = tcp();
-    a.ipv4_src = Some(net4("10.10.10.0/30"));
-    let mut b = tcp();
-    b.ipv4_dst = Some(net4("10.10.10.0/30"));
-    let mut ipm = Match::new().ipv4().ct_state(newtrk);
-    ipm.ipv4_src = Some(net4("1.1.1.1/32"));
-    let mut icmp = Match::new().ipv4().ip_proto(ip_proto::ICMP).ct_state(newtrk);
-    icmp.ipv4_dst = Some(net4("8.8.8.0/24"));
-    vec![
-        Flow::new(T_INGRESS_CLASSIFIER, 200, a)
-            .cookie(c)
-            .goto(T_INGRESS_METRIC),
-        Flow::new(T_EGRESS_CLASSIFIER, 200, b)
-            .cookie(c)
-            .goto(T_EGRESS_METRIC),
-        Flow::new(T_INGRESS_CLASSIFIER, 200, ipm)
-            .cookie(c)
-            .goto(T_INGRESS_METRIC),
-        Flow::new(T_EGRESS_CLASSIFIER, 200, icmp)
-            .cookie(c)
-            .goto(T_EGRESS_METRIC),
-    ]
-}
-
-/// Policy flows from §8.9 (DNS, IPv4+IPv6), G8, G11, G17, G18 with production table ids.
-fn policy_flows() -> Vec<Flow> {
-    use ct_state::*;
-    let c = COOKIE_NP;
-    let mut v = Vec::new();
-    // §8.9 / G7: DNS interception.
-    v.push(
-        Flow::new(T_AP_INGRESS, 64991, Match::new().conj_id(1))
-            .cookie(c)
-            .action(Action::Meter(258))
-            .action(controller(vec![2], true))
-            .goto(T_INGRESS_METRIC),
-    );
-    for v6 in [false, true] {
-        for proto in [ip_proto::UDP, ip_proto::TCP] {
-            let mut m = ip_of(v6)
-                .ip_proto(proto)
-                .ct_state(st(&[(RPL, true), (TRK, true)]));
-            m.tp_src = Some(Masked::exact(53));
-            v.push(Flow::new(T_AP_INGRESS, 64991, m).cookie(c).action(conj(1, 1, 2)));
-        }
-    }
-    v.push(
-        Flow::new(T_AP_INGRESS, 64991, Match::new().reg(1, 0x14, None))
-            .cookie(c)
-            .action(conj(1, 2, 2)),
-    );
-
-    // G8: conjunction engine, ingress.
-    v.push(
-        Flow::new(T_AP_INGRESS, 100, Match::new().conj_id(10).ipv4())
-            .cookie(c)
-            .action(sf_reg(6, 0xa, None))
-            .action(ct(
-                true,
-                T_INGRESS_METRIC,
-                65520,
-                vec![ct_label(0xa, 0xffff_ffff)],
-            )),
-    );
-    for (id, prio) in [(11u32, 100u16), (12, 200), (14, 100)] {
-        v.push(
-            Flow::new(T_AP_INGRESS, prio, Match::new().conj_id(id))
-                .cookie(c)
-                .action(sf_reg(3, id, None))
-                .action(sf_reg(0, 0x400, Some(0x400)))
-                .goto(T_INGRESS_METRIC),
-        );
-        v.push(
-            Flow::new(
-                T_INGRESS_METRIC,
-                200,
-                Match::new().reg(0, 0x400, Some(0x400)).reg(3, id, None),
-            )
-            .cookie(c),
-        );
-    }
-    let src = |s: &str| {
-        let mut m = Match::new().ipv4();
-        m.ipv4_src = Some(net4(s));
-        m
-    };
-    v.push(
-        Flow::new(T_AP_INGRESS, 100, src("192.168.1.40/32"))
-            .cookie(c)
-            .action(conj(10, 1, 2))
-            .action(conj(11, 1, 3)),
-    );
-    v.push(
-        Flow::new(T_AP_INGRESS, 100, src("192.168.1.50/32"))
-            .cookie(c)
-            .action(conj(10, 1, 2)),
-    );
-    v.push(
-        Flow::new(T_AP_INGRESS, 100, src("192.168.1.51/32"))
-            .cookie(c)
-            .action(conj(11, 1, 3))
-            .action(conj(14, 1, 3)),
-    );
-    v.push(
-        Flow::new(T_AP_INGRESS, 100, Match::new().reg(1, 1, None))
-            .cookie(c)
-            .action(conj(11, 2, 3))
-            .action(conj(10, 2, 2)),
-    );
-    v.push(
-        Flow::new(T_AP_INGRESS, 100, Match::new().reg(1, 2, None))
-            .cookie(c)
-            .action(conj(10, 2, 2))
-            .action(conj(14, 2, 3)),
-    );
-    v.push(
-        Flow::new(
-            T_AP_INGRESS,
-            100,
-            Match::new().ipv4().ip_proto(ip_proto::TCP).tp_dst(8080),
-        )
-        .cookie(c)
-        .action(conj(11, 3, 3)),
-    );
-    let mut icmp = Match::new().ipv4().ip_proto(ip_proto::ICMP);
-    icmp.icmp_type = Some(8);
-    icmp.icmp_code = Some(0);
-    v.push(
-        Flow::new(T_AP_INGRESS, 200, icmp)
-            .cookie(c)
-            .action(conj(12, 3, 3)),
-    );
-    let mut sp = Match::new().ipv4().ip_proto(ip_proto::TCP);
-    sp.tp_src = Some(Masked::exact(32800));
-    v.push(Flow::new(T_AP_INGRESS, 100, sp).cookie(c).action(conj(14, 3, 3)));
-    for new in [true, false] {
-        let mut m = Match::new().ipv4().ct_state(st(&[(NEW, new)]));
-        m.ct_label = Some(Masked::new(0xa, 0xffff_ffff));
-        v.push(Flow::new(T_INGRESS_METRIC, 200, m).cookie(c).goto(T_CT_COMMIT));
-    }
-
-    // G11 (production ids): drop + logging, and a logging default-drop flow.
-    v.push(
-        Flow::new(T_INGRESS_RULE, 200, Match::new().conj_id(15))
-            .cookie(c)
-            .action(sf_reg(3, 0xf, None))
-            .action(sf_reg(0, 0x400, Some(0x400)))
-            .action(sf_reg(0, 0x800, Some(0x1800)))
-            .action(sf_reg(0, 0x2000000, Some(0xfe000000)))
-            .action(sf_reg(2, 0xb, Some(0xff)))
-            .action(Action::Group(4)),
-    );
-    v.push(
-        Flow::new(T_INGRESS_RULE, 200, Match::new().reg(1, 0x64, None))
-            .cookie(c)
-            .action(conj(15, 2, 2)),
-    );
-    v.push(
-        Flow::new(T_INGRESS_DEFAULT, 200, Match::new().reg(1, 0x64, None))
-            .cookie(c)
-            .action(sf_reg(0, 0x800, Some(0x1800)))
-            .action(sf_reg(0, 0x2000000, Some(0xfe000000)))
-            .action(sf_reg(0, 0x400000, Some(0x600000)))
-            .action(sf_reg(2, 0xc, Some(0xff)))
-            .goto(T_OUTPUT),
-    );
-
-    // G17: ingress Reject.
-    v.push(
-        Flow::new(T_AP_INGRESS, 106, Match::new().conj_id(2))
-            .cookie(c)
-            .action(sf_reg(3, 2, None))
-            .action(sf_reg(0, 0x400, Some(0x400)))
-            .action(sf_reg(0, 0x4000000, Some(0xfe000000)))
-            .action(sf_reg(2, 0xa, Some(0xff)))
-            .action(Action::Group(4)),
-    );
-    v.push(
-        Flow::new(T_AP_INGRESS, 106, src("10.0.0.8/32"))
-            .cookie(c)
-            .action(conj(2, 1, 3)),
-    );
-    v.push(
-        Flow::new(T_AP_INGRESS, 106, Match::new().reg(1, 0x14, None))
-            .cookie(c)
-            .action(conj(2, 2, 3)),
-    );
-    v.push(
-        Flow::new(
-            T_AP_INGRESS,
-            106,
-            Match::new().ipv4().ip_proto(ip_proto::TCP).tp_dst(22),
-        )
-        .cookie(c)
-        .action(conj(2, 3, 3)),
-    );
-    v.push(
-        Flow::new(
-            T_INGRESS_METRIC,
-            200,
-            Match::new().reg(0, 0x400, Some(0x400)).reg(3, 2, None),
-        )
-        .cookie(c),
-    );
-
-    // G18: egress Allow with a port range and logging, IPv4 and IPv6.
-    for (v6, zone) in [(false, 65520u16), (true, 65510)] {
-        v.push(
-            Flow::new(T_AP_EGRESS, 14500, ip_of(v6).conj_id(3))
-                .cookie(c)
-                .action(sf_reg(5, 3, None))
-                .action(ct(
-                    true,
-                    T_EGRESS_METRIC,
-                    zone,
-                    vec![ct_label(0x3 << 32, 0xffff_ffff << 32)],
-                ))
-                .action(sf_reg(0, 0, Some(0x1800)))
-                .action(sf_reg(0, 0x400000, Some(0x600000)))
-                .action(sf_reg(0, 0x2000000, Some(0xfe000000)))
-                .action(sf_reg(2, 0x4, Some(0xff)))
-                .goto(T_OUTPUT),
-        );
-        for new in [true, false] {
-            let mut m = ip_of(v6).ct_state(st(&[(NEW, new)]));
-            m.ct_label = Some(Masked::new(0x3 << 32, 0xffff_ffff << 32));
-            v.push(Flow::new(T_EGRESS_METRIC, 200, m).cookie(c).goto(T_L2_CALC));
-        }
-    }
-    let mut dst = Match::new().ipv4();
-    dst.ipv4_dst = Some(net4("192.168.10.0/24"));
-    v.push(Flow::new(T_AP_EGRESS, 14500, dst).cookie(c).action(conj(3, 2, 3)));
-    let mut dst6 = Match::new().ipv6();
-    dst6.ipv6_dst = Some("fd00:10::/64".parse().expect("v6 net"));
-    v.push(
-        Flow::new(T_AP_EGRESS, 14500, dst6)
-            .cookie(c)
-            .action(conj(3, 2, 3)),
-    );
-    v.push(
-        Flow::new(T_AP_EGRESS, 14500, src("10.0.0.5/32"))
-            .cookie(c)
-            .action(conj(3, 1, 3)),
-    );
-    for (value, mask) in [(0x50, 0xfff8), (0x58, 0xfffe), (90, 0xffff)] {
-        let m = Match::new()
-            .ipv4()
-            .ip_proto(ip_proto::TCP)
-            .tp_dst_masked(value, mask);
-        v.push(Flow::new(T_AP_EGRESS, 14500, m).cookie(c).action(conj(3, 3, 3)));
-        let m = Match::new()
-            .ipv6()
-            .ip_proto(ip_proto::TCP)
-            .tp_dst_masked(value, mask);
-        v.push(Flow::new(T_AP_EGRESS, 14500, m).cookie(c).action(conj(3, 3, 3)));
-    }
-    v
-}
-
-/// Flows exercising every other field, action and rendering rule the codec supports.
-fn coverage_flows() -> Vec<Flow> {
-    let c = 0xabc;
-    let mut v = Vec::new();
-    let mut m = Match::new().ipv4().ip_proto(ip_proto::UDP);
-    m.pkt_mark = Some(Masked::new(5, 0xff));
-    m.ct_zone = Some(3);
-    m.ct_mark = Some(Masked::new(4, 0xf));
-    m.ct_label = Some(Masked::exact(0xffff_ffff_ffff_ffff_ffff_ffff_ffff_ffff));
-    m.eth_src = Some(Masked::exact([0, 0x11, 0x22, 0x33, 0x44, 0x55]));
-    m.eth_dst = Some(Masked::new([1, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0]));
-    m.tp_src = Some(Masked::new(0, 0xff00));
-    m.tp_dst = Some(Masked::exact(53));
-    m.ipv4_dst = Some(net4("10.1.2.3/16"));
-    v.push(
-        Flow::new(20, 5, m)
-            .cookie(c)
-            .action(Action::SetField(SetField::PktMark {
-                value: 3,
-                mask: Some(0xf),
-            }))
-            .action(Action::SetField(SetField::EthSrc([
-                0, 0x11, 0x22, 0x33, 0x44, 0x55,
-            ])))
-            .action(Action::SetField(SetField::EthDst([
-                0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff,
-            ])))
-            .action(Action::CtClear)
-            .action(Action::Note(vec![1, 2, 3]))
-            .action(Action::Move {
-                src: RegRange {
-                    reg: 0,
-                    ofs: 0,
-                    n_bits: 4,
-                },
-                dst: RegRange {
-                    reg: 1,
-                    ofs: 4,
-                    n_bits: 4,
-                },
-            })
-            .action(Action::Resubmit {
-                in_port: None,
-                table: Some(21),
-            })
-            .action(Action::Resubmit {
-                in_port: Some(HOST_PORT),
-                table: Some(22),
-            })
-            .action(Action::Resubmit {
-                in_port: Some(UPLINK_PORT),
-                table: None,
-            })
-            .action(Action::Output(port::LOCAL))
-            .action(Action::Output(port::IN_PORT))
-            .action(Action::Output(port::CONTROLLER))
-            .action(Action::Output(22))
-            .action(Action::Group(1)),
-    );
-    let mut f = Flow::new(
-        20,
-        6,
-        Match::new()
-            .ipv4()
-            .reg(0, 0x3, Some(0x1))
-            .reg(1, 5, Some(u32::MAX)),
-    )
-    .cookie(c)
-    .action(Action::Ct(CtAction {
-        commit: true,
-        table: None,
-        zone: CtZone::Field(RegRange {
-            reg: 0,
-            ofs: 0,
-            n_bits: 16,
-        }),
-        exec: vec![
-            Action::SetField(SetField::CtMark { value: 5, mask: None }),
-            Action::SetField(SetField::CtLabel {
-                value: 0,
-                mask: Some(1),
-            }),
-        ],
-    }))
-    .action(Action::Ct(CtAction {
-        commit: false,
-        table: None,
-        zone: CtZone::Immediate(0),
-        exec: vec![],
-    }))
-    .action(Action::OutputReg(RegRange {
-        reg: 7,
-        ofs: 31,
-        n_bits: 1,
-    }))
-    .action(sf_reg(4, 0, None));
-    f.idle_timeout = 100;
-    f.hard_timeout = 200;
-    v.push(f);
-    v.push(
-        Flow::new(
-            20,
-            7,
-            Match::new()
-                .ct_state(CtStateMatch {
-                    value: 0x21,
-                    mask: 0xff,
-                })
-                .in_port(22),
-        )
-        .action(Action::Controller(ControllerAction {
-            max_len: 100,
-            controller_id: 7,
-            reason: 1,
-            userdata: vec![0xff],
-            pause: true,
-            meter_id: Some(258),
-        })),
-    );
-    v.push(
-        Flow::new(
-            20,
-            8,
-            Match::new().ct_state(CtStateMatch { value: 0, mask: 0xff }),
-        )
-        .action(Action::Controller(ControllerAction {
-            max_len: 65535,
-            controller_id: 0,
-            reason: 1,
-            userdata: vec![],
-            pause: false,
-            meter_id: None,
-        })),
-    );
-    v.push(Flow::new(20, 9, Match::new().eth_type(0x88cc)));
-    v.push(Flow::new(20, 10, Match::new().ipv4().ip_proto(ip_proto::IGMP)));
-    v.push(Flow::new(20, 11, Match::new().ipv6().ip_proto(99)));
-    let mut m = Match::new().ipv6().ip_proto(ip_proto::ICMPV6);
-    m.icmp_type = Some(135);
-    m.icmp_code = Some(0);
-    m.ipv6_src = Some("::1.2.3.4/128".parse().expect("v6"));
-    v.push(Flow::new(20, 12, m));
-    let mut m = Match::new().ipv4().ip_proto(ip_proto::SCTP);
-    m.tp_src = Some(Masked::exact(5));
-    m.ipv4_src = Some(net4("0.0.0.0/0"));
-    v.push(Flow::new(20, 13, m));
-    v.push(Flow::new(20, 32768, Match::new().reg(5, 7, None)));
-    v.push(Flow::new(21, 32768, Match::new()));
-    v.push(Flow::new(0, 32768, Match::new().eth_type(eth_type::ARP)).action(Action::Output(port::NORMAL)));
-    v
-}
-
-fn name_map() -> NameMap {
-    let mut n = NameMap::new();
-    for (i, t) in TABLES.iter().enumerate() {
-        n.tables.insert(i as u8, t.to_string());
-    }
-    n.ports.insert(HOST_PORT, "eth0".into());
-    n.ports.insert(UPLINK_PORT, "eth0~".into());
-    n.ports.insert(22, "p.1".into());
-    n
-}
-
-fn dedup(flows: Vec<Flow>) -> Vec<Flow> {
-    let mut m: BTreeMap<FlowKey, Flow> = BTreeMap::new();
-    for f in flows {
-        assert!(
-            m.insert(f.key(), f.clone()).is_none(),
-            "duplicate flow key in test data: {f:?}"
-        );
-    }
-    m.into_values().collect()
-}
-
-fn all_flows(meters: bool) -> Vec<Flow> {
-    let mut v = default_flows();
-    v.extend(enc_flows());
-    v.extend(np_init_flows(meters));
-    v.extend(pair_flows(HOST_PORT, UPLINK_PORT));
-    v.extend(bypass_flows());
-    v.extend(policy_flows());
-    v.extend(coverage_flows());
-    dedup(v)
-}
-
-fn assert_same(what: &str, ovs: &[String], ours: &[String]) {
-    let missing: Vec<&String> = ours.iter().filter(|l| !ovs.contains(l)).collect();
-    let extra: Vec<&String> = ovs.iter().filter(|l| !ours.contains(l)).collect();
-    assert!(
-        missing.is_empty() && extra.is_empty() && ovs.len() == ours.len(),
-        "{what}: rendered but not in OVS:\n  {}\nin OVS but not rendered:\n  {}",
-        missing
-            .iter()
-            .map(|s| s.as_str())
-            .collect::<Vec<_>>()
-            .join("\n  "),
-        extra.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n  ")
-    );
-}
-
-fn sorted(mut v: Vec<String>) -> Vec<String> {
-    v.sort();
-    v
-}
-
-async fn connect(lab: &Lab, br: &str, opts: ConnOptions) -> Result<OfConnection, OfError> {
-    let path = lab.dir().join(format!("{br}.mgmt"));
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        OfConnection::connect(&path, CTRL_ID, opts),
-    )
-    .await
-    .map_err(|_| OfError::Timeout("connect".into()))?
-}
-
-fn meters() -> Vec<Meter> {
-    [256, 257, 258]
-        .iter()
-        .map(|id| Meter {
-            meter_id: *id,
-            rate_pps: 5000,
-            burst: 10000,
-        })
-        .collect()
-}
-
-fn lab_with_ports() -> Lab {
-    let lab = Lab::start();
-    lab.add_bridge("br", "OpenFlow10,OpenFlow15");
-    lab.add_port("br", "eth0", HOST_PORT);
-    lab.add_port("br", "eth0~", UPLINK_PORT);
-    lab.add_port("br", "p.1", 22);
+    let lab = Arc::new(Lab::start());
+    *shared = Arc::downgrade(&lab);
     lab
+}
+
+static BRIDGE_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// A bridge of one test; deleted (with its ports) on drop.
+pub struct Bridge {
+    lab: Arc<Lab>,
+    name: String,
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = self
+            .lab
+            .vsctl_cmd()
+            .args(["--no-wait", "--if-exists", "del-br", &self.name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+impl Bridge {
+    pub fn mgmt(&self) -> PathBuf {
+        self.lab.dir().join(format!("{}.mgmt", self.name))
+    }
+
+    /// Adds an internal port with a fixed OpenFlow port number.
+    pub fn add_port(&self, name: &str, ofport: u32) {
+        self.lab.vsctl(&[
+            "add-port",
+            &self.name,
+            name,
+            "--",
+            "set",
+            "Interface",
+            name,
+            "type=internal",
+            &format!("ofport_request={ofport}"),
+        ]);
+    }
+
+    pub fn del_port(&self, name: &str) {
+        self.lab.vsctl(&["del-port", &self.name, name]);
+    }
+
+    /// `ovs-ofctl -O OpenFlow15 <cmd> <this bridge> <args>`.
+    pub fn ofctl(&self, cmd: &str, args: &[&str]) -> String {
+        run(Command::new("ovs-ofctl")
+            .args(["-O", "OpenFlow15", cmd])
+            .arg(self.mgmt())
+            .args(args))
+        .expect("ovs-ofctl")
+    }
+
+    /// `dump-flows --no-stats`, one trimmed line per flow.
+    pub fn dump_flows(&self, names: bool) -> BTreeSet<String> {
+        let out = self.ofctl(
+            "dump-flows",
+            &[if names { "--names" } else { "--no-names" }, "--no-stats"],
+        );
+        out.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(String::from)
+            .collect()
+    }
+
+    pub fn dump_groups(&self) -> BTreeSet<String> {
+        let out = self.ofctl("dump-groups", &["--names"]);
+        out.lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("group_id="))
+            .map(String::from)
+            .collect()
+    }
+
+    pub async fn connect(&self, opts: ConnOptions) -> Result<OfConnection, OfError> {
+        let path = self.mgmt();
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            OfConnection::connect(&path, CTRL_ID, opts),
+        )
+        .await
+        .map_err(|_| OfError::Timeout("connect".into()))?
+    }
+}
+
+fn assert_same(what: &str, ovs: &BTreeSet<String>, ours: &BTreeSet<String>) {
+    assert!(
+        ovs == ours,
+        "{what}: rendered but not in OVS:\n  {}\nin OVS but not rendered:\n  {}",
+        ours.difference(ovs).cloned().collect::<Vec<_>>().join("\n  "),
+        ovs.difference(ours).cloned().collect::<Vec<_>>().join("\n  ")
+    );
+}
+
+fn text_set(v: Vec<String>) -> BTreeSet<String> {
+    v.into_iter().collect()
 }
 
 async fn timed<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
@@ -986,23 +313,124 @@ async fn timed<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("timed out: {what}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pipeline_flows_render_exactly_like_ovs() {
-    let lab = lab_with_ports();
-    let sw = connect(&lab, "br", ConnOptions::default())
+/// Every flow on the switch, read with our own flow-stats decoder, normalized.
+async fn decoded_flows(sw: &OfConnection, filter: FlowFilter) -> BTreeSet<Flow> {
+    timed("dump flows", sw.dump_flows(filter))
         .await
-        .expect("connect");
+        .expect("dump flows")
+        .into_iter()
+        .map(|s| s.flow)
+        .collect()
+}
+
+fn normalized(flows: &[Flow]) -> BTreeSet<Flow> {
+    flows.iter().map(normalize_flow).collect()
+}
+
+/// The next packet-in of a subscription (bounded wait).
+async fn next_packet_in(events: &mut super::Subscription) -> super::PacketIn {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(20), events.recv()).await {
+            Ok(Some(Event::PacketIn(pi))) => return *pi,
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("subscription ended"),
+            Err(_) => panic!("no packet-in within 20 s"),
+        }
+    }
+}
+
+/// The next port status of a subscription for port `name` with `reason` (bounded wait).
+async fn port_status(events: &mut super::Subscription, reason: PortReason, name: &str) -> super::PortStatus {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(20), events.recv()).await {
+            Ok(Some(Event::PortStatus(ps))) if ps.reason == reason && ps.port.name == name => return ps,
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("subscription ended"),
+            Err(_) => panic!("no {reason:?} port status within 20 s"),
+        }
+    }
+}
+
+/// An Ethernet + IPv4 + UDP frame.
+fn udp_frame(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00];
+    let total = 20 + 8 + payload.len();
+    let mut ip = vec![0x45, 0, (total >> 8) as u8, total as u8, 0, 1, 0, 0, 64, 17, 0, 0];
+    ip.extend_from_slice(&src);
+    ip.extend_from_slice(&dst);
+    let mut sum: u32 = ip
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    let csum = !(sum as u16);
+    ip[10..12].copy_from_slice(&csum.to_be_bytes());
+    f.extend_from_slice(&ip);
+    let ulen = 8 + payload.len();
+    f.extend_from_slice(&sport.to_be_bytes());
+    f.extend_from_slice(&dport.to_be_bytes());
+    f.extend_from_slice(&(ulen as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(payload);
+    f
+}
+
+// === the tests ===
+
+/// The golden round trip: every reference flow (and every other field and action of the
+/// model) is encoded, installed in one bundle, dumped by `ovs-ofctl` and compared with the
+/// reference text; then dumped through our own flow-stats decoder and compared with what was
+/// installed. Groups, meters, filtered stats and deletes are checked on the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn golden_reference_flows_round_trip() {
+    let lab = shared_lab();
+    let br = lab.add_bridge("OpenFlow10,OpenFlow15");
+    for (ofport, name) in NAMED_PORTS {
+        br.add_port(name, ofport);
+    }
+    let sw = br.connect(ConnOptions::default()).await.expect("connect");
     assert_eq!(sw.features().n_tables, 254);
+
+    // The port names come from our own port-description decoder.
+    let ports = timed("ports", sw.port_descs()).await.expect("port descs");
+    for (ofport, name) in NAMED_PORTS {
+        assert!(
+            ports.iter().any(|p| p.port_no == ofport && p.name == name),
+            "{ports:?}"
+        );
+    }
+    assert!(ports.iter().any(|p| p.port_no == port::LOCAL));
+    let names = name_map();
+
     timed("meters", sw.replace_meters(meters()))
         .await
         .expect("meters");
     timed("groups", sw.replace_groups(np_groups()))
         .await
         .expect("groups");
-    let names = name_map();
+    assert_same("groups", &br.dump_groups(), &reference_groups_text());
 
-    // Without meter:256 on the Output packet-in flows ...
-    let flows = all_flows(false);
+    let coverage = dedup(coverage_flows());
+    let model: Vec<(Flow, &str)> = model_coverage();
+    let model_flows: Vec<Flow> = model.iter().map(|(f, _)| f.clone()).collect();
+    let model_text: BTreeSet<String> = model.iter().map(|(_, t)| t.to_string()).collect();
+    let everything = |meters: bool, logging: bool| {
+        let mut v = reference_flows(meters, logging);
+        v.extend(coverage.iter().cloned());
+        v.extend(model_flows.iter().cloned());
+        dedup(v)
+    };
+    let expected_text = |meters: bool, logging: bool| {
+        let mut t = reference_text(meters, logging);
+        t.extend(render_flows(&coverage, &names));
+        t.extend(model_text.iter().cloned());
+        t
+    };
+
+    // Pass 1: no meter on the packet-in flows, G18 without logging.
+    let flows = everything(false, false);
     timed(
         "bundle",
         sw.bundle(flows.iter().cloned().map(FlowMod::add).collect()),
@@ -1010,29 +438,71 @@ async fn pipeline_flows_render_exactly_like_ovs() {
     .await
     .expect("bundle");
     assert_same(
-        "--names",
-        &lab.dump_flows("br", true),
-        &sorted(render_flows(&flows, &names)),
+        "dump-flows --names vs the reference text",
+        &br.dump_flows(true),
+        &expected_text(false, false),
     );
     assert_same(
-        "--no-names",
-        &lab.dump_flows("br", false),
-        &sorted(render_flows(&flows, &NameMap::new())),
+        "dump-flows --no-names vs our rendering",
+        &br.dump_flows(false),
+        &text_set(render_flows(&flows, &NameMap::new())),
     );
-    let groups: Vec<String> = np_groups().iter().map(|g| render_group(g, &names)).collect();
-    assert_same("groups", &lab.dump_groups("br"), &sorted(groups));
+    let decoded = decoded_flows(&sw, FlowFilter::all()).await;
+    assert_eq!(
+        decoded,
+        normalized(&flows),
+        "our flow-stats decoder disagrees with what was installed"
+    );
 
-    // ... then with it: ADD replaces the flows with the same key.
-    let flows = all_flows(true);
-    let with_meter: Vec<FlowMod> = np_init_flows(true).into_iter().map(FlowMod::add).collect();
-    timed("bundle", sw.bundle(with_meter))
-        .await
-        .expect("bundle with meters");
-    assert_same(
-        "--names with meters",
-        &lab.dump_flows("br", true),
-        &sorted(render_flows(&flows, &names)),
+    // Pass 2: ADD replaces flows with the same key (meter:256 on the packet-in flows, G18
+    // with logging); nothing else changes.
+    let mut changed: Vec<Flow> = np_init_flows(true);
+    changed.extend(
+        policy_flows(true)
+            .into_iter()
+            .filter(|f| f.matches.conj_id == Some(3)),
     );
+    timed(
+        "bundle",
+        sw.bundle(changed.into_iter().map(FlowMod::add).collect()),
+    )
+    .await
+    .expect("bundle with meters");
+    let flows = everything(true, true);
+    assert_same(
+        "dump-flows --names with meters and logging",
+        &br.dump_flows(true),
+        &expected_text(true, true),
+    );
+    assert_eq!(decoded_flows(&sw, FlowFilter::all()).await, normalized(&flows));
+
+    // Filtered stats: by table, by cookie under a mask, by match.
+    for (filter, want) in [
+        (
+            FlowFilter::table(T_OUTPUT),
+            flows.iter().filter(|f| f.table == T_OUTPUT).count(),
+        ),
+        (
+            FlowFilter::all().cookie(COOKIE_NP, u64::MAX),
+            flows.iter().filter(|f| f.cookie == COOKIE_NP).count(),
+        ),
+        (
+            FlowFilter::all().cookie(0x1000000000000, 0xffff000000000000),
+            flows.iter().filter(|f| f.cookie >> 48 == 1).count(),
+        ),
+        (
+            FlowFilter::table(T_AP_INGRESS).matching(Match::new().reg(1, 0x14, None)),
+            2,
+        ),
+    ] {
+        let agg = timed("aggregate", sw.aggregate_stats(filter.clone()))
+            .await
+            .expect("aggregate");
+        assert_eq!(agg.flow_count as usize, want, "{filter:?}");
+        assert_eq!((agg.packet_count, agg.byte_count), (0, 0));
+        let dumped = timed("dump", sw.dump_flows(filter.clone())).await.expect("dump");
+        assert_eq!(dumped.len(), want, "{filter:?}");
+    }
 
     // Re-asserting groups and meters keeps the flows that use them.
     timed("groups", sw.replace_groups(np_groups()))
@@ -1041,13 +511,13 @@ async fn pipeline_flows_render_exactly_like_ovs() {
     timed("meters", sw.replace_meters(meters()))
         .await
         .expect("meters again");
-    assert_eq!(lab.dump_flows("br", true).len(), flows.len());
+    assert_eq!(br.dump_flows(true).len(), flows.len());
     // Dropping meter 258 deletes the flows with a meter:258 action (OVS semantics; a
     // controller(meter_id=258) flow stays), others stay.
     timed("meters", sw.replace_meters(meters()[..2].to_vec()))
         .await
         .expect("fewer meters");
-    let left = lab.dump_flows("br", true);
+    let left = br.dump_flows(true);
     assert!(left.iter().all(|l| !l.contains("meter:258")), "{left:?}");
     assert!(left.len() < flows.len());
 
@@ -1058,7 +528,7 @@ async fn pipeline_flows_render_exactly_like_ovs() {
     )
     .await
     .expect("delete by cookie");
-    let left = lab.dump_flows("br", true);
+    let left = br.dump_flows(true);
     assert!(
         left.iter().all(|l| !l.starts_with("cookie=0x1020000000000,")),
         "{left:?}"
@@ -1072,17 +542,15 @@ async fn pipeline_flows_render_exactly_like_ovs() {
     )
     .await
     .expect("delete strict");
-    let rendered = render_flows([&one], &names).remove(0);
-    assert!(!lab.dump_flows("br", true).contains(&rendered));
+    assert!(!br.dump_flows(true).contains(&render_flow(&one, &names)));
     timed("barrier", sw.barrier()).await.expect("barrier");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejected_bundle_changes_nothing_and_names_the_flow() {
-    let lab = lab_with_ports();
-    let sw = connect(&lab, "br", ConnOptions::default())
-        .await
-        .expect("connect");
+    let lab = shared_lab();
+    let br = lab.add_bridge("OpenFlow10,OpenFlow15");
+    let sw = br.connect(ConnOptions::default()).await.expect("connect");
     let base = default_flows();
     timed(
         "bundle",
@@ -1090,7 +558,7 @@ async fn rejected_bundle_changes_nothing_and_names_the_flow() {
     )
     .await
     .expect("base");
-    let before = lab.dump_flows("br", false);
+    let before = br.dump_flows(false);
 
     let good = Flow::new(5, 77, Match::new().reg(1, 9, None))
         .cookie(0x77)
@@ -1137,14 +605,14 @@ async fn rejected_bundle_changes_nothing_and_names_the_flow() {
                 assert_eq!(request, "bundle message 3 of 4 (flow_mod add)", "{err}");
                 assert_eq!(
                     flow.as_deref(),
-                    Some(render_flows([&bad.flow], &NameMap::new())[0].as_str()),
+                    Some(render_flow(&bad.flow, &NameMap::new()).as_str()),
                     "{err}"
                 );
             }
             e => panic!("unexpected error {e}"),
         }
         assert_eq!(
-            lab.dump_flows("br", false),
+            br.dump_flows(false),
             before,
             "a failed bundle changed the flows ({err})"
         );
@@ -1154,7 +622,7 @@ async fn rejected_bundle_changes_nothing_and_names_the_flow() {
     timed("bundle", sw.bundle(vec![FlowMod::add(good.clone())]))
         .await
         .expect("good bundle");
-    assert_eq!(lab.dump_flows("br", false).len(), before.len() + 1);
+    assert_eq!(br.dump_flows(false).len(), before.len() + 1);
     let mut ms = FlowMod::add(good.clone().cookie(0x79));
     ms.flow.goto_table = Some(7);
     ms.command = FlowModCommand::ModifyStrict;
@@ -1165,13 +633,13 @@ async fn rejected_bundle_changes_nothing_and_names_the_flow() {
     timed("modify", sw.bundle(vec![ms, m]))
         .await
         .expect("modify bundle");
-    let after = lab.dump_flows("br", false);
+    let after = br.dump_flows(false);
     assert!(
-        after.contains(&"cookie=0x77, table=5, priority=77,reg1=0x9 actions=goto_table:7".to_string()),
+        after.contains("cookie=0x77, table=5, priority=77,reg1=0x9 actions=goto_table:7"),
         "{after:?}"
     );
     assert!(
-        after.contains(&"cookie=0x1000000000000, table=1, priority=0 actions=goto_table:14".to_string()),
+        after.contains("cookie=0x1000000000000, table=1, priority=0 actions=goto_table:14"),
         "{after:?}"
     );
 
@@ -1187,39 +655,51 @@ async fn rejected_bundle_changes_nothing_and_names_the_flow() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_thousand_flows_in_one_bundle() {
-    let lab = lab_with_ports();
-    let sw = connect(&lab, "br", ConnOptions::default())
-        .await
-        .expect("connect");
-    let mods: Vec<FlowMod> = (0u32..20_000)
+    let lab = shared_lab();
+    let br = lab.add_bridge("OpenFlow10,OpenFlow15");
+    let sw = br.connect(ConnOptions::default()).await.expect("connect");
+    let flows: Vec<Flow> = (0u32..20_000)
         .map(|i| {
             let mut m = Match::new().ipv4();
             m.ipv4_src =
                 Some(ipnet::Ipv4Net::new(std::net::Ipv4Addr::from(0x0a00_0000 + i), 32).expect("net"));
-            FlowMod::add(
-                Flow::new(T_AP_INGRESS, 100, m)
-                    .cookie(COOKIE_NP)
-                    .action(conj(1000 + i / 100, 1, 3))
-                    .action(conj(7, 1, 2)),
-            )
+            Flow::new(T_AP_INGRESS, 100, m)
+                .cookie(COOKIE_NP)
+                .action(Action::Conjunction {
+                    id: 1000 + i / 100,
+                    clause: 1,
+                    n_clauses: 3,
+                })
+                .action(Action::Conjunction {
+                    id: 7,
+                    clause: 1,
+                    n_clauses: 2,
+                })
         })
         .collect();
     let start = Instant::now();
-    timed("20k bundle", sw.bundle(mods)).await.expect("20k bundle");
-    let took = start.elapsed();
-    println!("installed 20000 flows in one bundle in {took:?}");
-    let agg = lab.ofctl(&["dump-aggregate", &lab.mgmt("br")]);
+    timed(
+        "20k bundle",
+        sw.bundle(flows.iter().cloned().map(FlowMod::add).collect()),
+    )
+    .await
+    .expect("20k bundle");
+    println!("installed 20000 flows in one bundle in {:?}", start.elapsed());
+    let agg = br.ofctl("dump-aggregate", &[]);
     assert!(agg.contains("flow_count=20000"), "{agg}");
+    let ours = timed("aggregate", sw.aggregate_stats(FlowFilter::all()))
+        .await
+        .expect("aggregate");
+    assert_eq!(ours.flow_count, 20_000);
+    // The dump spans many multipart replies.
+    assert_eq!(decoded_flows(&sw, FlowFilter::all()).await, normalized(&flows));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_callers_share_one_connection() {
-    let lab = lab_with_ports();
-    let sw = std::sync::Arc::new(
-        connect(&lab, "br", ConnOptions::default())
-            .await
-            .expect("connect"),
-    );
+    let lab = shared_lab();
+    let br = lab.add_bridge("OpenFlow10,OpenFlow15");
+    let sw = Arc::new(br.connect(ConnOptions::default()).await.expect("connect"));
     let mut tasks = Vec::new();
     for i in 0..16u32 {
         let sw = sw.clone();
@@ -1228,34 +708,219 @@ async fn concurrent_callers_share_one_connection() {
                 .map(|j| FlowMod::add(Flow::new(5, 10, Match::new().reg(1, i * 1000 + j, None)).goto(6)))
                 .collect();
             sw.bundle(mods).await?;
+            let mine = sw
+                .dump_flows(FlowFilter::table(5).matching(Match::new().reg(1, i * 1000, None)))
+                .await?;
+            assert_eq!(mine.len(), 1);
             sw.barrier().await
         }));
     }
     for t in tasks {
         timed("task", t).await.expect("join").expect("bundle");
     }
-    assert_eq!(lab.dump_flows("br", false).len(), 16 * 50);
+    assert_eq!(br.dump_flows(false).len(), 16 * 50);
+}
+
+/// Packet-ins reach subscribers with every field decoded; a paused pipeline resumes; counters
+/// move. The packet is injected with a packet-out through the tables.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn packet_in2_resume_and_counters() {
+    let lab = shared_lab();
+    let br = lab.add_bridge("OpenFlow10,OpenFlow15");
+    let seq = BRIDGE_SEQ.load(Ordering::SeqCst);
+    let ofport = 7;
+    br.add_port(&format!("pi{seq}"), ofport);
+    let sw = br.connect(ConnOptions::default()).await.expect("connect");
+    let mut events = sw.subscribe();
+
+    let controller = |userdata: Vec<u8>, pause: bool| {
+        Action::Controller(ControllerAction {
+            max_len: 65535,
+            controller_id: CTRL_ID,
+            reason: 0,
+            userdata,
+            pause,
+            meter_id: None,
+        })
+    };
+    let udp = |dport: u16| {
+        Match::new()
+            .ipv4()
+            .ip_proto(ip_proto::UDP)
+            .in_port(ofport)
+            .tp_dst(dport)
+    };
+    let dns = Flow::new(0, 10, udp(53))
+        .cookie(0x55)
+        .action(Action::SetField(SetField::Reg {
+            idx: 3,
+            value: 5,
+            mask: None,
+        }))
+        .action(controller(vec![2], true))
+        .goto(1);
+    let log = Flow::new(0, 10, udp(514))
+        .cookie(0x66)
+        .action(controller(vec![1, 1], false));
+    let after = Flow::new(1, 10, Match::new().ipv4().ip_proto(ip_proto::UDP)).cookie(0x77);
+    timed(
+        "bundle",
+        sw.bundle(vec![
+            FlowMod::add(dns.clone()),
+            FlowMod::add(log),
+            FlowMod::add(after.clone()),
+        ]),
+    )
+    .await
+    .expect("bundle");
+
+    let send = |dport: u16| {
+        let packet = udp_frame([10, 0, 0, 1], [10, 0, 0, 2], 4000, dport, b"hello");
+        PacketOut {
+            in_port: ofport,
+            metadata: Match::new(),
+            actions: vec![Action::Output(port::TABLE)],
+            packet,
+        }
+    };
+
+    // A plain packet-in (logging): no continuation.
+    let po = send(514);
+    timed("packet-out", sw.packet_out(po.clone()))
+        .await
+        .expect("packet-out");
+    let pi = next_packet_in(&mut events).await;
+    assert_eq!(pi.packet, po.packet);
+    assert_eq!(pi.total_len as usize, po.packet.len());
+    assert_eq!((pi.table_id, pi.cookie, pi.reason), (0, 0x66, 0));
+    assert_eq!(pi.userdata, vec![1, 1]);
+    assert_eq!(pi.continuation, None);
+    assert_eq!(pi.metadata.in_port, Some(ofport));
+
+    // A paused pipeline: the registers set before the pause are in the metadata; the packet
+    // reaches table 1 only after resume.
+    let po = send(53);
+    timed("packet-out", sw.packet_out(po.clone()))
+        .await
+        .expect("packet-out");
+    let pi = next_packet_in(&mut events).await;
+    // OVS leaves the cookie out of a paused packet-in.
+    assert_eq!((pi.table_id, pi.reason), (0, 0));
+    assert_eq!(pi.userdata, vec![2]);
+    assert!(pi.continuation.is_some());
+    assert_eq!(pi.metadata.in_port, Some(ofport));
+    assert_eq!(pi.metadata.regs.get(&3), Some(&Masked::exact(5)));
+    let table1 = FlowFilter::table(1);
+    let before = timed("dump", sw.dump_flows(table1.clone())).await.expect("dump");
+    assert_eq!(before.len(), 1);
+    assert_eq!(before[0].packet_count, 0);
+    timed("resume", sw.resume(pi)).await.expect("resume");
+    timed("barrier", sw.barrier()).await.expect("barrier");
+    let end = Instant::now() + Duration::from_secs(20);
+    let stats = loop {
+        let s = timed("dump", sw.dump_flows(table1.clone())).await.expect("dump");
+        if s[0].packet_count > 0 || Instant::now() > end {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(stats[0].flow, normalize_flow(&after));
+    assert_eq!(stats[0].packet_count, 1, "the resumed packet reached table 1");
+    assert_eq!(stats[0].byte_count, po.packet.len() as u64);
+    let agg = timed(
+        "aggregate",
+        sw.aggregate_stats(FlowFilter::table(0).cookie(0x55, u64::MAX)),
+    )
+    .await
+    .expect("aggregate");
+    assert_eq!((agg.flow_count, agg.packet_count), (1, 1));
+    assert_eq!(sw.dropped_events(), 0);
+
+    // A refused packet-out is an error naming it.
+    let bad = PacketOut {
+        in_port: ofport,
+        metadata: Match::new(),
+        actions: vec![Action::Group(77)],
+        packet: po.packet.clone(),
+    };
+    let e = timed("bad packet-out", sw.packet_out(bad))
+        .await
+        .expect_err("group 77 does not exist");
+    assert!(e.to_string().contains("packet-out"), "{e}");
+}
+
+/// Port status notifications for added and deleted ports, and the port list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn port_status_and_port_descriptions() {
+    let lab = shared_lab();
+    let br = lab.add_bridge("OpenFlow10,OpenFlow15");
+    let sw = br.connect(ConnOptions::default()).await.expect("connect");
+    let mut events = sw.subscribe();
+    let name = format!("ps{}", BRIDGE_SEQ.load(Ordering::SeqCst));
+    br.add_port(&name, 9);
+    let added = port_status(&mut events, PortReason::Add, &name).await;
+    assert_eq!(added.port.port_no, 9);
+    let ports = timed("ports", sw.port_descs()).await.expect("ports");
+    let p = ports.iter().find(|p| p.name == name).expect("new port listed");
+    assert_eq!(p.port_no, 9);
+    assert_eq!(p.hw_addr, added.port.hw_addr);
+    br.del_port(&name);
+    let deleted = port_status(&mut events, PortReason::Delete, &name).await;
+    assert_eq!(deleted.port.port_no, 9);
+    let ports = timed("ports", sw.port_descs()).await.expect("ports");
+    assert!(ports.iter().all(|p| p.name != name));
+}
+
+/// A flow this codec cannot model makes a dump fail with `Unsupported`, but the connection
+/// stays usable (it is not a malformed message).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsupported_flow_fails_the_dump_not_the_connection() {
+    let lab = shared_lab();
+    let br = lab.add_bridge("OpenFlow10,OpenFlow15");
+    let sw = br.connect(ConnOptions::default()).await.expect("connect");
+    br.ofctl(
+        "add-flow",
+        &["table=3,priority=5,actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[]"],
+    );
+    let e = timed("dump", sw.dump_flows(FlowFilter::all()))
+        .await
+        .expect_err("unsupported move");
+    assert!(matches!(e, OfError::Unsupported(_)), "{e}");
+    assert!(e.to_string().contains("flow stats entry #1"), "{e}");
+    timed("barrier", sw.barrier()).await.expect("still connected");
+    assert!(timed("dump", sw.dump_flows(FlowFilter::table(4)))
+        .await
+        .expect("dump")
+        .is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_resolves_on_echo_timeout_and_on_eof() {
-    let lab = lab_with_ports();
+    // This test freezes and kills the switch: it has a lab of its own.
+    let lab = Arc::new(Lab::start());
+    let br = lab.add_bridge("OpenFlow10,OpenFlow15");
     let opts = ConnOptions {
         echo_interval: Duration::from_millis(200),
         echo_timeout: Duration::from_secs(1),
         ..ConnOptions::default()
     };
     // A frozen switch stops answering echo requests.
-    let sw = connect(&lab, "br", opts.clone()).await.expect("connect");
+    let sw = br.connect(opts.clone()).await.expect("connect");
+    let mut events = sw.subscribe();
     sw.barrier().await.expect("barrier");
     lab.signal_vswitchd("STOP");
     let r = tokio::time::timeout(Duration::from_secs(20), sw.closed()).await;
     lab.signal_vswitchd("CONT");
     assert!(r.is_ok(), "closed() did not resolve while the switch was frozen");
     assert!(matches!(sw.barrier().await, Err(OfError::Closed)));
+    let ended = tokio::time::timeout(Duration::from_secs(5), events.recv()).await;
+    assert!(
+        matches!(ended, Ok(None)),
+        "the subscription ends with the connection"
+    );
 
     // A switch that goes away closes the connection.
-    let sw = connect(&lab, "br", opts).await.expect("reconnect");
+    let sw = br.connect(opts).await.expect("reconnect");
     sw.barrier().await.expect("barrier");
     lab.signal_vswitchd("KILL");
     assert!(
@@ -1268,13 +933,18 @@ async fn closed_resolves_on_echo_timeout_and_on_eof() {
         sw.bundle(vec![FlowMod::add(Flow::new(1, 1, Match::new()))]).await,
         Err(OfError::Closed)
     ));
+    assert!(matches!(
+        sw.dump_flows(FlowFilter::all()).await,
+        Err(OfError::Closed)
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refuses_a_bridge_without_openflow15() {
-    let lab = Lab::start();
-    lab.add_bridge("br13", "OpenFlow10,OpenFlow13");
-    let err = connect(&lab, "br13", ConnOptions::default())
+    let lab = shared_lab();
+    let br = lab.add_bridge("OpenFlow10,OpenFlow13");
+    let err = br
+        .connect(ConnOptions::default())
         .await
         .expect_err("must not negotiate");
     assert!(matches!(err, OfError::Negotiation(_)), "{err}");
@@ -1284,7 +954,7 @@ async fn refuses_a_bridge_without_openflow15() {
 /// Every message we encode is understood by OVS's own decoder (`ovs-ofctl ofp-print`).
 #[test]
 fn ovs_ofp_print_decodes_our_messages() {
-    let fm = FlowMod::add(policy_flows().remove(1));
+    let fm = FlowMod::add(policy_flows(false).remove(1));
     let mut bundle = super::wire::Writer::new();
     messages::write_bundle_add_flow_mod(&mut bundle, 7, 1, 3, &fm).expect("encode");
     let g = &np_groups()[0];
@@ -1320,6 +990,56 @@ fn ovs_ofp_print_decodes_our_messages() {
             messages::flow_mod(14, &FlowMod::delete_by_cookie(COOKIE_NP, u64::MAX)).expect("fm"),
             "DEL table:255 priority=0 cookie:0x1020000000000/0xffffffffffffffff",
         ),
+        (
+            messages::set_config(15, 0, messages::MISS_SEND_LEN_NO_BUFFER),
+            "miss_send_len=65535",
+        ),
+        (
+            messages::set_async(16, &super::events::AsyncConfig::agent()),
+            "PACKET_IN: no_match action invalid_ttl action_set group packet_out",
+        ),
+        (
+            messages::flow_stats_request(
+                17,
+                &FlowFilter::table(T_OUTPUT).cookie(COOKIE_NP, u64::MAX),
+            )
+            .expect("flow stats request"),
+            "OFPST_FLOW request (OF1.5) (xid=0x11): table=15",
+        ),
+        (
+            messages::aggregate_stats_request(
+                18,
+                &FlowFilter::all().matching(Match::new().reg(1, 0x14, None)),
+            )
+            .expect("aggregate request"),
+            "OFPST_AGGREGATE request (OF1.5) (xid=0x12): reg1=0x14",
+        ),
+        (messages::port_desc_request(19), "OFPST_PORT_DESC request (OF1.5) (xid=0x13): port=ANY"),
+        (
+            messages::packet_out(
+                20,
+                &PacketOut {
+                    in_port: 7,
+                    metadata: Match::new().reg(0, 0x2000, Some(0x2000)),
+                    actions: vec![
+                        Action::SetField(SetField::Reg {
+                            idx: 8,
+                            value: 0,
+                            mask: Some(0xffff),
+                        }),
+                        Action::Resubmit {
+                            in_port: None,
+                            table: Some(T_L2_CALC),
+                        },
+                        Action::Output(21),
+                    ],
+                    packet: udp_frame([10, 0, 0, 1], [10, 0, 0, 2], 1, 2, b"x"),
+                },
+            )
+            .expect("packet-out"),
+            "reg0=0x2000/0x2000,in_port=7 actions=set_field:0/0xffff->reg8,resubmit(,8),output:21 data_len=43",
+        ),
+        (messages::get_async_request(21), "OFPT_GET_ASYNC_REQUEST"),
     ];
     for (bytes, want) in cases {
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();

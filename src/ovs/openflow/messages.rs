@@ -1,12 +1,21 @@
 //! OpenFlow 1.5 messages: encoders for everything the agent sends (hello, echo, features,
-//! barrier, flow_mod, bundle control/add, group_mod, meter_mod, Nicira set-controller-id and
-//! set-packet-in-format) and a decoder for every message the agent receives or wants to check
-//! (errors with type/code names and the failed request's header, features reply, bundle
-//! replies, flow/group/meter mods, experimenter messages).
+//! set-config, async config, barrier, flow_mod, bundle control/add, group_mod, meter_mod,
+//! multipart requests for flow/aggregate stats, port, group and meter descriptions,
+//! packet-out, Nicira set-controller-id, set-packet-in-format and resume) and a decoder for
+//! every message the switch sends (errors with type/code names and the failed request, features
+//! reply, bundle replies, multipart replies and their bodies, port status, NXT_PACKET_IN2,
+//! async config reply) plus the agent's own requests (so tests can check what is sent).
+//!
+//! Decoding never panics: malformed input is a [`CodecError`]. A message that is well formed
+//! but uses something the codec does not model (e.g. an unknown action in a flow-stats entry) is
+//! `CodecError::Unsupported`; everything else is malformed.
+
+use std::time::Duration;
 
 use super::actions::{decode_actions, decode_instructions, encode_actions, encode_instructions};
-use super::flow::{Flow, FlowMod, FlowModCommand, Match};
-use super::oxm::{decode_match, encode_match};
+use super::events::{AsyncConfig, AsyncMasks, PacketIn, PacketOut, PortDesc, PortReason, PortStatus};
+use super::flow::{port, AggregateStats, Flow, FlowFilter, FlowMod, FlowModCommand, FlowStats, Match};
+use super::oxm::{decode_match, decode_oxms_lenient, encode_match, encode_oxms};
 use super::wire::{
     begin_msg, end_msg, msg_type, CodecError, Header, Reader, Writer, NX_VENDOR_ID, OFP_HEADER_LEN,
     OFP_VERSION,
@@ -274,8 +283,11 @@ pub fn meter_delete_all(xid: u32) -> Vec<u8> {
 
 /// Multipart types (OFPMP_*).
 pub mod multipart {
+    pub const FLOW: u16 = 1;
+    pub const AGGREGATE: u16 = 2;
     pub const GROUP_DESC: u16 = 7;
     pub const METER_CONFIG: u16 = 10;
+    pub const PORT_DESC: u16 = 13;
     /// OFPMPF_REPLY_MORE / OFPMPF_REQ_MORE.
     pub const MORE: u16 = 1;
 }
@@ -341,6 +353,280 @@ pub fn decode_meter_config_ids(body: &[u8]) -> Result<Vec<u32>, CodecError> {
         ids.push(e.u32()?);
     }
     Ok(ids)
+}
+
+/// OFPT_SET_CONFIG. A management-socket connection gets no asynchronous messages (packet-ins,
+/// port status) until it sets a non-zero `miss_send_len`.
+pub fn set_config(xid: u32, flags: u16, miss_send_len: u16) -> Vec<u8> {
+    let mut body = [0u8; 4];
+    body[..2].copy_from_slice(&flags.to_be_bytes());
+    body[2..].copy_from_slice(&miss_send_len.to_be_bytes());
+    simple(msg_type::SET_CONFIG, xid, &body).unwrap_or_default()
+}
+
+/// OFPCML_NO_BUFFER: send whole packets to the controller.
+pub const MISS_SEND_LEN_NO_BUFFER: u16 = 0xffff;
+
+/// OFPACPT_* property order: (slave, master) pairs for packet-in, port status, flow removed,
+/// role status, table status, request forward.
+fn async_props(c: &AsyncConfig) -> [u32; 12] {
+    let (s, m) = (&c.slave, &c.master);
+    [
+        s.packet_in,
+        m.packet_in,
+        s.port_status,
+        m.port_status,
+        s.flow_removed,
+        m.flow_removed,
+        s.role_status,
+        m.role_status,
+        s.table_status,
+        m.table_status,
+        s.requestforward,
+        m.requestforward,
+    ]
+}
+
+/// OFPT_SET_ASYNC (OpenFlow 1.4+ properties).
+pub fn set_async(xid: u32, c: &AsyncConfig) -> Vec<u8> {
+    let mut w = Writer::with_capacity(8 + 12 * 8);
+    let s = begin_msg(&mut w, msg_type::SET_ASYNC, xid);
+    for (ty, mask) in async_props(c).iter().enumerate() {
+        w.u16(ty as u16);
+        w.u16(8);
+        w.u32(*mask);
+    }
+    finish(w, s).unwrap_or_default()
+}
+
+/// OFPT_GET_ASYNC_REQUEST.
+pub fn get_async_request(xid: u32) -> Vec<u8> {
+    simple(msg_type::GET_ASYNC_REQUEST, xid, &[]).unwrap_or_default()
+}
+
+fn flow_stats_body(f: &FlowFilter) -> Result<Vec<u8>, CodecError> {
+    let mut w = Writer::with_capacity(64);
+    w.u8(f.table);
+    w.zeros(3);
+    w.u32(f.out_port);
+    w.u32(f.out_group);
+    w.zeros(4);
+    w.u64(f.cookie & f.cookie_mask);
+    w.u64(f.cookie_mask);
+    encode_match(&f.matches, &mut w)?;
+    Ok(w.into_vec())
+}
+
+/// Flow statistics request (OFPMP_FLOW): every flow `f` selects, with its match and actions.
+pub fn flow_stats_request(xid: u32, f: &FlowFilter) -> Result<Vec<u8>, CodecError> {
+    multipart_request(xid, multipart::FLOW, &flow_stats_body(f)?)
+}
+
+/// Aggregate statistics request (OFPMP_AGGREGATE) over the flows `f` selects.
+pub fn aggregate_stats_request(xid: u32, f: &FlowFilter) -> Result<Vec<u8>, CodecError> {
+    multipart_request(xid, multipart::AGGREGATE, &flow_stats_body(f)?)
+}
+
+/// Port description request for every port (OpenFlow 1.5 carries a port number).
+pub fn port_desc_request(xid: u32) -> Vec<u8> {
+    let mut body = port::ANY.to_be_bytes().to_vec();
+    body.extend_from_slice(&[0; 4]);
+    multipart_request(xid, multipart::PORT_DESC, &body).unwrap_or_default()
+}
+
+/// OFPT_PACKET_OUT (OpenFlow 1.5: the in_port and other pipeline fields are a match).
+pub fn packet_out(xid: u32, po: &PacketOut) -> Result<Vec<u8>, CodecError> {
+    let mut w = Writer::with_capacity(64 + po.packet.len());
+    let s = begin_msg(&mut w, msg_type::PACKET_OUT, xid);
+    w.u32(NO_BUFFER);
+    let actions_len_at = w.len();
+    w.u16(0);
+    w.zeros(2);
+    let mut m = po.metadata.clone();
+    m.in_port = Some(po.in_port);
+    encode_match(&m, &mut w)?;
+    let a = w.len();
+    encode_actions(&po.actions, &mut w)?;
+    w.patch_len16(actions_len_at, a, "packet-out actions")?;
+    w.bytes(&po.packet);
+    finish(w, s)
+}
+
+/// NXT_PACKET_IN2 property types (NXPINT_*).
+pub mod nxpint {
+    pub const PACKET: u16 = 0;
+    pub const FULL_LEN: u16 = 1;
+    pub const BUFFER_ID: u16 = 2;
+    pub const TABLE_ID: u16 = 3;
+    pub const COOKIE: u16 = 4;
+    pub const REASON: u16 = 5;
+    pub const METADATA: u16 = 6;
+    pub const USERDATA: u16 = 7;
+    pub const CONTINUATION: u16 = 8;
+}
+
+/// Appends a property (type, length, payload, zero padding to 8 bytes).
+fn put_prop(w: &mut Writer, ty: u16, payload: &[u8]) -> Result<(), CodecError> {
+    let start = w.len();
+    w.u16(ty);
+    w.u16(0);
+    w.bytes(payload);
+    w.patch_len16(start + 2, start, "property")?;
+    w.pad8_from(start);
+    Ok(())
+}
+
+/// A 64-bit property value: 4 bytes of padding, then the value.
+fn be64_payload(v: u64) -> [u8; 12] {
+    let mut b = [0u8; 12];
+    b[4..].copy_from_slice(&v.to_be_bytes());
+    b
+}
+
+fn metadata_payload(pi: &PacketIn) -> Result<Vec<u8>, CodecError> {
+    if !pi.metadata_raw.is_empty() {
+        return Ok(pi.metadata_raw.clone());
+    }
+    let mut w = Writer::new();
+    encode_oxms(&pi.metadata, &mut w)?;
+    Ok(w.into_vec())
+}
+
+fn packet_in_props(w: &mut Writer, pi: &PacketIn, resume: bool) -> Result<(), CodecError> {
+    put_prop(w, nxpint::PACKET, &pi.packet)?;
+    if !resume && pi.total_len as usize != pi.packet.len() {
+        put_prop(w, nxpint::FULL_LEN, &pi.total_len.to_be_bytes())?;
+    }
+    if let (false, Some(b)) = (resume, pi.buffer_id) {
+        put_prop(w, nxpint::BUFFER_ID, &b.to_be_bytes())?;
+    }
+    put_prop(w, nxpint::TABLE_ID, &[pi.table_id])?;
+    if pi.cookie != u64::MAX {
+        put_prop(w, nxpint::COOKIE, &be64_payload(pi.cookie))?;
+    }
+    put_prop(w, nxpint::REASON, &[pi.reason])?;
+    put_prop(w, nxpint::METADATA, &metadata_payload(pi)?)?;
+    if !resume && !pi.userdata.is_empty() {
+        put_prop(w, nxpint::USERDATA, &pi.userdata)?;
+    }
+    if let Some(c) = &pi.continuation {
+        put_prop(w, nxpint::CONTINUATION, c)?;
+    }
+    Ok(())
+}
+
+/// NXT_PACKET_IN2 as a switch sends it (used by tests and by fakes of a switch).
+pub fn packet_in2(xid: u32, pi: &PacketIn) -> Result<Vec<u8>, CodecError> {
+    let mut w = Writer::with_capacity(128 + pi.packet.len());
+    let s = begin_msg(&mut w, msg_type::EXPERIMENTER, xid);
+    w.u32(NX_VENDOR_ID);
+    w.u32(nxt::PACKET_IN2);
+    packet_in_props(&mut w, pi, false)?;
+    finish(w, s)
+}
+
+/// NXT_RESUME: continues the pipeline a `controller(pause)` action stopped, with the packet in
+/// `pi.packet` (which the controller may have changed). Needs `pi.continuation`.
+pub fn resume(xid: u32, pi: &PacketIn) -> Result<Vec<u8>, CodecError> {
+    if pi.continuation.is_none() {
+        return Err(CodecError::Invalid(
+            "resume of a packet-in without continuation (the controller action did not pause)".into(),
+        ));
+    }
+    let mut w = Writer::with_capacity(128 + pi.packet.len());
+    let s = begin_msg(&mut w, msg_type::EXPERIMENTER, xid);
+    w.u32(NX_VENDOR_ID);
+    w.u32(nxt::RESUME);
+    packet_in_props(&mut w, pi, true)?;
+    finish(w, s)
+}
+
+fn put_port(w: &mut Writer, p: &PortDesc) -> Result<(), CodecError> {
+    let start = w.len();
+    w.u32(p.port_no);
+    w.u16(0);
+    w.zeros(2);
+    w.bytes(&p.hw_addr);
+    w.zeros(2);
+    let mut name = [0u8; 16];
+    for (d, s) in name.iter_mut().zip(p.name.bytes().take(15)) {
+        *d = s;
+    }
+    w.bytes(&name);
+    w.u32(p.config);
+    w.u32(p.state);
+    // OFPPDPT_ETHERNET.
+    w.u16(0);
+    w.u16(32);
+    w.zeros(4);
+    for v in [
+        p.curr,
+        p.advertised,
+        p.supported,
+        p.peer,
+        p.curr_speed,
+        p.max_speed,
+    ] {
+        w.u32(v);
+    }
+    w.patch_len16(start + 4, start, "port")
+}
+
+/// OFPT_PORT_STATUS as a switch sends it (for tests and fakes).
+pub fn port_status(xid: u32, ps: &PortStatus) -> Result<Vec<u8>, CodecError> {
+    let mut w = Writer::with_capacity(96);
+    let s = begin_msg(&mut w, msg_type::PORT_STATUS, xid);
+    w.u8(match ps.reason {
+        PortReason::Add => 0,
+        PortReason::Delete => 1,
+        PortReason::Modify => 2,
+        PortReason::Other(n) => n,
+    });
+    w.zeros(7);
+    put_port(&mut w, &ps.port)?;
+    finish(w, s)
+}
+
+/// A port-description reply body (for tests and fakes).
+pub fn port_desc_body(ports: &[PortDesc]) -> Result<Vec<u8>, CodecError> {
+    let mut w = Writer::with_capacity(ports.len() * 72);
+    for p in ports {
+        put_port(&mut w, p)?;
+    }
+    Ok(w.into_vec())
+}
+
+/// A flow-stats reply body as OVS writes it (for tests and fakes).
+pub fn flow_stats_body_of(entries: &[FlowStats]) -> Result<Vec<u8>, CodecError> {
+    let mut w = Writer::with_capacity(entries.len() * 160);
+    for e in entries {
+        let start = w.len();
+        let f = &e.flow;
+        w.u16(0);
+        w.zeros(2);
+        w.u8(f.table);
+        w.u8(0);
+        w.u16(f.priority);
+        w.u16(f.idle_timeout);
+        w.u16(f.hard_timeout);
+        w.u16(e.flags);
+        w.u16(e.importance);
+        w.u64(f.cookie);
+        encode_match(&f.matches, &mut w)?;
+        put_oxs(
+            &mut w,
+            &Oxs {
+                duration: Some(e.duration),
+                idle: e.idle_age,
+                packet_count: Some(e.packet_count),
+                byte_count: Some(e.byte_count),
+                ..Oxs::default()
+            },
+        )?;
+        encode_instructions(&f.actions, f.goto_table, &mut w)?;
+        w.patch_len16(start, start, "flow stats entry")?;
+    }
+    Ok(w.into_vec())
 }
 
 fn nx_message(xid: u32, subtype: u32, body: &[u8]) -> Vec<u8> {
@@ -616,6 +902,21 @@ impl ErrorMsg {
     pub fn failed_request(&self) -> Option<Header> {
         Header::parse(&self.data).ok()
     }
+
+    /// The flow the error answers, when the failed request is a flow_mod (alone or inside a
+    /// bundle_add) and OVS sent it back whole.
+    pub fn failed_flow(&self) -> Option<Flow> {
+        let h = Header::parse(&self.data).ok()?;
+        let bytes = self.data.get(..usize::from(h.length))?;
+        match decode_message(bytes).ok()?.1 {
+            Message::FlowMod(fm) => Some(fm.flow),
+            Message::BundleAdd { inner, .. } => match decode_message(&inner).ok()?.1 {
+                Message::FlowMod(fm) => Some(fm.flow),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
 }
 
 /// FEATURES_REPLY contents.
@@ -682,7 +983,25 @@ pub enum Message {
         flags: u16,
         body: Vec<u8>,
     },
-    /// Anything else (packet-in, port-status, ...), undecoded.
+    MultipartRequest {
+        mp_type: u16,
+        flags: u16,
+        body: Vec<u8>,
+    },
+    PortStatus(PortStatus),
+    /// NXT_PACKET_IN2.
+    PacketIn(Box<PacketIn>),
+    /// NXT_RESUME (sent by the agent; decoded for tests).
+    Resume(Box<PacketIn>),
+    PacketOut(Box<PacketOut>),
+    /// OFPT_GET_ASYNC_REPLY or OFPT_SET_ASYNC.
+    Async(AsyncConfig),
+    /// OFPT_GET_CONFIG_REPLY or OFPT_SET_CONFIG.
+    Config {
+        flags: u16,
+        miss_send_len: u16,
+    },
+    /// Anything else (standard packet-in, flow removed, ...), undecoded.
     Other {
         msg_type: u8,
         body: Vec<u8>,
@@ -693,6 +1012,7 @@ impl Message {
     /// Whether the switch may send this unsolicited (packet-in, port status, ...).
     pub fn is_async(&self) -> bool {
         match self {
+            Message::PortStatus(_) | Message::PacketIn(_) => true,
             Message::Other { msg_type, .. } => matches!(
                 *msg_type,
                 msg_type::PACKET_IN
@@ -832,6 +1152,389 @@ fn decode_meter_mod(r: &mut Reader<'_>) -> Result<MeterModMsg, CodecError> {
     })
 }
 
+/// Reads properties (type, length, payload, padding to 8) until `r` is empty.
+fn read_props<'a>(
+    r: &mut Reader<'a>,
+    what: &'static str,
+    mut f: impl FnMut(u16, Reader<'a>) -> Result<(), CodecError>,
+) -> Result<(), CodecError> {
+    while !r.is_empty() {
+        let ty = r.u16()?;
+        let len = usize::from(r.u16()?);
+        if len < 4 {
+            return Err(CodecError::BadLength { what, len });
+        }
+        let body = r.sub(len - 4, what)?;
+        r.skip(super::wire::pad8(len) - len)?;
+        f(ty, body)?;
+    }
+    Ok(())
+}
+
+fn decode_packet_in2(r: &mut Reader<'_>) -> Result<PacketIn, CodecError> {
+    let mut pi = PacketIn {
+        packet: Vec::new(),
+        total_len: 0,
+        buffer_id: None,
+        table_id: 0,
+        cookie: u64::MAX,
+        reason: 0,
+        metadata: Match::new(),
+        other_metadata: Vec::new(),
+        userdata: Vec::new(),
+        continuation: None,
+        metadata_raw: Vec::new(),
+    };
+    let mut have_packet = false;
+    let mut full_len = None;
+    read_props(r, "packet-in property", |ty, mut b| {
+        match ty {
+            nxpint::PACKET => {
+                pi.packet = b.rest().to_vec();
+                have_packet = true;
+            }
+            nxpint::FULL_LEN => full_len = Some(b.u32()?),
+            nxpint::BUFFER_ID => pi.buffer_id = Some(b.u32()?),
+            nxpint::TABLE_ID => pi.table_id = b.u8()?,
+            nxpint::COOKIE => {
+                if b.remaining() != 12 {
+                    return Err(CodecError::BadLength {
+                        what: "packet-in cookie property",
+                        len: b.remaining() + 4,
+                    });
+                }
+                b.skip(4)?;
+                pi.cookie = b.u64()?;
+            }
+            nxpint::REASON => pi.reason = b.u8()?,
+            nxpint::METADATA => {
+                pi.metadata_raw = b.rest().to_vec();
+                let (m, other) = decode_oxms_lenient(&mut b)?;
+                pi.metadata = m;
+                pi.other_metadata = other;
+            }
+            nxpint::USERDATA => pi.userdata = b.rest().to_vec(),
+            nxpint::CONTINUATION => pi.continuation = Some(b.rest().to_vec()),
+            _ => {} // Properties this codec does not know are skipped.
+        }
+        Ok(())
+    })?;
+    if !have_packet {
+        return Err(CodecError::Invalid("NXT_PACKET_IN2 without a packet".into()));
+    }
+    let len = u32::try_from(pi.packet.len()).unwrap_or(u32::MAX);
+    pi.total_len = match full_len {
+        None | Some(0) => len,
+        Some(n) if n < len => {
+            return Err(CodecError::Invalid(format!(
+                "NXT_PACKET_IN2 full_len {n} < packet length {len}"
+            )))
+        }
+        Some(n) => n,
+    };
+    Ok(pi)
+}
+
+/// Decodes one `ofp_port` (OpenFlow 1.4+ layout with properties).
+fn decode_port(r: &mut Reader<'_>) -> Result<PortDesc, CodecError> {
+    let port_no = r.peek_u32(0)?;
+    let len = usize::from(r.peek_u16(4)?);
+    if len < 40 {
+        return Err(CodecError::BadLength { what: "port", len });
+    }
+    let mut p = r.sub(len, "port")?;
+    p.skip(8)?;
+    let hw_addr = p.array::<6>()?;
+    p.skip(2)?;
+    let name_bytes = p.array::<16>()?;
+    let end = name_bytes.iter().position(|b| *b == 0).unwrap_or(16);
+    let mut d = PortDesc {
+        port_no,
+        hw_addr,
+        name: String::from_utf8_lossy(&name_bytes[..end]).into_owned(),
+        config: p.u32()?,
+        state: p.u32()?,
+        ..PortDesc::default()
+    };
+    read_props(&mut p, "port property", |ty, mut b| {
+        if ty == 0 {
+            // OFPPDPT_ETHERNET.
+            b.skip(4)?;
+            d.curr = b.u32()?;
+            d.advertised = b.u32()?;
+            d.supported = b.u32()?;
+            d.peer = b.u32()?;
+            d.curr_speed = b.u32()?;
+            d.max_speed = b.u32()?;
+        }
+        Ok(())
+    })?;
+    Ok(d)
+}
+
+/// The ports of a port-description reply body.
+pub fn decode_port_descs(body: &[u8]) -> Result<Vec<PortDesc>, CodecError> {
+    let mut r = Reader::new(body, "port description");
+    let mut out = Vec::new();
+    while !r.is_empty() {
+        out.push(decode_port(&mut r)?);
+    }
+    Ok(out)
+}
+
+fn decode_port_status(r: &mut Reader<'_>) -> Result<PortStatus, CodecError> {
+    let reason = PortReason::from_u8(r.u8()?);
+    r.skip(7)?;
+    let port = decode_port(r)?;
+    if !r.is_empty() {
+        return Err(CodecError::BadLength {
+            what: "port status",
+            len: r.remaining(),
+        });
+    }
+    Ok(PortStatus { reason, port })
+}
+
+fn decode_async(r: &mut Reader<'_>) -> Result<AsyncConfig, CodecError> {
+    let mut v = [0u32; 12];
+    read_props(r, "async property", |ty, mut b| {
+        if let Some(slot) = v.get_mut(usize::from(ty)) {
+            *slot = b.u32()?;
+        }
+        Ok(())
+    })?;
+    let masks = |o: usize| AsyncMasks {
+        packet_in: v[o],
+        port_status: v[o + 2],
+        flow_removed: v[o + 4],
+        role_status: v[o + 6],
+        table_status: v[o + 8],
+        requestforward: v[o + 10],
+    };
+    Ok(AsyncConfig {
+        slave: masks(0),
+        master: masks(1),
+    })
+}
+
+fn decode_packet_out(r: &mut Reader<'_>) -> Result<PacketOut, CodecError> {
+    let _buffer_id = r.u32()?;
+    let actions_len = usize::from(r.u16()?);
+    r.skip(2)?;
+    let mut m = decode_match(r)?;
+    let in_port = m.in_port.take().unwrap_or(port::CONTROLLER);
+    let mut a = r.sub(actions_len, "packet-out actions")?;
+    let actions = decode_actions(&mut a)?;
+    Ok(PacketOut {
+        in_port,
+        metadata: m,
+        actions,
+        packet: r.rest().to_vec(),
+    })
+}
+
+/// OXS statistics (`ofp_stats`, OpenFlow 1.5), as OVS sends them in flow and aggregate stats.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Oxs {
+    duration: Option<Duration>,
+    idle: Option<Duration>,
+    flow_count: Option<u32>,
+    packet_count: Option<u64>,
+    byte_count: Option<u64>,
+}
+
+/// OXS class of the basic statistics.
+const OFPXSC_OPENFLOW_BASIC: u16 = 0x8002;
+
+fn oxs_time(v: u64) -> Duration {
+    Duration::new(v >> 32, ((v & 0xffff_ffff) as u32).min(999_999_999))
+}
+
+/// Reads an `ofp_stats` (reserved, length, OXS fields, padding to 8).
+fn decode_oxs(r: &mut Reader<'_>) -> Result<Oxs, CodecError> {
+    let _reserved = r.u16()?;
+    let len = usize::from(r.u16()?);
+    if len < 4 {
+        return Err(CodecError::BadLength {
+            what: "ofp_stats",
+            len,
+        });
+    }
+    let mut b = r.sub(len - 4, "ofp_stats")?;
+    r.skip(super::wire::pad8(len) - len)?;
+    let mut st = Oxs::default();
+    while !b.is_empty() {
+        let h = b.u32()?;
+        let class = (h >> 16) as u16;
+        let field = ((h >> 9) & 0x7f) as u8;
+        let mut n = (h & 0xff) as usize;
+        if class == 0xffff {
+            if n < 4 {
+                return Err(CodecError::BadLength {
+                    what: "experimenter OXS field",
+                    len: n,
+                });
+            }
+            b.skip(4)?;
+            n -= 4;
+        }
+        let mut v = b.sub(n, "OXS field")?;
+        let want = match (class, field) {
+            (OFPXSC_OPENFLOW_BASIC, 3) => 4,
+            (OFPXSC_OPENFLOW_BASIC, 0 | 1 | 4 | 5) => 8,
+            _ => continue, // A statistic this codec does not know.
+        };
+        if n != want {
+            return Err(CodecError::BadLength {
+                what: "OXS field",
+                len: n,
+            });
+        }
+        match field {
+            0 => st.duration = Some(oxs_time(v.u64()?)),
+            1 => st.idle = Some(oxs_time(v.u64()?)),
+            3 => st.flow_count = Some(v.u32()?),
+            4 => st.packet_count = Some(v.u64()?),
+            _ => st.byte_count = Some(v.u64()?),
+        }
+    }
+    Ok(st)
+}
+
+fn put_oxs(w: &mut Writer, st: &Oxs) -> Result<(), CodecError> {
+    let start = w.len();
+    w.u16(0);
+    w.u16(0);
+    let field = |w: &mut Writer, f: u32, len: u32| w.u32((0x8002 << 16) | (f << 9) | len);
+    let time = |d: Duration| (d.as_secs().min(u64::from(u32::MAX)) << 32) | u64::from(d.subsec_nanos());
+    if let Some(d) = st.duration {
+        field(w, 0, 8);
+        w.u64(time(d));
+    }
+    if let Some(d) = st.idle {
+        field(w, 1, 8);
+        w.u64(time(d));
+    }
+    if let Some(n) = st.flow_count {
+        field(w, 3, 4);
+        w.u32(n);
+    }
+    if let Some(n) = st.packet_count {
+        field(w, 4, 8);
+        w.u64(n);
+    }
+    if let Some(n) = st.byte_count {
+        field(w, 5, 8);
+        w.u64(n);
+    }
+    w.patch_len16(start + 2, start, "ofp_stats")?;
+    w.pad8_from(start);
+    Ok(())
+}
+
+/// Decodes one flow-stats entry (`ofp_flow_desc`, OpenFlow 1.5: header, match, OXS
+/// statistics, instructions).
+fn decode_flow_stats_entry(r: &mut Reader<'_>) -> Result<FlowStats, CodecError> {
+    let len = usize::from(r.peek_u16(0)?);
+    if len < 32 {
+        return Err(CodecError::BadLength {
+            what: "flow stats entry",
+            len,
+        });
+    }
+    let mut e = r.sub(len, "flow stats entry")?;
+    e.skip(4)?;
+    let table = e.u8()?;
+    e.skip(1)?;
+    let priority = e.u16()?;
+    let idle_timeout = e.u16()?;
+    let hard_timeout = e.u16()?;
+    let flags = e.u16()?;
+    let importance = e.u16()?;
+    let cookie = e.u64()?;
+    let matches = decode_match(&mut e)?;
+    let st = decode_oxs(&mut e)?;
+    let (actions, goto_table) = decode_instructions(&mut e)?;
+    Ok(FlowStats {
+        flow: Flow {
+            table,
+            priority,
+            matches,
+            cookie,
+            idle_timeout,
+            hard_timeout,
+            actions,
+            goto_table,
+        },
+        packet_count: st.packet_count.unwrap_or(0),
+        byte_count: st.byte_count.unwrap_or(0),
+        duration: st.duration.unwrap_or_default(),
+        idle_age: st.idle,
+        flags,
+        importance,
+    })
+}
+
+/// The entries of one flow-stats reply body. An entry the codec cannot model is
+/// `CodecError::Unsupported` (naming the entry); broken framing is malformed.
+pub fn decode_flow_stats(body: &[u8]) -> Result<Vec<FlowStats>, CodecError> {
+    let mut r = Reader::new(body, "flow stats");
+    let mut out = Vec::new();
+    while !r.is_empty() {
+        let at = body.len() - r.remaining();
+        match decode_flow_stats_entry(&mut r) {
+            Ok(e) => out.push(e),
+            Err(CodecError::Unsupported(what)) => {
+                let len = usize::from(Reader::new(&body[at..], "entry").peek_u16(0).unwrap_or(0));
+                let entry = body.get(at..at + len).unwrap_or(&body[at..]);
+                return Err(CodecError::Unsupported(format!(
+                    "{what} in flow stats entry #{} ({})",
+                    out.len() + 1,
+                    bytes_summary(entry)
+                )));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// An aggregate-stats reply body (OpenFlow 1.5: OXS statistics).
+pub fn decode_aggregate(body: &[u8]) -> Result<AggregateStats, CodecError> {
+    let mut r = Reader::new(body, "aggregate stats");
+    let st = decode_oxs(&mut r)?;
+    Ok(AggregateStats {
+        packet_count: st.packet_count.unwrap_or(0),
+        byte_count: st.byte_count.unwrap_or(0),
+        flow_count: st.flow_count.unwrap_or(0),
+    })
+}
+
+/// An aggregate-stats reply body as OVS writes it (for tests and fakes).
+pub fn aggregate_body_of(a: &AggregateStats) -> Result<Vec<u8>, CodecError> {
+    let mut w = Writer::with_capacity(40);
+    put_oxs(
+        &mut w,
+        &Oxs {
+            flow_count: Some(a.flow_count),
+            packet_count: Some(a.packet_count),
+            byte_count: Some(a.byte_count),
+            ..Oxs::default()
+        },
+    )?;
+    Ok(w.into_vec())
+}
+
+/// A short description of some bytes for logs: length and the first 32 bytes in hex.
+pub fn bytes_summary(b: &[u8]) -> String {
+    let head: String = b.iter().take(32).map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{} bytes: {head}{}",
+        b.len(),
+        if b.len() > 32 { "..." } else { "" }
+    )
+}
+
 /// Decodes one complete message (`b` holds exactly the bytes its header's length says).
 pub fn decode_message(b: &[u8]) -> Result<(Header, Message), CodecError> {
     let h = Header::parse(b)?;
@@ -917,22 +1620,34 @@ pub fn decode_message(b: &[u8]) -> Result<(Header, Message), CodecError> {
         msg_type::EXPERIMENTER => {
             let experimenter = r.u32()?;
             let exp_type = r.u32()?;
-            Message::Experimenter {
-                experimenter,
-                exp_type,
-                data: r.rest().to_vec(),
+            match (experimenter, exp_type) {
+                (NX_VENDOR_ID, nxt::PACKET_IN2) => Message::PacketIn(Box::new(decode_packet_in2(&mut r)?)),
+                (NX_VENDOR_ID, nxt::RESUME) => Message::Resume(Box::new(decode_packet_in2(&mut r)?)),
+                _ => Message::Experimenter {
+                    experimenter,
+                    exp_type,
+                    data: r.rest().to_vec(),
+                },
             }
         }
-        msg_type::MULTIPART_REPLY => {
+        msg_type::MULTIPART_REPLY | msg_type::MULTIPART_REQUEST => {
             let mp_type = r.u16()?;
             let flags = r.u16()?;
             r.skip(4)?;
-            Message::MultipartReply {
-                mp_type,
-                flags,
-                body: r.rest().to_vec(),
+            let body = r.rest().to_vec();
+            if h.msg_type == msg_type::MULTIPART_REPLY {
+                Message::MultipartReply { mp_type, flags, body }
+            } else {
+                Message::MultipartRequest { mp_type, flags, body }
             }
         }
+        msg_type::PORT_STATUS => Message::PortStatus(decode_port_status(&mut r)?),
+        msg_type::PACKET_OUT => Message::PacketOut(Box::new(decode_packet_out(&mut r)?)),
+        msg_type::GET_ASYNC_REPLY | msg_type::SET_ASYNC => Message::Async(decode_async(&mut r)?),
+        msg_type::GET_CONFIG_REPLY | msg_type::SET_CONFIG => Message::Config {
+            flags: r.u16()?,
+            miss_send_len: r.u16()?,
+        },
         t => Message::Other {
             msg_type: t,
             body: r.rest().to_vec(),
@@ -1101,6 +1816,93 @@ mod tests {
         };
         assert_eq!(e.name(), "OFPBFC_MSG_FAILED");
         assert_eq!(e.failed_request(), None);
+    }
+
+    #[test]
+    fn errors_name_the_flow_they_answer() {
+        let fm = FlowMod::add(sample_flow());
+        let error = |request: Vec<u8>| {
+            let mut w = Writer::new();
+            let s = begin_msg(&mut w, msg_type::ERROR, 9);
+            w.u16(2);
+            w.u16(9);
+            w.bytes(&request);
+            end_msg(&mut w, s).unwrap();
+            match decode_message(&w.buf).unwrap().1 {
+                Message::Error(e) => e,
+                m => panic!("{m:?}"),
+            }
+        };
+        let e = error(flow_mod(9, &fm).unwrap());
+        assert_eq!(e.failed_flow(), Some(fm.flow.clone()));
+        let mut w = Writer::new();
+        write_bundle_add_flow_mod(&mut w, 9, 1, bundle_flags::ATOMIC, &fm).unwrap();
+        let e = error(w.into_vec());
+        assert_eq!(
+            e.failed_request().map(|h| h.msg_type),
+            Some(msg_type::BUNDLE_ADD_MESSAGE)
+        );
+        assert_eq!(e.failed_flow(), Some(fm.flow));
+        // Only the start of a request (or something else entirely): no flow.
+        assert_eq!(error(barrier_request(3)).failed_flow(), None);
+        assert_eq!(error(vec![6, 14, 0]).failed_flow(), None);
+    }
+
+    #[test]
+    fn config_async_and_stats_requests() {
+        let (_, m) = decode_message(&set_config(1, 0, MISS_SEND_LEN_NO_BUFFER)).unwrap();
+        assert_eq!(
+            m,
+            Message::Config {
+                flags: 0,
+                miss_send_len: 0xffff
+            }
+        );
+        let cfg = AsyncConfig::agent();
+        let (_, m) = decode_message(&set_async(2, &cfg)).unwrap();
+        assert_eq!(m, Message::Async(cfg));
+        let filter = FlowFilter::table(15)
+            .cookie(0x1020000000000, u64::MAX)
+            .matching(Match::new().reg(1, 0x14, None));
+        let (h, m) = decode_message(&flow_stats_request(3, &filter).unwrap()).unwrap();
+        assert_eq!(h.msg_type, msg_type::MULTIPART_REQUEST);
+        let Message::MultipartRequest {
+            mp_type: multipart::FLOW,
+            body,
+            ..
+        } = m
+        else {
+            panic!("{m:?}")
+        };
+        let mut r = Reader::new(&body, "t");
+        assert_eq!(r.u8().unwrap(), 15);
+        r.skip(3 + 4 + 4 + 4).unwrap();
+        assert_eq!(r.u64().unwrap(), 0x1020000000000);
+        assert_eq!(r.u64().unwrap(), u64::MAX);
+        assert_eq!(decode_match(&mut r).unwrap(), filter.matches);
+        let agg = AggregateStats {
+            packet_count: 5,
+            byte_count: 600,
+            flow_count: 7,
+        };
+        assert_eq!(decode_aggregate(&aggregate_body_of(&agg).unwrap()).unwrap(), agg);
+        assert!(resume(
+            1,
+            &PacketIn {
+                packet: vec![1],
+                total_len: 1,
+                buffer_id: None,
+                table_id: 0,
+                cookie: 0,
+                reason: 0,
+                metadata: Match::new(),
+                other_metadata: vec![],
+                userdata: vec![],
+                continuation: None,
+                metadata_raw: vec![],
+            }
+        )
+        .is_err());
     }
 
     #[test]

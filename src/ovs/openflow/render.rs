@@ -2,42 +2,56 @@
 //! `ovs-ofctl -O OpenFlow15 dump-flows --names --no-stats BR` (one line, leading space trimmed)
 //! and `ovs-ofctl -O OpenFlow15 dump-groups --names BR`.
 //!
-//! The rules, as verified against a live ovs-vswitchd 3.1:
+//! The rules, as verified against a live ovs-vswitchd 3.1 (the lab tests compare every
+//! rendered flow of `golden.rs` with the switch's own dump):
 //! * line: `cookie=0x<hex>, ` (only if non-zero), `table=<T>, ` (only if the table is not 0 or
 //!   has a name), `idle_timeout=<n>, ` / `hard_timeout=<n>, ` (only if non-zero), then the
 //!   match, a space, `actions=...`. The match starts with `priority=<n>,` unless the priority
 //!   is the default 32768; with an empty match and default priority the line has no match part.
 //! * match field order: pkt_mark, conj_id, ct_state, ct_zone, ct_mark, ct_label, protocol
-//!   shorthand (`ip`, `tcp6`, ...), reg0..reg15, in_port, dl_src, dl_dst, dl_type (only if
-//!   no shorthand; OVS 3.1 has no `igmp` shorthand: `ip,nw_proto=2`), nw_src/nw_dst or ipv6_src/ipv6_dst, nw_proto (only if no shorthand),
-//!   icmp_type/icmp_code or tp_src/tp_dst.
-//! * 32-bit fields (regs, pkt_mark, ct_mark): C `%#x`, so zero is `0`, not `0x0`; the mask
-//!   `/%#x` is omitted when all ones. 16-bit ports/ct_zone: decimal when exact, otherwise
-//!   `0x%x/0x%x` (zero is `0x0`). ct_label: `0x` + hex without leading zeros (zero is `0`).
-//!   Masked values are printed ANDed with their mask. All-zero masks and /0 prefixes vanish.
-//! * ct_state: `+flag`/`-flag` per mask bit, lowest bit first (`-new+est`, `+new+trk`); with
-//!   all 8 bits in the mask, the set flags joined by `|` (`new|trk`), or `0`.
+//!   shorthand (`ip`, `tcp6`, `arp`, ...), reg0..reg15 (xreg/xxreg matches print as the
+//!   registers they cover), metadata, in_port, dl_vlan/dl_vlan_pcp or vlan_tci, dl_src,
+//!   dl_dst, dl_type (only if no shorthand; OVS 3.1 has no `igmp` shorthand: `ip,nw_proto=2`),
+//!   nw_src/nw_dst or ipv6_src/ipv6_dst or arp_spa/arp_tpa, nw_proto (only if no shorthand)
+//!   or arp_op, arp_sha/arp_tha, icmp_type/icmp_code (+ nd_target, nd_sll, nd_tll for icmp6)
+//!   or tp_src/tp_dst, tcp_flags.
+//! * 32-bit fields (regs, pkt_mark, ct_mark) and metadata: C `%#x`, so zero is `0`, not `0x0`;
+//!   the mask `/%#x` is omitted when all ones. 16-bit ports/ct_zone: decimal when exact,
+//!   otherwise `0x%x/0x%x` (zero is `0x0`). ct_label: `0x` + hex without leading zeros (zero
+//!   is `0`). Masked values are printed ANDed with their mask. All-zero masks and /0 prefixes
+//!   vanish.
+//! * ct_state and tcp_flags: `+flag`/`-flag` per mask bit, lowest bit first (`-new+est`,
+//!   `+syn-ack`); with every bit in the mask, the set flags joined by `|` (`new|trk`,
+//!   `syn|ack`), or `0`.
+//! * VLAN: `dl_vlan=<vid>` / `dl_vlan_pcp=<pcp>` when the match is "VLAN present with exactly
+//!   this VID and/or PCP", otherwise `vlan_tci=0x%04x[/0x%04x]` (no VLAN: `0x0000/0x1fff`).
 //! * names: a port or table name is printed instead of its number; it is quoted JSON-style
 //!   (`"eth0~"`, `"x,y"`, `"25"`) unless it starts with an ASCII letter and continues with
 //!   ASCII letters/digits only. Names used by two numbers are not used. Reserved ports print
 //!   as `IN_PORT`, `TABLE`, `NORMAL`, `FLOOD`, `ALL`, `CONTROLLER`, `LOCAL`, `ANY`.
 //! * actions: `output:<port>` (reserved ports print bare: `LOCAL`, `IN_PORT`,
-//!   `CONTROLLER:65535`), `output:NXM_NX_REG1[]`, `set_field:<v>[/<m>]-><field>`,
-//!   `ct(commit,table=T,zone=Z|zone=NXM_NX_REG0[0..15],exec(...))` (zone 0 omitted),
-//!   `ct_clear`, `conjunction(id,k/n)`, `controller(reason=..,max_len=..,id=..,userdata=..,
-//!   pause,meter_id=..)` with defaults omitted (reason=action, max_len=65535, id=0) or
-//!   `CONTROLLER:<max_len>` when all are default, `meter:N`, `group:N`,
-//!   `resubmit(<port>,<table>)` / `resubmit:<port>` when only a port is given,
-//!   `move:NXM_NX_REG0[0..3]->NXM_NX_REG1[4..7]`, `note:<hex bytes, zero-padded>`,
-//!   `goto_table:T`; no instruction at all prints `drop`.
+//!   `CONTROLLER:65535`), `output:NXM_NX_REG1[]`, `set_field:<v>[/<m>]-><field>` (field
+//!   names `reg<N>`, `ct_mark`, `ct_label`, `pkt_mark`, `metadata`, `eth_src`, `ip_src`,
+//!   `ipv6_dst`, `tcp_dst`, ...), `ct(commit,table=T,zone=Z|zone=NXM_NX_REG0[0..15],nat(...),
+//!   exec(...))` (zone 0 omitted; a leading nat printed before exec), `nat`,
+//!   `nat(src|dst[=A[-B][:P[-Q]]][,persistent][,hash][,random])` (IPv6 addresses in brackets
+//!   when a port follows), `ct_clear`, `conjunction(id,k/n)`, `controller(reason=..,
+//!   max_len=..,id=..,userdata=..,pause,meter_id=..)` with defaults omitted (reason=action,
+//!   max_len=65535, id=0) or `CONTROLLER:<max_len>` when all are default, `meter:N`,
+//!   `group:N`, `resubmit(<port>,<table>)` / `resubmit:<port>` when only a port is given /
+//!   `resubmit(<port>,<table>,ct)`, `move:NXM_NX_REG0[0..3]->NXM_NX_REG1[4..7]`,
+//!   `note:<hex bytes, zero-padded>`, `goto_table:T`; no instruction at all prints `drop`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::net::Ipv6Addr;
+use std::net::{IpAddr, Ipv6Addr};
+
+use ipnet::{Ipv4Net, Ipv6Net};
 
 use super::actions::{port_to_16, OFPR_ACTION};
 use super::flow::{
-    eth_type, ip_proto, port, Action, ControllerAction, CtAction, CtZone, Flow, Match, RegRange, SetField,
+    eth_type, ip_proto, port, tcp_flags, vlan, Action, ControllerAction, CtAction, CtZone, Flow, Masked,
+    Match, NatAction, NatKind, RegRange, SetField,
 };
 use super::oxm::{normalize_match, Field};
 use super::wire::{hex_dotted, pad8};
@@ -166,6 +180,15 @@ fn hash_x32(v: u32) -> String {
     }
 }
 
+/// C's `%#"PRIx64`: `0` for zero, else `0x..`.
+fn hash_x64(v: u64) -> String {
+    if v == 0 {
+        "0".to_string()
+    } else {
+        format!("{v:#x}")
+    }
+}
+
 /// OVS's `ds_put_hex`: `0x` + hex without leading zeros, `0` for zero.
 fn put_hex(v: u128) -> String {
     if v == 0 {
@@ -209,6 +232,88 @@ fn u16_masked(out: &mut String, name: &str, value: u16, mask: Option<u16>) {
             let _ = write!(out, "{name}={value:#x}/{m:#x},");
         }
     }
+}
+
+fn eth_masked(out: &mut String, name: &str, e: Option<Masked<[u8; 6]>>) {
+    if let Some(e) = e {
+        let _ = write!(out, "{name}={}", mac(&e.value));
+        if let Some(k) = e.mask {
+            let _ = write!(out, "/{}", mac(&k));
+        }
+        out.push(',');
+    }
+}
+
+fn v4_net(out: &mut String, name: &str, n: Option<Ipv4Net>) {
+    if let Some(n) = n {
+        let _ = write!(out, "{name}={}", n.addr());
+        if n.prefix_len() < 32 {
+            let _ = write!(out, "/{}", n.prefix_len());
+        }
+        out.push(',');
+    }
+}
+
+fn v6_net(out: &mut String, name: &str, n: Option<Ipv6Net>) {
+    if let Some(n) = n {
+        let _ = write!(out, "{name}={}", ipv6_text(&n.addr()));
+        if n.prefix_len() < 128 {
+            let _ = write!(out, "/{}", n.prefix_len());
+        }
+        out.push(',');
+    }
+}
+
+/// The VLAN part of a match, as OVS's `match_format` prints a TCI match.
+fn vlan_text(out: &mut String, value: u16, mask: u16) {
+    let vid_mask = mask & vlan::VID_MASK;
+    let pcp_mask = mask & vlan::PCP_MASK;
+    let cfi = mask & vlan::PRESENT;
+    if cfi != 0
+        && value & vlan::PRESENT != 0
+        && (vid_mask == 0 || vid_mask == vlan::VID_MASK)
+        && (pcp_mask == 0 || pcp_mask == vlan::PCP_MASK)
+        && (vid_mask != 0 || pcp_mask != 0)
+    {
+        if vid_mask != 0 {
+            let _ = write!(out, "dl_vlan={},", value & vlan::VID_MASK);
+        }
+        if pcp_mask != 0 {
+            let _ = write!(out, "dl_vlan_pcp={},", value >> 13);
+        }
+    } else if mask == u16::MAX {
+        let _ = write!(out, "vlan_tci={value:#06x},");
+    } else {
+        let _ = write!(out, "vlan_tci={value:#06x}/{mask:#06x},");
+    }
+}
+
+const TCP_FLAG_NAMES: [&str; 12] = [
+    "fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr", "ns", "[200]", "[400]", "[800]",
+];
+
+/// TCP flags as OVS's `format_flags_masked` prints them.
+fn tcp_flags_text(value: u16, mask: u16) -> String {
+    let mask = mask & tcp_flags::ALL;
+    let value = value & mask;
+    if mask == tcp_flags::ALL {
+        if value == 0 {
+            return "0".to_string();
+        }
+        return (0..12)
+            .filter(|b| value & (1 << b) != 0)
+            .map(|b| TCP_FLAG_NAMES[b])
+            .collect::<Vec<_>>()
+            .join("|");
+    }
+    let mut s = String::new();
+    for (b, name) in TCP_FLAG_NAMES.iter().enumerate() {
+        if mask & (1 << b) != 0 {
+            s.push(if value & (1 << b) != 0 { '+' } else { '-' });
+            s.push_str(name);
+        }
+    }
+    s
 }
 
 const CT_STATE_NAMES: [&str; 8] = ["new", "est", "rel", "rpl", "inv", "trk", "snat", "dnat"];
@@ -302,49 +407,45 @@ fn render_match_into(out: &mut String, m: &Match, priority: u16, names: &Names) 
     for (idx, r) in &m.regs {
         u32_masked(out, &format!("reg{idx}"), r.value, r.mask);
     }
+    if let Some(v) = m.metadata {
+        let _ = write!(out, "metadata={}", hash_x64(v.value));
+        if let Some(k) = v.mask {
+            let _ = write!(out, "/{}", hash_x64(k));
+        }
+        out.push(',');
+    }
     if let Some(p) = m.in_port {
         let _ = write!(out, "in_port={},", names.port(p));
     }
-    for (name, e) in [("dl_src", m.eth_src), ("dl_dst", m.eth_dst)] {
-        if let Some(e) = e {
-            let _ = write!(out, "{name}={}", mac(&e.value));
-            if let Some(k) = e.mask {
-                let _ = write!(out, "/{}", mac(&k));
-            }
-            out.push(',');
-        }
+    if let Some(t) = m.vlan_tci {
+        vlan_text(out, t.value, t.mask.unwrap_or(u16::MAX));
     }
+    eth_masked(out, "dl_src", m.eth_src);
+    eth_masked(out, "dl_dst", m.eth_dst);
     if let (false, Some(t)) = (skip_type, m.eth_type) {
         let _ = write!(out, "dl_type={t:#06x},");
     }
+    let arp = matches!(m.eth_type, Some(eth_type::ARP | 0x8035));
     if m.eth_type == Some(eth_type::IPV6) {
-        for (name, n) in [("ipv6_src", m.ipv6_src), ("ipv6_dst", m.ipv6_dst)] {
-            if let Some(n) = n {
-                let _ = write!(out, "{name}={}", ipv6_text(&n.addr()));
-                if n.prefix_len() < 128 {
-                    let _ = write!(out, "/{}", n.prefix_len());
-                }
-                out.push(',');
-            }
-        }
+        v6_net(out, "ipv6_src", m.ipv6_src);
+        v6_net(out, "ipv6_dst", m.ipv6_dst);
+    } else if arp {
+        v4_net(out, "arp_spa", m.arp_spa);
+        v4_net(out, "arp_tpa", m.arp_tpa);
     } else {
-        for (name, n) in [("nw_src", m.ipv4_src), ("nw_dst", m.ipv4_dst)] {
-            if let Some(n) = n {
-                let _ = write!(out, "{name}={}", n.addr());
-                if n.prefix_len() < 32 {
-                    let _ = write!(out, "/{}", n.prefix_len());
-                }
-                out.push(',');
-            }
-        }
+        v4_net(out, "nw_src", m.ipv4_src);
+        v4_net(out, "nw_dst", m.ipv4_dst);
     }
-    if let (false, Some(p)) = (skip_proto, m.ip_proto) {
-        let name = if m.eth_type == Some(eth_type::ARP) {
-            "arp_op"
-        } else {
-            "nw_proto"
-        };
-        let _ = write!(out, "{name}={p},");
+    if arp {
+        if let Some(op) = m.arp_op {
+            let _ = write!(out, "arp_op={op},");
+        }
+    } else if let (false, Some(p)) = (skip_proto, m.ip_proto) {
+        let _ = write!(out, "nw_proto={p},");
+    }
+    if arp {
+        eth_masked(out, "arp_sha", m.arp_sha);
+        eth_masked(out, "arp_tha", m.arp_tha);
     }
     let icmp = matches!(
         (m.eth_type, m.ip_proto),
@@ -357,6 +458,11 @@ fn render_match_into(out: &mut String, m: &Match, priority: u16, names: &Names) 
         if let Some(v) = m.icmp_code {
             let _ = write!(out, "icmp_code={v},");
         }
+        if m.eth_type == Some(eth_type::IPV6) {
+            v6_net(out, "nd_target", m.nd_target);
+            eth_masked(out, "nd_sll", m.nd_sll);
+            eth_masked(out, "nd_tll", m.nd_tll);
+        }
     } else {
         if let Some(p) = m.tp_src {
             u16_masked(out, "tp_src", p.value, p.mask);
@@ -364,6 +470,13 @@ fn render_match_into(out: &mut String, m: &Match, priority: u16, names: &Names) 
         if let Some(p) = m.tp_dst {
             u16_masked(out, "tp_dst", p.value, p.mask);
         }
+    }
+    if let Some(f) = m.tcp_flags.filter(|_| m.ip_proto == Some(ip_proto::TCP)) {
+        let _ = write!(
+            out,
+            "tcp_flags={},",
+            tcp_flags_text(f.value, f.mask.unwrap_or(tcp_flags::ALL))
+        );
     }
     if out.len() > start && out.ends_with(',') {
         out.pop();
@@ -409,9 +522,79 @@ fn set_field_text(sf: &SetField) -> String {
             None | Some(u128::MAX) => format!("set_field:{}->ct_label", put_hex(*value)),
             Some(m) => format!("set_field:{}/{}->ct_label", put_hex(value & m), put_hex(*m)),
         },
+        SetField::Metadata { value, mask } => match mask {
+            None | Some(u64::MAX) => format!("set_field:{}->metadata", hash_x64(*value)),
+            Some(m) => format!("set_field:{}/{}->metadata", hash_x64(value & m), hash_x64(*m)),
+        },
         SetField::EthSrc(m) => format!("set_field:{}->eth_src", mac(m)),
         SetField::EthDst(m) => format!("set_field:{}->eth_dst", mac(m)),
+        SetField::Ipv4Src(a) => format!("set_field:{a}->ip_src"),
+        SetField::Ipv4Dst(a) => format!("set_field:{a}->ip_dst"),
+        SetField::Ipv6Src(a) => format!("set_field:{}->ipv6_src", ipv6_text(a)),
+        SetField::Ipv6Dst(a) => format!("set_field:{}->ipv6_dst", ipv6_text(a)),
+        SetField::TcpSrc(p) => format!("set_field:{p}->tcp_src"),
+        SetField::TcpDst(p) => format!("set_field:{p}->tcp_dst"),
+        SetField::UdpSrc(p) => format!("set_field:{p}->udp_src"),
+        SetField::UdpDst(p) => format!("set_field:{p}->udp_dst"),
     }
+}
+
+/// `nat(...)` as OVS's `format_NAT` prints it.
+fn nat_text(n: &NatAction) -> String {
+    let mut s = String::from("nat");
+    let Some(kind) = n.kind else { return s };
+    s.push('(');
+    s.push_str(match kind {
+        NatKind::Src => "src",
+        NatKind::Dst => "dst",
+    });
+    let port_min = n.ports.map(|p| p.0).unwrap_or(0);
+    if let Some((min, max)) = n.addrs {
+        s.push('=');
+        match (min, max) {
+            (IpAddr::V6(min6), max) => {
+                let br = |a: &Ipv6Addr| {
+                    if port_min != 0 {
+                        format!("[{}]", ipv6_text(a))
+                    } else {
+                        ipv6_text(a)
+                    }
+                };
+                s.push_str(&br(&min6));
+                if let IpAddr::V6(max6) = max {
+                    if !max6.is_unspecified() && max6 != min6 {
+                        s.push('-');
+                        s.push_str(&br(&max6));
+                    }
+                }
+            }
+            (min, max) => {
+                s.push_str(&min.to_string());
+                if !max.is_unspecified() && max != min {
+                    let _ = write!(s, "-{max}");
+                }
+            }
+        }
+        if let Some((pmin, pmax)) = n.ports.filter(|p| p.0 != 0) {
+            let _ = write!(s, ":{pmin}");
+            if pmax != 0 && pmax != pmin {
+                let _ = write!(s, "-{pmax}");
+            }
+        }
+    }
+    s.push(',');
+    if n.persistent {
+        s.push_str("persistent,");
+    }
+    if n.hash {
+        s.push_str("hash,");
+    }
+    if n.random {
+        s.push_str("random,");
+    }
+    s.pop();
+    s.push(')');
+    s
 }
 
 fn reason_text(r: u8) -> String {
@@ -468,8 +651,13 @@ fn ct_text(ct: &CtAction, names: &Names) -> String {
         CtZone::Immediate(z) => parts.push(format!("zone={z}")),
         CtZone::Field(r) => parts.push(format!("zone={}", subfield(&r))),
     }
-    if !ct.exec.is_empty() {
-        parts.push(format!("exec({})", actions_text(&ct.exec, names)));
+    let mut exec = &ct.exec[..];
+    if let Some((Action::Nat(n), rest)) = exec.split_first() {
+        parts.push(nat_text(n));
+        exec = rest;
+    }
+    if !exec.is_empty() {
+        parts.push(format!("exec({})", actions_text(exec, names)));
     }
     format!("ct({})", parts.join(","))
 }
@@ -509,6 +697,15 @@ fn action_text(a: &Action, names: &Names) -> String {
                 ),
             }
         }
+        Action::ResubmitCt { in_port, table } => {
+            let in_port = in_port.filter(|p| *p != port::IN_PORT);
+            format!(
+                "resubmit({},{},ct)",
+                in_port.map(|p| names.port(p)).unwrap_or_default(),
+                table.map(|t| names.table(t)).unwrap_or_default()
+            )
+        }
+        Action::Nat(n) => nat_text(n),
         Action::Move { src, dst } => format!("move:{}->{}", subfield(src), subfield(dst)),
         Action::Note(b) => {
             let mut bytes = b.clone();

@@ -184,6 +184,18 @@ impl<'a> Reader<'a> {
         Ok(u128::from_be_bytes(self.array()?))
     }
 
+    /// Peeks at a big-endian u32 `off` bytes ahead without consuming.
+    pub fn peek_u32(&self, off: usize) -> Result<u32, CodecError> {
+        match self.buf.get(off..off + 4) {
+            Some(b) => Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
+            None => Err(CodecError::Truncated {
+                what: self.what,
+                need: off + 4,
+                have: self.buf.len(),
+            }),
+        }
+    }
+
     /// Peeks at a big-endian u16 `off` bytes ahead without consuming.
     pub fn peek_u16(&self, off: usize) -> Result<u16, CodecError> {
         match self.buf.get(off..off + 2) {

@@ -1,0 +1,769 @@
+//! The rule → flow compiler: turns the whole set of resolved rules ([`CompiledRuleInput`]) into
+//! Antrea's NetworkPolicy flows in one pass (pipeline reference §8.4-8.7, §9, §11), and owns the
+//! state that must survive between compilations so flows stay put: the OpenFlow priority
+//! assigners ([`TablePriorities`]) and the conjunction ids.
+//!
+//! Two layers:
+//! * [`build_flows`] is the conjunction engine, a pure function of rules that already have a
+//!   conjunction id, a table and an OpenFlow priority ([`ResolvedRule`]): clause match flows
+//!   (shared between rules with the same table, priority and match, carrying one
+//!   `conjunction(...)` action per rule), one action flow per rule (per IP family for Allow) and
+//!   the metric flows.
+//! * [`Compiler`] assigns tables, priorities and conjunction ids, then calls `build_flows`.
+//!   [`compile`] is a fresh `Compiler` (what the Go agent does at start-up).
+//!
+//! **Conjunction ids** start at 2 (1 is the DNS interception conjunction) and are kept per
+//! [`RuleId`] for as long as the rule exists, so a rule's flows do not change when other rules
+//! come and go. A fresh compiler hands them out in `RuleId` order, so the same rule set always
+//! gets the same ids (and the same flows, which then replace the previous round's flows in place
+//! after a restart). New rules take the lowest free id. The id of a removed rule is held back
+//! (its metadata stays queryable for late packet-ins and statistics, as upstream's 5 s "async
+//! rule cache") until [`Compiler::reclaim_released_ids`]; a rule that comes back before then gets
+//! its old id again. Upstream allocates ids in event order and does not persist them, so ids
+//! are not comparable with a Go agent's.
+//!
+//! **Cookies** are upstream's: `round << 48 | NetworkPolicy << 40` with object id 0 for every
+//! flow (G19). Stats collection filters on that exact cookie, so no per-rule object id is used.
+//!
+//! **Priorities** follow upstream's assigner ([`crate::policy::priority`]): the first
+//! compilation registers every rule's priority in one batch per table (`BatchReconcile`); later
+//! ones register a new policy's whole zone (rule priorities `0..=max_rule_priority`) at once, one
+//! rule at a time in `RuleId` order, moving existing priorities only when a gap is too small.
+//! A priority is released when the rules using it are gone.
+//!
+//! Departures from upstream (all documented where they happen):
+//! * IPv6 is policed: every IP-family-specific flow has an IPv6 twin (`ipv6`, `tcp6`, `icmp6`,
+//!   zone 65510), as upstream's generic code produces when IPv6 is enabled (§11).
+//!   [`CompileOptions::upstream`] turns this off.
+//! * Peers of a disabled family are skipped (upstream skips only ipBlocks; member IPs of a
+//!   disabled family produce inert flows there).
+//! * A `Pass` rule in a baseline table continues to the metric table: upstream's
+//!   `goto_table:<K8s rule table>` would point backwards, which OVS refuses (Antrea's
+//!   validation does not allow Pass in the baseline tier).
+//! * Port ranges starting at 0 are matched (upstream's bit-range helper refuses them and the
+//!   service matches nothing); a source-port range yields one flow per range with only that
+//!   range (upstream's slice aliasing gives the same flows under different cache keys, §8.7).
+//! * Priorities no longer used by any rule of their policy zone are released even if no flow
+//!   ever used them (upstream leaks priorities registered for rules not applied to the Node).
+//! * K8s NetworkPolicy rules are not compiled (they never reach a VM); they are reported in
+//!   [`CompileOutput::skipped`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use ipnet::IpNet;
+
+use crate::ovs::openflow::{
+    ct_state, eth_type, ip_proto, Action, CtAction, CtStateMatch, CtZone, Flow, FlowKey,
+    Masked, Match, SetField,
+};
+use crate::ovs::openflow::oxm::normalize_match;
+use crate::policy::flowset::{flow_set, FlowSet};
+use crate::policy::pipeline::{self, cookie, table, CookieCategory, Family, CT_ZONE_V4, CT_ZONE_V6};
+use crate::policy::priority::{Priority, PriorityError, TablePriorities};
+use crate::policy::rule::{
+    is_egress_table, rule_table, CompiledRuleInput, Direction, Peer, PolicyRef, Protocol, RuleAction,
+    RuleId, Service,
+};
+
+/// The first conjunction id rules get (1 is DNS interception).
+pub const FIRST_CONJ_ID: u32 = 2;
+/// OpenFlow priority of the metric flows.
+pub const METRIC_PRIORITY: u16 = pipeline::priority::NORMAL;
+
+/// APDenyRegMark, reg0[10].
+const AP_DENY: (u32, u32) = (0x400, 0x400);
+/// APDispositionField, reg0[11..12].
+const DISPOSITION_MASK: u32 = 0x1800;
+const DISPOSITION_SHIFT: u32 = 11;
+const DISPOSITION_ALLOW: u32 = 0b00;
+const DISPOSITION_DROP: u32 = 0b01;
+const DISPOSITION_REJECT: u32 = 0b10;
+const DISPOSITION_PASS: u32 = 0b11;
+/// Packet-in operations (PacketInOperationField, userdata byte 1).
+const OP_LOGGING: u32 = 0b1;
+const OP_REJECT: u32 = 0b10;
+/// PacketInTableField, reg2[0..7].
+const PACKET_IN_TABLE_MASK: u32 = 0xff;
+/// Registers holding the conjunction id: deny rules, egress and ingress Allow/Pass rules.
+const REG_DENY_CONJ: u8 = 3;
+const REG_EGRESS_CONJ: u8 = 5;
+const REG_INGRESS_CONJ: u8 = 6;
+/// `reg1`: the output port chosen by L2ForwardingCalc.
+const REG_TARGET_PORT: u8 = 1;
+
+/// What the compiler produces flows for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompileOptions {
+    pub ipv4: bool,
+    /// Police IPv6 (this agent's default; upstream VMs are IPv4-only).
+    pub ipv6: bool,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions { ipv4: true, ipv6: true }
+    }
+}
+
+impl CompileOptions {
+    /// Upstream's VM configuration: IPv4 only.
+    pub fn upstream() -> Self {
+        CompileOptions { ipv4: true, ipv6: false }
+    }
+
+    fn families(&self) -> Vec<Family> {
+        let mut v = Vec::with_capacity(2);
+        if self.ipv4 {
+            v.push(Family::V4);
+        }
+        if self.ipv6 {
+            v.push(Family::V6);
+        }
+        v
+    }
+}
+
+/// A rule with its conjunction id, table and OpenFlow priority: the input of [`build_flows`].
+#[derive(Clone, Copy, Debug)]
+pub struct ResolvedRule<'a> {
+    pub rule: &'a CompiledRuleInput,
+    pub conj_id: u32,
+    pub table: u8,
+    pub priority: u16,
+}
+
+/// What the agent needs to map a conjunction id (from `reg3`/`reg5`/`reg6` of a packet-in or
+/// from a metric flow) back to its rule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConjunctionInfo {
+    pub conj_id: u32,
+    pub rule_id: RuleId,
+    pub policy: PolicyRef,
+    pub rule_name: String,
+    pub direction: Direction,
+    pub action: RuleAction,
+    pub table: u8,
+    pub priority: u16,
+    pub enable_logging: bool,
+    pub log_label: String,
+}
+
+/// Why a rule was left out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompileError {
+    #[error("another rule with the same id came first")]
+    DuplicateRule,
+    #[error("K8s NetworkPolicy rules are not supported on an external Node")]
+    NotAntreaNative,
+    #[error("no OpenFlow priority: {0}")]
+    Priority(#[from] PriorityError),
+}
+
+/// A rule that produced no flows, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkippedRule {
+    pub id: RuleId,
+    pub reason: CompileError,
+}
+
+/// The result of one compilation.
+#[derive(Clone, Debug, Default)]
+pub struct CompileOutput {
+    /// Every NetworkPolicy rule flow (cookie category NetworkPolicy), keyed by identity.
+    pub flows: FlowSet,
+    /// The compiled rules by conjunction id.
+    pub conjunctions: BTreeMap<u32, ConjunctionInfo>,
+    /// Per table, OpenFlow priorities of earlier rules that moved (old → new) to make room.
+    pub priority_updates: BTreeMap<u8, BTreeMap<u16, u16>>,
+    pub skipped: Vec<SkippedRule>,
+}
+
+/// Compiles `rules` with a fresh compiler: the result depends only on the rule set.
+pub fn compile(rules: &[CompiledRuleInput], round: u16, opts: CompileOptions) -> CompileOutput {
+    Compiler::new(opts).compile(rules, round)
+}
+
+/// The compiler with the state that keeps flows stable across compilations.
+#[derive(Clone, Debug)]
+pub struct Compiler {
+    opts: CompileOptions,
+    priorities: TablePriorities,
+    initialized: bool,
+    ids: BTreeMap<RuleId, u32>,
+    free_ids: BTreeSet<u32>,
+    next_id: u32,
+    live: BTreeMap<u32, ConjunctionInfo>,
+    released: BTreeMap<u32, ConjunctionInfo>,
+    /// Priorities used by the rules of the previous compilation, per table.
+    used: BTreeMap<u8, BTreeSet<Priority>>,
+}
+
+/// (tier, policy priority) of a priority: the rules of one policy.
+fn zone(p: &Priority) -> Priority {
+    Priority::new(p.tier, p.policy, 0)
+}
+
+fn priority_of(rule: &CompiledRuleInput) -> Priority {
+    Priority::new(rule.tier_priority, rule.policy_priority, rule.rule_priority)
+}
+
+impl Compiler {
+    pub fn new(opts: CompileOptions) -> Self {
+        Compiler {
+            opts,
+            priorities: TablePriorities::new(),
+            initialized: false,
+            ids: BTreeMap::new(),
+            free_ids: BTreeSet::new(),
+            next_id: FIRST_CONJ_ID,
+            live: BTreeMap::new(),
+            released: BTreeMap::new(),
+            used: BTreeMap::new(),
+        }
+    }
+
+    pub fn options(&self) -> CompileOptions {
+        self.opts
+    }
+
+    /// The priority assigners (for inspection).
+    pub fn priorities(&self) -> &TablePriorities {
+        &self.priorities
+    }
+
+    /// A conjunction of the current rule set, or of a rule removed since the last
+    /// [`Compiler::reclaim_released_ids`].
+    pub fn conjunction(&self, conj_id: u32) -> Option<&ConjunctionInfo> {
+        self.live.get(&conj_id).or_else(|| self.released.get(&conj_id))
+    }
+
+    /// Makes the ids of removed rules available again. Call it once their flows have been
+    /// gone long enough that no packet-in or statistic can still name them (upstream: 5 s).
+    pub fn reclaim_released_ids(&mut self) {
+        let released = std::mem::take(&mut self.released);
+        self.free_ids.extend(released.into_keys());
+    }
+
+    fn allocate_id(&mut self, id: &RuleId) -> u32 {
+        if let Some(&c) = self.ids.get(id) {
+            return c;
+        }
+        let revived = self
+            .released
+            .iter()
+            .find(|(_, info)| &info.rule_id == id)
+            .map(|(&c, _)| c);
+        let c = if let Some(c) = revived {
+            self.released.remove(&c);
+            c
+        } else if let Some(c) = self.free_ids.pop_first() {
+            c
+        } else {
+            let c = self.next_id;
+            self.next_id = self.next_id.saturating_add(1);
+            c
+        };
+        self.ids.insert(id.clone(), c);
+        c
+    }
+
+    /// Compiles the complete current rule set. Rules that cannot be compiled are reported in
+    /// [`CompileOutput::skipped`]; the others are unaffected.
+    pub fn compile(&mut self, rules: &[CompiledRuleInput], round: u16) -> CompileOutput {
+        let mut out = CompileOutput::default();
+
+        // 1. Accept rules in RuleId order (the first of duplicates wins).
+        let mut order: Vec<&CompiledRuleInput> = rules.iter().collect();
+        order.sort_by(|a, b| a.id.cmp(&b.id));
+        let mut accepted: Vec<(&CompiledRuleInput, u8, Priority)> = Vec::with_capacity(order.len());
+        for (i, r) in order.iter().enumerate() {
+            if i > 0 && order[i - 1].id == r.id {
+                out.skipped.push(SkippedRule {
+                    id: r.id.clone(),
+                    reason: CompileError::DuplicateRule,
+                });
+                continue;
+            }
+            if !r.is_antrea_native() {
+                out.skipped.push(SkippedRule {
+                    id: r.id.clone(),
+                    reason: CompileError::NotAntreaNative,
+                });
+                continue;
+            }
+            accepted.push((r, rule_table(r), priority_of(r)));
+        }
+
+        // 2. Release priorities nobody uses any more, then register the new ones.
+        let mut used_now: BTreeMap<u8, BTreeSet<Priority>> = BTreeMap::new();
+        let mut zones_now: BTreeMap<u8, BTreeSet<Priority>> = BTreeMap::new();
+        for &(_, t, p) in &accepted {
+            used_now.entry(t).or_default().insert(p);
+            zones_now.entry(t).or_default().insert(zone(&p));
+        }
+        let tables: Vec<u8> = self.priorities.tables().collect();
+        for &t in &tables {
+            let empty = BTreeSet::new();
+            let now = used_now.get(&t).unwrap_or(&empty);
+            let zones = zones_now.get(&t).unwrap_or(&empty);
+            let prev = self.used.get(&t).unwrap_or(&empty);
+            if let Some(pa) = self.priorities.table_mut(t) {
+                let stale: Vec<Priority> = pa
+                    .registered()
+                    .map(|(p, _)| *p)
+                    .filter(|p| !now.contains(p) && (prev.contains(p) || !zones.contains(&zone(p))))
+                    .collect();
+                for p in &stale {
+                    pa.release_priority(p);
+                }
+            }
+        }
+        let mut failed: BTreeMap<u8, BTreeMap<Priority, PriorityError>> = BTreeMap::new();
+        for &t in &tables {
+            let Some(pa) = self.priorities.table_mut(t) else {
+                continue;
+            };
+            let before: BTreeMap<Priority, u16> = pa.registered().map(|(p, of)| (*p, of)).collect();
+            let table_rules: Vec<&(&CompiledRuleInput, u8, Priority)> =
+                accepted.iter().filter(|(_, rt, _)| *rt == t).collect();
+            let failed_here = failed.entry(t).or_default();
+            if !self.initialized {
+                // Start-up: every rule's own priority in one batch (BatchReconcile); if the
+                // table overflows, zone by zone so one policy cannot block the others.
+                let all: Vec<Priority> = table_rules.iter().map(|(_, _, p)| *p).collect();
+                if pa.register(&all).is_err() {
+                    let mut by_zone: BTreeMap<Priority, Vec<Priority>> = BTreeMap::new();
+                    for p in all {
+                        by_zone.entry(zone(&p)).or_default().push(p);
+                    }
+                    for (_, ps) in by_zone.into_iter().rev() {
+                        if let Err(e) = pa.register(&ps) {
+                            for p in ps {
+                                failed_here.insert(p, e.clone());
+                            }
+                        }
+                    }
+                }
+            } else {
+                // Later: a new policy registers its whole zone at once (getOFPriority).
+                for (r, _, p) in &table_rules {
+                    if pa.get(p).is_some() || failed_here.contains_key(p) {
+                        continue;
+                    }
+                    let max = r.max_rule_priority.max(r.rule_priority).max(0);
+                    let mut zone_ps: Vec<Priority> =
+                        (0..=max).map(|i| Priority::new(p.tier, p.policy, i)).collect();
+                    if p.rule < 0 {
+                        zone_ps.push(*p);
+                    }
+                    if let Err(e) = pa.register(&zone_ps).or_else(|_| pa.register(&[*p])) {
+                        failed_here.insert(*p, e);
+                    }
+                }
+            }
+            // Report earlier priorities that had to move.
+            let moved: BTreeMap<u16, u16> = before
+                .iter()
+                .filter_map(|(p, &old)| pa.get(p).filter(|&new| new != old).map(|new| (old, new)))
+                .collect();
+            if !moved.is_empty() {
+                out.priority_updates.insert(t, moved);
+            }
+        }
+
+        // 3. Conjunction ids and the resolved rules.
+        let mut resolved: Vec<ResolvedRule<'_>> = Vec::with_capacity(accepted.len());
+        let mut live_ids: BTreeSet<RuleId> = BTreeSet::new();
+        for &(r, t, p) in &accepted {
+            let of = self.priorities.table(t).and_then(|pa| pa.get(&p));
+            let Some(of) = of else {
+                let reason = failed
+                    .get(&t)
+                    .and_then(|f| f.get(&p))
+                    .cloned()
+                    .unwrap_or(PriorityError::NoRoom);
+                out.skipped.push(SkippedRule {
+                    id: r.id.clone(),
+                    reason: CompileError::Priority(reason),
+                });
+                continue;
+            };
+            let conj_id = self.allocate_id(&r.id);
+            live_ids.insert(r.id.clone());
+            resolved.push(ResolvedRule {
+                rule: r,
+                conj_id,
+                table: t,
+                priority: of,
+            });
+            out.conjunctions.insert(
+                conj_id,
+                ConjunctionInfo {
+                    conj_id,
+                    rule_id: r.id.clone(),
+                    policy: r.policy.clone(),
+                    rule_name: r.rule_name.clone(),
+                    direction: r.direction,
+                    action: r.action,
+                    table: t,
+                    priority: of,
+                    enable_logging: r.enable_logging,
+                    log_label: r.log_label.clone(),
+                },
+            );
+        }
+
+        // 4. Rules that are gone keep their id (and metadata) until reclaimed.
+        let gone: Vec<RuleId> = self.ids.keys().filter(|id| !live_ids.contains(*id)).cloned().collect();
+        for id in gone {
+            if let Some(c) = self.ids.remove(&id) {
+                if let Some(info) = self.live.remove(&c) {
+                    self.released.insert(c, info);
+                } else {
+                    self.free_ids.insert(c);
+                }
+            }
+        }
+        self.live = out.conjunctions.clone();
+        self.used = used_now;
+        self.initialized = true;
+
+        out.flows = flow_set(build_flows(&resolved, round, &self.opts));
+        out
+    }
+}
+
+// === the conjunction engine ===
+
+fn family_eth_type(f: Family) -> u16 {
+    match f {
+        Family::V4 => eth_type::IPV4,
+        Family::V6 => eth_type::IPV6,
+    }
+}
+
+fn family_zone(f: Family) -> u16 {
+    match f {
+        Family::V4 => CT_ZONE_V4,
+        Family::V6 => CT_ZONE_V6,
+    }
+}
+
+fn set_reg(idx: u8, value: u32, mask: Option<u32>) -> Action {
+    Action::SetField(SetField::Reg { idx, value, mask })
+}
+
+/// The tables and groups the action flows jump to.
+struct Targets {
+    /// Metric table → the table after it.
+    metric_next: BTreeMap<u8, u8>,
+    /// Target table → logging group (bucket 0 resubmits there).
+    groups: BTreeMap<u8, u32>,
+}
+
+impl Targets {
+    fn new() -> Self {
+        let metric_next = pipeline::tables()
+            .into_iter()
+            .filter_map(|t| t.miss_next.map(|n| (t.id, n)))
+            .collect();
+        let groups = pipeline::network_policy_groups()
+            .into_iter()
+            .filter_map(|g| match g.buckets.first().map(Vec::as_slice) {
+                Some([Action::Resubmit {
+                    in_port: None,
+                    table: Some(t),
+                }]) => Some((*t, g.group_id)),
+                _ => None,
+            })
+            .collect();
+        Targets { metric_next, groups }
+    }
+}
+
+/// The destination-port matches of a service: `None` = no port match.
+fn port_matches(port: Option<u16>, end: Option<u16>) -> Vec<Option<Masked<u16>>> {
+    match (port, end) {
+        (None, _) | (Some(0), None) => vec![None],
+        (Some(p), Some(e)) if e > p => port_bit_ranges(p, e)
+            .into_iter()
+            .map(|(v, m)| Some(if m == 0xffff { Masked::exact(v) } else { Masked::new(v, m) }))
+            .collect(),
+        (Some(0), Some(_)) => vec![None],
+        (Some(p), _) => vec![Some(Masked::exact(p))],
+    }
+}
+
+/// Antrea's `PortRange.BitwiseMatch` (from go-openvswitch): `start..=end` as `(value, mask)`
+/// pairs, `mask == 0xffff` for a single port, in ascending order. Empty if `start > end`.
+/// Unlike upstream, a range may start at 0.
+pub fn port_bit_ranges(start: u16, end: u16) -> Vec<(u16, u16)> {
+    fn rec(start: u32, end: u32, out: &mut Vec<(u16, u16)>) {
+        if start == end {
+            out.push((start as u16, 0xffff));
+            return;
+        }
+        let window = end - start + 1;
+        let mut bits = 31 - window.leading_zeros();
+        let (range_start, range_end, len) = loop {
+            let len = (1u32 << bits) - 1;
+            let rs = end & !len;
+            let re = rs + len;
+            if re <= end || bits == 0 {
+                break (rs, re, len);
+            }
+            bits -= 1;
+        };
+        if start != range_start {
+            rec(start, range_start - 1, out);
+        }
+        out.push((range_start as u16, (0xffff ^ len) as u16));
+        if end != range_end {
+            rec(range_end + 1, end, out);
+        }
+    }
+    let mut out = Vec::new();
+    if start <= end {
+        rec(u32::from(start), u32::from(end), &mut out);
+    }
+    out
+}
+
+/// The matches of one service for the given families (one per family and port bit-range).
+fn service_matches(s: &Service, families: &[Family]) -> Vec<Match> {
+    let mut out = Vec::new();
+    for &fam in families {
+        let base = Match::new().eth_type(family_eth_type(fam));
+        let l4 = match s.protocol {
+            Protocol::Tcp => ip_proto::TCP,
+            Protocol::Udp => ip_proto::UDP,
+            Protocol::Sctp => ip_proto::SCTP,
+            Protocol::Icmp => {
+                let mut m = base.ip_proto(match fam {
+                    Family::V4 => ip_proto::ICMP,
+                    Family::V6 => ip_proto::ICMPV6,
+                });
+                m.icmp_type = s.icmp_type;
+                m.icmp_code = s.icmp_code;
+                out.push(m);
+                continue;
+            }
+        };
+        let src: Vec<Option<Masked<u16>>> = match s.src_port {
+            Some(sp) if sp != 0 => port_matches(Some(sp), s.src_end_port),
+            _ => vec![None],
+        };
+        for dst in port_matches(s.port, s.end_port) {
+            for sp in &src {
+                let mut m = base.clone().ip_proto(l4);
+                m.tp_dst = dst;
+                m.tp_src = *sp;
+                out.push(m);
+            }
+        }
+    }
+    out
+}
+
+/// The match of one address-clause element; `None` if its family is disabled.
+fn peer_match(peer: &Peer, source: bool, opts: &CompileOptions) -> Option<Match> {
+    Some(match *peer {
+        Peer::OfPort(p) if source => Match::new().in_port(p),
+        Peer::OfPort(p) => Match::new().reg(REG_TARGET_PORT, p, None),
+        Peer::Cidr(IpNet::V4(n)) => {
+            if !opts.ipv4 {
+                return None;
+            }
+            let m = Match::new().ipv4();
+            if source {
+                m.ipv4_src(n.trunc())
+            } else {
+                m.ipv4_dst(n.trunc())
+            }
+        }
+        Peer::Cidr(IpNet::V6(n)) => {
+            if !opts.ipv6 {
+                return None;
+            }
+            let m = Match::new().ipv6();
+            if source {
+                m.ipv6_src(n.trunc())
+            } else {
+                m.ipv6_dst(n.trunc())
+            }
+        }
+    })
+}
+
+/// The flows of `rules` (action, metric and shared conjunctive match flows), sorted. Rules must
+/// have distinct conjunction ids. Pure.
+pub fn build_flows(rules: &[ResolvedRule<'_>], round: u16, opts: &CompileOptions) -> Vec<Flow> {
+    let c = cookie(round, CookieCategory::NetworkPolicy);
+    let families = opts.families();
+    let targets = Targets::new();
+    let mut shared: HashMap<FlowKey, BTreeSet<(u32, u8, u8)>> = HashMap::new();
+    let mut flows = Vec::new();
+    for r in rules {
+        let n_clauses = 2 + u8::from(r.rule.services.is_some());
+        let mut add = |m: Match, clause: u8| {
+            let key = FlowKey {
+                table: r.table,
+                priority: r.priority,
+                matches: normalize_match(&m),
+            };
+            shared.entry(key).or_default().insert((r.conj_id, clause, n_clauses));
+        };
+        for peer in &r.rule.from {
+            if let Some(m) = peer_match(peer, true, opts) {
+                add(m, 1);
+            }
+        }
+        for peer in &r.rule.to {
+            if let Some(m) = peer_match(peer, false, opts) {
+                add(m, 2);
+            }
+        }
+        if let Some(services) = &r.rule.services {
+            for s in services {
+                for m in service_matches(s, &families) {
+                    add(m, 3);
+                }
+            }
+        }
+        rule_flows(r, c, &families, &targets, &mut flows);
+    }
+    flows.extend(shared.into_iter().map(|(key, acts)| {
+        let mut f = Flow::new(key.table, key.priority, key.matches).cookie(c);
+        f.actions = acts
+            .into_iter()
+            .map(|(id, clause, n_clauses)| Action::Conjunction { id, clause, n_clauses })
+            .collect();
+        f
+    }));
+    flows.sort();
+    flows
+}
+
+/// The action flow(s) of one rule and its metric flows.
+fn rule_flows(r: &ResolvedRule<'_>, c: u64, families: &[Family], targets: &Targets, flows: &mut Vec<Flow>) {
+    let id = r.conj_id;
+    let egress = is_egress_table(r.table);
+    let metric = if egress {
+        table::EGRESS_METRIC
+    } else {
+        table::INGRESS_METRIC
+    };
+    let conj_reg = if egress {
+        REG_EGRESS_CONJ
+    } else {
+        REG_INGRESS_CONJ
+    };
+    let logging = r.rule.enable_logging;
+    let table_mark = set_reg(2, u32::from(r.table), Some(PACKET_IN_TABLE_MASK));
+    let op = |ops: u32| {
+        set_reg(
+            0,
+            ops << pipeline::reg0::PACKET_IN_OPERATION_SHIFT,
+            Some(pipeline::reg0::PACKET_IN_OPERATION_MASK),
+        )
+    };
+    let disposition = |d: u32| set_reg(0, d << DISPOSITION_SHIFT, Some(DISPOSITION_MASK));
+    let action_flow = || Flow::new(r.table, r.priority, Match::new().conj_id(id)).cookie(c);
+    match r.rule.action {
+        RuleAction::Allow => {
+            let (label, label_mask) = if egress {
+                (u128::from(id) << 32, 0xffff_ffffu128 << 32)
+            } else {
+                (u128::from(id), 0xffff_ffffu128)
+            };
+            for &fam in families {
+                let mut f = Flow::new(
+                    r.table,
+                    r.priority,
+                    Match::new().conj_id(id).eth_type(family_eth_type(fam)),
+                )
+                .cookie(c)
+                .action(set_reg(conj_reg, id, None))
+                .action(Action::Ct(CtAction {
+                    commit: true,
+                    table: Some(metric),
+                    zone: CtZone::Immediate(family_zone(fam)),
+                    exec: vec![Action::SetField(SetField::CtLabel {
+                        value: label,
+                        mask: Some(label_mask),
+                    })],
+                }));
+                if logging {
+                    let (to_ctrl, to_ctrl_mask) = pipeline::reg0::OUTPUT_TO_CONTROLLER;
+                    f = f
+                        .action(disposition(DISPOSITION_ALLOW))
+                        .action(set_reg(0, to_ctrl, Some(to_ctrl_mask)))
+                        .action(op(OP_LOGGING))
+                        .action(table_mark.clone())
+                        .goto(table::OUTPUT);
+                }
+                flows.push(f);
+                let next = targets.metric_next.get(&metric).copied();
+                for new in [true, false] {
+                    let mut m = Match::new()
+                        .ct_state(CtStateMatch::of(&[(ct_state::NEW, new)]))
+                        .eth_type(family_eth_type(fam));
+                    m.ct_label = Some(Masked::new(label, label_mask));
+                    let mf = Flow::new(metric, METRIC_PRIORITY, m).cookie(c);
+                    flows.push(match next {
+                        Some(n) => mf.goto(n),
+                        None => mf,
+                    });
+                }
+            }
+        }
+        RuleAction::Drop | RuleAction::Reject => {
+            let reject = r.rule.action == RuleAction::Reject;
+            let mut f = action_flow()
+                .action(set_reg(REG_DENY_CONJ, id, None))
+                .action(set_reg(0, AP_DENY.0, Some(AP_DENY.1)));
+            if logging {
+                f = f.action(disposition(if reject {
+                    DISPOSITION_REJECT
+                } else {
+                    DISPOSITION_DROP
+                }));
+            }
+            let group = targets.groups.get(&metric).copied();
+            f = match group {
+                Some(g) if logging || reject => {
+                    let ops = if logging { OP_LOGGING } else { 0 } + if reject { OP_REJECT } else { 0 };
+                    f.action(op(ops)).action(table_mark).action(Action::Group(g))
+                }
+                _ => f.goto(metric),
+            };
+            flows.push(f);
+            let m = Match::new()
+                .reg(0, AP_DENY.0, Some(AP_DENY.1))
+                .reg(REG_DENY_CONJ, id, None);
+            flows.push(Flow::new(metric, METRIC_PRIORITY, m).cookie(c));
+        }
+        RuleAction::Pass => {
+            // Continue with the K8s NetworkPolicy table of the direction; from a baseline
+            // table (after that one) there is nothing left but the metric table.
+            let next = match (egress, r.table) {
+                (_, table::EGRESS_DEFAULT_RULE | table::INGRESS_DEFAULT_RULE) => metric,
+                (true, _) => table::EGRESS_RULE,
+                (false, _) => table::INGRESS_RULE,
+            };
+            let f = action_flow().action(set_reg(conj_reg, id, None));
+            let group = targets.groups.get(&next).copied();
+            flows.push(match group {
+                Some(g) if logging => f
+                    .action(disposition(DISPOSITION_PASS))
+                    .action(op(OP_LOGGING))
+                    .action(table_mark)
+                    .action(Action::Group(g)),
+                _ => f.goto(next),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,362 @@
+//! Rule resolution: from the controlplane objects (policies and their groups) and the interfaces
+//! attached on this node to the rules the compiler turns into flows. Pure.
+//!
+//! A rule applies here when one of its applied-to members is an ExternalEntity that stands for a
+//! local interface. Ingress rules match their peers as sources and the applied-to interfaces by
+//! their OpenFlow port; egress rules match the applied-to interfaces by their IPs and the peers
+//! as destinations (pipeline reference §8.1).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::messages::{AttachedInterface, EntityRef};
+use crate::policy::controlplane::store::PolicyStore;
+use crate::policy::controlplane::validate::{
+    self as cp, Action, Direction, MemberRef, Policy, PortMatch, Protocol, Rule, ServiceMatch,
+};
+use crate::policy::rule::{
+    self, applied_to_ips, applied_to_ports, ip_block_cidrs, CompiledRuleInput, LocalInterface, Peer, RuleId,
+    Service, DEFAULT_TIER_PRIORITY,
+};
+
+/// The rules that apply on this node, and what could not be used (one line per problem, naming
+/// the policy and rule).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Resolved {
+    pub rules: Vec<CompiledRuleInput>,
+    pub warnings: Vec<String>,
+}
+
+/// Resolves every policy in `store` against the `interfaces` attached here.
+pub fn resolve(store: &PolicyStore, interfaces: &[AttachedInterface]) -> Resolved {
+    let local: BTreeMap<&EntityRef, &AttachedInterface> = interfaces.iter().map(|i| (&i.entity, i)).collect();
+    let mut out = Resolved::default();
+    for policy in store.policies() {
+        resolve_policy(store, policy, &local, &mut out);
+    }
+    out.rules.sort_by(|a, b| a.id.cmp(&b.id));
+    out
+}
+
+fn policy_ref(policy: &Policy) -> Result<rule::PolicyRef, String> {
+    let Some(src) = &policy.source_ref else {
+        // Hand-written standalone objects may omit sourceRef: an Antrea-native policy of that name.
+        return Ok(rule::PolicyRef {
+            policy_type: rule::PolicyType::AntreaNetworkPolicy,
+            namespace: String::new(),
+            name: policy.name.clone(),
+            uid: policy.uid.clone(),
+        });
+    };
+    let policy_type = match &src.policy_type {
+        cp::PolicyType::K8sNetworkPolicy => rule::PolicyType::K8sNetworkPolicy,
+        cp::PolicyType::AntreaClusterNetworkPolicy => rule::PolicyType::AntreaClusterNetworkPolicy,
+        cp::PolicyType::AntreaNetworkPolicy => rule::PolicyType::AntreaNetworkPolicy,
+        cp::PolicyType::AdminNetworkPolicy => rule::PolicyType::AdminNetworkPolicy,
+        cp::PolicyType::BaselineAdminNetworkPolicy => rule::PolicyType::BaselineAdminNetworkPolicy,
+        other => return Err(format!("policy type {other:?} is not supported on a VM")),
+    };
+    Ok(rule::PolicyRef {
+        policy_type,
+        namespace: src.namespace.clone(),
+        name: src.name.clone(),
+        uid: if src.uid.is_empty() { policy.uid.clone() } else { src.uid.clone() },
+    })
+}
+
+fn resolve_policy(
+    store: &PolicyStore,
+    policy: &Policy,
+    local: &BTreeMap<&EntityRef, &AttachedInterface>,
+    out: &mut Resolved,
+) {
+    let reference = match policy_ref(policy) {
+        Ok(r) => r,
+        Err(e) => {
+            out.warnings.push(format!("NetworkPolicy {}: {e}; ignored", policy.name));
+            return;
+        }
+    };
+    let max_rule_priority = policy.rules.iter().map(|r| r.priority).max().unwrap_or(0);
+    for (i, rule) in policy.rules.iter().enumerate() {
+        let what = || format!("NetworkPolicy {} ({reference_name}) rules[{i}]", policy.name, reference_name = display(&reference));
+        let targets = local_targets(store, policy.rule_applied_to_groups(rule), local);
+        if targets.is_empty() {
+            // Not for this node (or its members are not attached yet).
+            continue;
+        }
+        if !rule.peer.fqdns.is_empty() || !rule.peer.to_services.is_empty() {
+            out.warnings.push(format!("{}: fqdns and toServices peers are not supported yet; those peers are ignored", what()));
+        }
+        let peers = peer_addresses(store, rule, &what, &mut out.warnings);
+        let services = services(rule, &targets, &what, &mut out.warnings);
+        let interfaces: Vec<LocalInterface> =
+            targets.iter().map(|t| LocalInterface { ofport: t.iface.ofport, ips: t.iface.ips.clone() }).collect();
+        let (direction, from, to) = match rule.direction {
+            Direction::In => (rule::Direction::In, peers, applied_to_ports(&interfaces)),
+            Direction::Out => (rule::Direction::Out, applied_to_ips(&interfaces), peers),
+        };
+        let rule_priority = i32::try_from(rule.priority).unwrap_or(i32::MAX);
+        out.rules.push(CompiledRuleInput {
+            id: RuleId {
+                policy_uid: reference.uid.clone(),
+                direction,
+                index: rule_priority,
+                services_key: String::new(),
+            },
+            policy: reference.clone(),
+            rule_name: rule.name.clone(),
+            direction,
+            action: match rule.action {
+                Action::Allow => rule::RuleAction::Allow,
+                Action::Drop => rule::RuleAction::Drop,
+                Action::Reject => rule::RuleAction::Reject,
+                Action::Pass => rule::RuleAction::Pass,
+            },
+            tier_priority: policy.tier_priority.unwrap_or(DEFAULT_TIER_PRIORITY),
+            policy_priority: policy.priority.unwrap_or(0.0),
+            rule_priority,
+            max_rule_priority: i32::try_from(max_rule_priority).unwrap_or(i32::MAX),
+            from,
+            to,
+            services,
+            enable_logging: rule.enable_logging,
+            log_label: rule.log_label.clone(),
+        });
+    }
+}
+
+fn display(r: &rule::PolicyRef) -> String {
+    if r.namespace.is_empty() {
+        format!("{} {}", r.policy_type.as_str(), r.name)
+    } else {
+        format!("{} {}/{}", r.policy_type.as_str(), r.namespace, r.name)
+    }
+}
+
+/// A local applied-to member: the attached interface and the named ports its member declares.
+struct Target<'a> {
+    iface: &'a AttachedInterface,
+    ports: Vec<&'a cp::MemberPort>,
+}
+
+fn local_targets<'a>(
+    store: &'a PolicyStore,
+    groups: &[String],
+    local: &BTreeMap<&EntityRef, &'a AttachedInterface>,
+) -> Vec<Target<'a>> {
+    let mut seen = BTreeSet::new();
+    let mut targets = Vec::new();
+    for group in groups.iter().filter_map(|g| store.applied_to_group(g)) {
+        for member in group.members.values() {
+            let MemberRef::ExternalEntity { namespace, name } = &member.entity else { continue };
+            let key = EntityRef { namespace: namespace.clone(), name: name.clone() };
+            if let Some(iface) = local.get(&key) {
+                if seen.insert(iface.name.clone()) {
+                    targets.push(Target { iface, ports: member.ports.iter().collect() });
+                }
+            }
+        }
+    }
+    targets
+}
+
+/// The rule's peer side as addresses: group members' IPs and ipBlocks minus their excepts.
+fn peer_addresses(
+    store: &PolicyStore,
+    rule: &Rule,
+    what: &dyn Fn() -> String,
+    warnings: &mut Vec<String>,
+) -> Vec<Peer> {
+    let mut peers = BTreeSet::new();
+    for name in &rule.peer.address_groups {
+        match store.address_group(name) {
+            Some(group) => {
+                for member in group.members.values() {
+                    peers.extend(member.ips.iter().map(|ip| Peer::host(*ip)));
+                }
+            }
+            None => warnings.push(format!("{}: AddressGroup {name} is unknown; it matches nothing", what())),
+        }
+    }
+    for block in &rule.peer.ip_blocks {
+        peers.extend(ip_block_cidrs(block.cidr, &block.except).into_iter().map(Peer::Cidr));
+    }
+    peers.into_iter().collect()
+}
+
+/// The rule's services with numeric ports; named ports are resolved against the applied-to
+/// members' ports (a name that resolves nowhere leaves that service out).
+fn services(
+    rule: &Rule,
+    targets: &[Target<'_>],
+    what: &dyn Fn() -> String,
+    warnings: &mut Vec<String>,
+) -> Option<Vec<Service>> {
+    if rule.services.is_empty() {
+        return None;
+    }
+    let mut out = BTreeSet::new();
+    for s in &rule.services {
+        let Some(protocol) = protocol(s.protocol) else {
+            warnings.push(format!("{}: protocol {:?} is not supported on a VM; service ignored", what(), s.protocol));
+            continue;
+        };
+        let base = Service {
+            protocol,
+            src_port: s.src_ports.map(|r| r.start),
+            src_end_port: s.src_ports.filter(|r| r.end > r.start).map(|r| r.end),
+            icmp_type: s.icmp_type,
+            icmp_code: s.icmp_code,
+            ..Service::default()
+        };
+        match &s.port {
+            None => {
+                out.insert(base);
+            }
+            Some(PortMatch::Range(r)) => {
+                out.insert(Service { port: Some(r.start), end_port: (r.end > r.start).then_some(r.end), ..base });
+            }
+            Some(PortMatch::Named(name)) => {
+                let resolved = named_port(s, name, targets);
+                if resolved.is_empty() {
+                    warnings.push(format!("{}: named port {name} is not declared by any applied-to member", what()));
+                }
+                out.extend(resolved.into_iter().map(|port| Service { port: Some(port), ..base }));
+            }
+        }
+    }
+    Some(out.into_iter().collect())
+}
+
+fn named_port(s: &ServiceMatch, name: &str, targets: &[Target<'_>]) -> BTreeSet<u16> {
+    targets
+        .iter()
+        .flat_map(|t| t.ports.iter())
+        .filter(|p| p.name == name && p.protocol == s.protocol)
+        .map(|p| p.port)
+        .collect()
+}
+
+fn protocol(p: Protocol) -> Option<rule::Protocol> {
+    match p {
+        Protocol::Tcp => Some(rule::Protocol::Tcp),
+        Protocol::Udp => Some(rule::Protocol::Udp),
+        Protocol::Sctp => Some(rule::Protocol::Sctp),
+        Protocol::Icmp => Some(rule::Protocol::Icmp),
+        Protocol::Igmp => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+
+    use super::*;
+    use crate::policy::controlplane::ControlplaneObject;
+
+    fn store(yaml: &str) -> PolicyStore {
+        let mut store = PolicyStore::new();
+        for doc in serde_norway::Deserializer::from_str(yaml) {
+            let value = serde_json::Value::deserialize(doc).expect("test yaml");
+            let object = ControlplaneObject::from_value(value).expect("decodes");
+            store.apply(object.validate().expect("valid")).expect("applies");
+        }
+        store
+    }
+
+    fn iface(name: &str, ofport: u32, ips: &[&str], entity: &str) -> AttachedInterface {
+        AttachedInterface {
+            name: name.into(),
+            ofport,
+            uplink_name: format!("{name}~"),
+            uplink_ofport: ofport + 100,
+            ips: ips.iter().map(|ip| ip.parse().expect("ip")).collect(),
+            entity: EntityRef { namespace: "vm-ns".into(), name: entity.into() },
+        }
+    }
+
+    const OBJECTS: &str = "\
+kind: AppliedToGroup
+metadata: {name: atg-vm1}
+groupMembers:
+- externalEntity: {name: vm1-3e616, namespace: vm-ns}
+  ports: [{name: http, port: 8080, protocol: TCP}]
+---
+kind: AppliedToGroup
+metadata: {name: atg-other}
+groupMembers: [{externalEntity: {name: other, namespace: vm-ns}}]
+---
+kind: AddressGroup
+metadata: {name: clients}
+groupMembers: [{externalEntity: {name: c1, namespace: vm-ns}, ips: [\"10.0.0.7\"]}]
+---
+kind: NetworkPolicy
+metadata: {name: uid-1, uid: uid-1}
+sourceRef: {type: AntreaNetworkPolicy, namespace: vm-ns, name: web, uid: uid-1}
+appliedToGroups: [atg-vm1]
+priority: 5
+tierPriority: 100
+rules:
+- direction: In
+  from: {addressGroups: [clients], ipBlocks: [{cidr: 192.168.0.0/24, except: [192.168.0.128/25]}]}
+  services: [{protocol: TCP, port: http}, {protocol: UDP, port: 1000, endPort: 1010}]
+  action: Drop
+  priority: 0
+- direction: Out
+  to: {ipBlocks: [{cidr: \"fd00:1::/64\"}]}
+  action: Allow
+  priority: 0
+---
+kind: NetworkPolicy
+metadata: {name: uid-2}
+appliedToGroups: [atg-other]
+rules: [{direction: In, from: {ipBlocks: [{cidr: 0.0.0.0/0}]}, action: Drop}]
+";
+
+    #[test]
+    fn local_rules_resolve_peers_ports_and_named_ports() {
+        let store = store(OBJECTS);
+        let eth0 = iface("eth0", 3, &["10.99.0.2", "fd00:99::2"], "vm1-3e616");
+        let resolved = resolve(&store, &[eth0]);
+        assert!(resolved.warnings.is_empty(), "{:?}", resolved.warnings);
+        // uid-2 applies to a member that is not attached here.
+        assert_eq!(resolved.rules.len(), 2);
+        let ingress = &resolved.rules[0];
+        assert_eq!(ingress.direction, rule::Direction::In);
+        assert_eq!(ingress.action, rule::RuleAction::Drop);
+        assert_eq!((ingress.tier_priority, ingress.policy_priority), (100, 5.0));
+        assert_eq!(ingress.policy.name, "web");
+        assert_eq!(
+            ingress.from,
+            vec![Peer::host("10.0.0.7".parse().expect("ip")), Peer::Cidr("192.168.0.0/25".parse().expect("cidr"))]
+        );
+        assert_eq!(ingress.to, vec![Peer::OfPort(3)]);
+        assert_eq!(
+            ingress.services,
+            Some(vec![Service::port(rule::Protocol::Tcp, 8080), Service::range(rule::Protocol::Udp, 1000, 1010)])
+        );
+        let egress = &resolved.rules[1];
+        assert_eq!(egress.direction, rule::Direction::Out);
+        assert_eq!(
+            egress.from,
+            vec![Peer::host("10.99.0.2".parse().expect("ip")), Peer::host("fd00:99::2".parse().expect("ip"))]
+        );
+        assert_eq!(egress.to, vec![Peer::Cidr("fd00:1::/64".parse().expect("cidr"))]);
+        assert_eq!(egress.services, None);
+    }
+
+    #[test]
+    fn nothing_applies_without_local_members_and_unknown_groups_are_reported() {
+        let store = store(OBJECTS);
+        assert!(resolve(&store, &[]).rules.is_empty());
+        let store = super::tests::store(
+            "kind: AppliedToGroup\nmetadata: {name: a}\ngroupMembers: [{externalEntity: {name: vm1, namespace: vm-ns}}]\n---\n\
+             kind: NetworkPolicy\nmetadata: {name: p}\nappliedToGroups: [a]\n\
+             rules: [{direction: In, from: {addressGroups: [missing]}, action: Allow}]\n",
+        );
+        let resolved = resolve(&store, &[iface("eth0", 1, &["10.0.0.2"], "vm1")]);
+        assert_eq!(resolved.rules.len(), 1);
+        assert!(resolved.rules[0].from.is_empty(), "an unknown group matches nothing");
+        assert!(resolved.warnings[0].contains("AddressGroup missing is unknown"), "{:?}", resolved.warnings);
+    }
+}

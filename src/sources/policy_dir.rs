@@ -1,0 +1,621 @@
+//! Standalone mode: controlplane policies from a directory (`standalone.policyDir`). Each
+//! `*.yaml`, `*.yml` or `*.json` file (hidden files and other names are ignored, so a Kubernetes
+//! ConfigMap mount works) holds one or more `controlplane.antrea.io/v1beta2` objects of kind
+//! NetworkPolicy, AddressGroup or AppliedToGroup: YAML documents separated by `---`, a JSON
+//! object or array, or a `...List` object with `items`. The directory is polled; whenever its
+//! content changes the source emits a full [`PolicySnapshot`].
+//!
+//! A bad file or object never blocks the others: it is reported in `errors`, naming the file and
+//! the object, and the rest loads. Like a rejected update in Kubernetes, a file that stops
+//! parsing, or an object that stops validating, keeps its last good version (reported as such),
+//! so a half-saved edit never opens traffic; removing the file or the object removes it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::stream::{self, BoxStream, StreamExt};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::policy::controlplane::{ControlplaneObject, Group, Kind, Policy, ValidObject};
+
+/// Everything the directory holds right now.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PolicySnapshot {
+    /// Sorted by name; names are unique within each kind.
+    pub network_policies: Vec<Policy>,
+    pub address_groups: Vec<Group>,
+    pub applied_to_groups: Vec<Group>,
+    /// One line per problem, naming the file and the object.
+    pub errors: Vec<String>,
+}
+
+/// Polls `dir` every `interval` and emits a snapshot when the content changes.
+#[derive(Clone, Debug)]
+pub struct PolicyDirSource {
+    pub dir: PathBuf,
+    pub interval: Duration,
+}
+
+impl PolicyDirSource {
+    pub fn new(dir: impl Into<PathBuf>, interval: Duration) -> Self {
+        PolicyDirSource {
+            dir: dir.into(),
+            interval,
+        }
+    }
+
+    /// A new stream of snapshots: the first is the current content, then one per change that
+    /// alters the snapshot (objects or errors). Each call starts an independent stream with its
+    /// own last-good memory.
+    pub fn subscribe(&self) -> BoxStream<'static, PolicySnapshot> {
+        let state = StreamState {
+            source: self.clone(),
+            loader: Loader::default(),
+            last_content: None,
+            last_snapshot: None,
+        };
+        stream::unfold(state, |mut st| async move {
+            loop {
+                if st.last_content.is_some() {
+                    tokio::time::sleep(st.source.interval).await;
+                }
+                let content = read_content(&st.source.dir).await;
+                if st.last_content.as_ref() == Some(&content) {
+                    continue;
+                }
+                let snapshot = st.loader.build(&st.source.dir, &content);
+                st.last_content = Some(content);
+                if st.last_snapshot.as_ref() != Some(&snapshot) {
+                    st.last_snapshot = Some(snapshot.clone());
+                    return Some((snapshot, st));
+                }
+            }
+        })
+        .boxed()
+    }
+
+    /// Human description for logs, e.g. `policy directory /etc/antrea/policies`.
+    pub fn describe(&self) -> String {
+        format!("policy directory {}", self.dir.display())
+    }
+}
+
+struct StreamState {
+    source: PolicyDirSource,
+    loader: Loader,
+    last_content: Option<DirContent>,
+    last_snapshot: Option<PolicySnapshot>,
+}
+
+/// The raw content of the directory: what polling compares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum DirContent {
+    Missing,
+    Unreadable(String),
+    /// Policy files sorted by path, each with its text or why it could not be read.
+    Files(Vec<(PathBuf, Result<String, String>)>),
+}
+
+fn is_policy_file(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    !name.starts_with('.')
+        && (lower.ends_with(".yaml") || lower.ends_with(".yml") || lower.ends_with(".json"))
+}
+
+async fn read_content(dir: &Path) -> DirContent {
+    let mut entries = match tokio::fs::read_dir(dir).await {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return DirContent::Missing,
+        Err(e) => return DirContent::Unreadable(e.to_string()),
+    };
+    let mut paths = Vec::new();
+    loop {
+        match entries.next_entry().await {
+            Ok(Some(entry)) => {
+                if entry.file_name().to_str().is_some_and(is_policy_file) {
+                    paths.push(entry.path());
+                }
+            }
+            Ok(None) => break,
+            Err(e) => return DirContent::Unreadable(e.to_string()),
+        }
+    }
+    paths.sort();
+    let mut files = Vec::with_capacity(paths.len());
+    for path in paths {
+        // Follows symlinks (ConfigMap mounts); a file removed meanwhile is simply gone.
+        match tokio::fs::metadata(&path).await {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                files.push((path, Err(e.to_string())));
+                continue;
+            }
+        }
+        match tokio::fs::read_to_string(&path).await {
+            Ok(text) => files.push((path, Ok(text))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => files.push((path, Err(e.to_string()))),
+        }
+    }
+    DirContent::Files(files)
+}
+
+/// The objects of a file: JSON (`.json`) or YAML documents; arrays and `...List` objects are
+/// flattened, empty documents skipped.
+fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, String> {
+    let is_json = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let docs = if is_json {
+        vec![serde_json::from_str::<Value>(text).map_err(|e| e.to_string())?]
+    } else {
+        serde_norway::Deserializer::from_str(text)
+            .map(|doc| Value::deserialize(doc).map_err(|e| e.to_string()))
+            .collect::<Result<Vec<_>, _>>()?
+    };
+    let mut out = Vec::new();
+    for doc in docs {
+        flatten(doc, &mut out);
+    }
+    Ok(out)
+}
+
+fn flatten(doc: Value, out: &mut Vec<Value>) {
+    match doc {
+        Value::Null => {}
+        Value::Array(items) => items.into_iter().for_each(|i| flatten(i, out)),
+        Value::Object(mut map)
+            if map
+                .get("kind")
+                .and_then(Value::as_str)
+                .is_some_and(|k| k.ends_with("List"))
+                && map.get("items").is_some_and(Value::is_array) =>
+        {
+            if let Some(items) = map.remove("items") {
+                flatten(items, out);
+            }
+        }
+        other => out.push(other),
+    }
+}
+
+type ObjectKey = (Kind, String);
+
+fn key_of(o: &ValidObject) -> ObjectKey {
+    match o {
+        ValidObject::NetworkPolicy(p) => (Kind::NetworkPolicy, p.name.clone()),
+        ValidObject::AddressGroup(g) => (Kind::AddressGroup, g.name.clone()),
+        ValidObject::AppliedToGroup(g) => (Kind::AppliedToGroup, g.name.clone()),
+        ValidObject::AddressGroupPatch(p) => (Kind::AddressGroupPatch, p.name.clone()),
+        ValidObject::AppliedToGroupPatch(p) => (Kind::AppliedToGroupPatch, p.name.clone()),
+    }
+}
+
+/// Kind and name as far as a raw (possibly invalid) object tells them.
+fn raw_key(v: &Value) -> Option<ObjectKey> {
+    let kind = Kind::parse(v.get("kind")?.as_str()?)?;
+    let name = v.get("metadata")?.get("name")?.as_str()?;
+    (!name.is_empty()).then(|| (kind, name.to_owned()))
+}
+
+/// Builds snapshots, remembering per file the objects last loaded from it.
+#[derive(Debug, Default)]
+struct Loader {
+    files: BTreeMap<PathBuf, Vec<ValidObject>>,
+}
+
+impl Loader {
+    fn build(&mut self, dir: &Path, content: &DirContent) -> PolicySnapshot {
+        let mut errors = Vec::new();
+        match content {
+            DirContent::Missing => {
+                self.files.clear();
+                errors.push(format!(
+                    "policy directory {} does not exist: no policies loaded",
+                    dir.display()
+                ));
+            }
+            DirContent::Unreadable(e) => errors.push(format!(
+                "policy directory {}: cannot read: {e}; keeping the policies last loaded from it",
+                dir.display()
+            )),
+            DirContent::Files(files) => {
+                let mut next = BTreeMap::new();
+                for (path, text) in files {
+                    let old = self.files.remove(path).unwrap_or_default();
+                    let objects = load_file(path, text, old, &mut errors);
+                    next.insert(path.clone(), objects);
+                }
+                self.files = next;
+            }
+        }
+
+        let mut snapshot = PolicySnapshot::default();
+        let mut seen: BTreeMap<ObjectKey, &Path> = BTreeMap::new();
+        for (path, objects) in &self.files {
+            for object in objects {
+                let key = key_of(object);
+                if let Some(first) = seen.get(&key) {
+                    errors.push(format!(
+                        "policy file {}: {} {} is also defined in {}; ignored",
+                        path.display(),
+                        key.0,
+                        key.1,
+                        first.display()
+                    ));
+                    continue;
+                }
+                seen.insert(key, path);
+                match object {
+                    ValidObject::NetworkPolicy(p) => snapshot.network_policies.push((**p).clone()),
+                    ValidObject::AddressGroup(g) => snapshot.address_groups.push(g.clone()),
+                    ValidObject::AppliedToGroup(g) => snapshot.applied_to_groups.push(g.clone()),
+                    // Never stored: load_file rejects patches.
+                    ValidObject::AddressGroupPatch(_) | ValidObject::AppliedToGroupPatch(_) => {}
+                }
+            }
+        }
+        snapshot.network_policies.sort_by(|a, b| a.name.cmp(&b.name));
+        snapshot.address_groups.sort_by(|a, b| a.name.cmp(&b.name));
+        snapshot.applied_to_groups.sort_by(|a, b| a.name.cmp(&b.name));
+        snapshot.errors = errors;
+        snapshot
+    }
+}
+
+/// The objects of one file; `old` is what was last loaded from it.
+fn load_file(
+    path: &Path,
+    text: &Result<String, String>,
+    old: Vec<ValidObject>,
+    errors: &mut Vec<String>,
+) -> Vec<ValidObject> {
+    let keep_all = |why: String, errors: &mut Vec<String>, old: Vec<ValidObject>| {
+        let kept = match old.len() {
+            0 => String::new(),
+            1 => "; keeping the object last loaded from it".to_owned(),
+            n => format!("; keeping the {n} objects last loaded from it"),
+        };
+        errors.push(format!("policy file {}: {why}{kept}", path.display()));
+        old
+    };
+    let text = match text {
+        Ok(text) => text,
+        Err(e) => return keep_all(format!("cannot read: {e}"), errors, old),
+    };
+    let docs = match parse_documents(path, text) {
+        Ok(docs) => docs,
+        Err(e) => return keep_all(format!("cannot parse: {e}"), errors, old),
+    };
+    let mut out = Vec::with_capacity(docs.len());
+    for (i, doc) in docs.into_iter().enumerate() {
+        let key = raw_key(&doc);
+        let loaded = ControlplaneObject::from_value(doc)
+            .map_err(|e| e.to_string())
+            .and_then(|obj| match obj.kind() {
+                Kind::AddressGroupPatch | Kind::AppliedToGroupPatch => Err(format!(
+                    "{} {:?}: patches cannot be loaded from files (write the whole group)",
+                    obj.kind(),
+                    obj.metadata().name
+                )),
+                _ => obj.validate().map_err(|e| e.to_string()),
+            });
+        match loaded {
+            Ok(object) => out.push(object),
+            Err(msg) => {
+                let previous = key.and_then(|k| old.iter().find(|o| key_of(o) == k));
+                let kept = if previous.is_some() {
+                    "; keeping its last valid version"
+                } else {
+                    ""
+                };
+                errors.push(format!(
+                    "policy file {}: object {}: {msg}{kept}",
+                    path.display(),
+                    i + 1
+                ));
+                out.extend(previous.cloned());
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NP: &str = "\
+apiVersion: controlplane.antrea.io/v1beta2
+kind: NetworkPolicy
+metadata: {name: web}
+appliedToGroups: [vm1]
+priority: 5
+tierPriority: 250
+rules:
+- direction: In
+  from: {addressGroups: [front], ipBlocks: [{cidr: 10.0.0.0/8}]}
+  services: [{protocol: TCP, port: 80}]
+  action: Allow
+";
+    const ATG: &str = "\
+apiVersion: controlplane.antrea.io/v1beta2
+kind: AppliedToGroup
+metadata: {name: vm1}
+groupMembers: [{externalEntity: {name: vm1, namespace: vm-ns}}]
+";
+    const AG_JSON: &str = r#"[
+  {"apiVersion": "controlplane.antrea.io/v1beta2", "kind": "AddressGroup",
+   "metadata": {"name": "front"},
+   "groupMembers": [{"externalEntity": {"name": "vm2", "namespace": "vm-ns"},
+                     "ips": ["AAAAAAAAAAAAAP//rBBkBA=="]}]}
+]"#;
+
+    fn files(list: &[(&str, &str)]) -> DirContent {
+        DirContent::Files(
+            list.iter()
+                .map(|(n, t)| (PathBuf::from(format!("/p/{n}")), Ok((*t).to_owned())))
+                .collect(),
+        )
+    }
+
+    fn names(s: &PolicySnapshot) -> (Vec<&str>, Vec<&str>, Vec<&str>) {
+        (
+            s.network_policies.iter().map(|p| p.name.as_str()).collect(),
+            s.address_groups.iter().map(|g| g.name.as_str()).collect(),
+            s.applied_to_groups.iter().map(|g| g.name.as_str()).collect(),
+        )
+    }
+
+    fn build(loader: &mut Loader, list: &[(&str, &str)]) -> PolicySnapshot {
+        loader.build(Path::new("/p"), &files(list))
+    }
+
+    #[test]
+    fn yaml_documents_json_arrays_and_lists_load() {
+        let mut l = Loader::default();
+        let list = r#"{"kind": "AddressGroupList", "items": [
+            {"kind": "AddressGroup", "metadata": {"name": "g2"}},
+            {"kind": "AddressGroup", "metadata": {"name": "g3"}}]}"#;
+        let s = build(
+            &mut l,
+            &[
+                ("a.yaml", &format!("---\n{NP}---\n{ATG}---\n")),
+                ("b.json", AG_JSON),
+                ("c.json", list),
+                ("empty.yml", ""),
+            ],
+        );
+        assert_eq!(s.errors, Vec::<String>::new());
+        assert_eq!(names(&s), (vec!["web"], vec!["front", "g2", "g3"], vec!["vm1"]));
+        let rule = &s.network_policies[0].rules[0];
+        assert_eq!(rule.peer.ip_blocks[0].cidr.to_string(), "10.0.0.0/8");
+        assert_eq!(
+            s.address_groups[0].members.values().next().unwrap().ips,
+            ["172.16.100.4".parse::<std::net::IpAddr>().unwrap()]
+        );
+    }
+
+    #[test]
+    fn a_bad_file_and_a_bad_object_do_not_block_the_others() {
+        let mut l = Loader::default();
+        let bad_object = format!(
+            "{ATG}---\nkind: NetworkPolicy\nmetadata: {{name: broken}}\n\
+             rules: [{{direction: In, services: [{{port: 90, endPort: 80}}]}}]\n"
+        );
+        let s = build(
+            &mut l,
+            &[
+                ("a.yaml", NP),
+                ("b.yaml", &bad_object),
+                ("c.yaml", "kind: [unclosed\n"),
+                ("d.yaml", "kind: Pod\nmetadata: {name: p}\n"),
+                ("e.yaml", "kind: AddressGroupPatch\nmetadata: {name: front}\n"),
+                (
+                    "f.json",
+                    "{\"kind\": \"AddressGroup\", \"apiVersion\": \"v1\", \"metadata\": {\"name\": \"x\"}}",
+                ),
+            ],
+        );
+        assert_eq!(names(&s), (vec!["web"], vec![], vec!["vm1"]));
+        assert_eq!(s.errors.len(), 5, "{:#?}", s.errors);
+        assert_eq!(
+            s.errors[0],
+            "policy file /p/b.yaml: object 2: NetworkPolicy broken: \
+             rules[0].services[0].endPort: 80 is less than port 90"
+        );
+        assert!(
+            s.errors[1].starts_with("policy file /p/c.yaml: cannot parse: "),
+            "{}",
+            s.errors[1]
+        );
+        assert!(
+            s.errors[2].starts_with("policy file /p/d.yaml: object 1: kind \"Pod\""),
+            "{}",
+            s.errors[2]
+        );
+        assert!(
+            s.errors[3]
+                .starts_with("policy file /p/e.yaml: object 1: AddressGroupPatch \"front\": patches cannot"),
+            "{}",
+            s.errors[3]
+        );
+        assert!(
+            s.errors[4].starts_with("policy file /p/f.json: object 1: AddressGroup \"x\": apiVersion \"v1\""),
+            "{}",
+            s.errors[4]
+        );
+    }
+
+    #[test]
+    fn last_good_versions_are_kept_until_fixed_or_removed() {
+        let mut l = Loader::default();
+        let s = build(&mut l, &[("a.yaml", NP), ("b.yaml", ATG)]);
+        assert!(s.errors.is_empty());
+        let good = s.clone();
+
+        // The policy becomes invalid: its last good version stays, with an error.
+        let s = build(
+            &mut l,
+            &[("a.yaml", &NP.replace("port: 80", "port: 0")), ("b.yaml", ATG)],
+        );
+        assert_eq!(names(&s), names(&good));
+        assert_eq!(s.network_policies, good.network_policies);
+        assert_eq!(
+            s.errors,
+            [
+                "policy file /p/a.yaml: object 1: NetworkPolicy web: rules[0].services[0].port: \
+              0 is out of range (1-65535); keeping its last valid version"
+            ]
+        );
+        // A half-written file keeps everything it held.
+        let half = &NP[..NP.find("ipBlocks").unwrap()];
+        let s = build(&mut l, &[("a.yaml", half), ("b.yaml", ATG)]);
+        assert_eq!(s.network_policies, good.network_policies);
+        assert!(
+            s.errors[0].ends_with("; keeping the object last loaded from it"),
+            "{:?}",
+            s.errors
+        );
+        // Fixed: the new version loads.
+        let s = build(
+            &mut l,
+            &[("a.yaml", &NP.replace("port: 80", "port: 8080")), ("b.yaml", ATG)],
+        );
+        assert!(s.errors.is_empty());
+        assert_ne!(s.network_policies, good.network_policies);
+        // Removed file: its objects go.
+        let s = build(&mut l, &[("b.yaml", ATG)]);
+        assert_eq!(names(&s), (vec![], vec![], vec!["vm1"]));
+        // A file that was never good keeps nothing.
+        let s = build(&mut l, &[("a.yaml", "kind: [\n"), ("b.yaml", ATG)]);
+        assert!(s.network_policies.is_empty());
+        assert!(!s.errors[0].contains("keeping"), "{:?}", s.errors);
+    }
+
+    #[test]
+    fn duplicates_keep_the_first_file() {
+        let mut l = Loader::default();
+        let s = build(&mut l, &[("a.yaml", ATG), ("b.yaml", ATG)]);
+        assert_eq!(s.applied_to_groups.len(), 1);
+        assert_eq!(
+            s.errors,
+            ["policy file /p/b.yaml: AppliedToGroup vm1 is also defined in /p/a.yaml; ignored"]
+        );
+    }
+
+    #[test]
+    fn missing_and_unreadable_directories() {
+        let mut l = Loader::default();
+        build(&mut l, &[("a.yaml", NP)]);
+        let s = l.build(
+            Path::new("/p"),
+            &DirContent::Unreadable("permission denied".into()),
+        );
+        assert_eq!(names(&s).0, ["web"]);
+        assert_eq!(
+            s.errors,
+            ["policy directory /p: cannot read: permission denied; keeping the policies last loaded from it"]
+        );
+        let s = l.build(Path::new("/p"), &DirContent::Missing);
+        assert_eq!(names(&s), (vec![], vec![], vec![]));
+        assert_eq!(
+            s.errors,
+            ["policy directory /p does not exist: no policies loaded"]
+        );
+    }
+
+    #[test]
+    fn file_name_filter() {
+        for yes in ["a.yaml", "b.YML", "c.json"] {
+            assert!(is_policy_file(yes), "{yes}");
+        }
+        for no in [".a.yaml", "..data", "a.yaml~", "a.yaml.swp", "README", "a.txt"] {
+            assert!(!is_policy_file(no), "{no}");
+        }
+    }
+
+    // --- the polling stream, on a real directory ---
+
+    async fn next_snapshot(events: &mut BoxStream<'static, PolicySnapshot>) -> PolicySnapshot {
+        tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("snapshot in time")
+            .expect("stream continues")
+    }
+
+    /// Writes through a hidden temporary file and a rename, so a poll never sees half a file.
+    fn write(dir: &Path, name: &str, text: &str) {
+        let tmp = dir.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, text).expect("write");
+        std::fs::rename(&tmp, dir.join(name)).expect("rename");
+    }
+
+    #[tokio::test]
+    async fn stream_follows_add_change_delete_and_bad_files() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("policies");
+        let source = PolicyDirSource::new(&dir, Duration::from_millis(10));
+        assert!(source.describe().contains("policies"));
+        let mut events = source.subscribe();
+
+        // Directory missing, then created empty.
+        let s = next_snapshot(&mut events).await;
+        assert!(s.errors[0].contains("does not exist"), "{:?}", s.errors);
+        std::fs::create_dir(&dir).expect("mkdir");
+        assert_eq!(next_snapshot(&mut events).await, PolicySnapshot::default());
+
+        // Add.
+        write(&dir, "a.yaml", &format!("{NP}---\n{ATG}"));
+        let s = next_snapshot(&mut events).await;
+        assert_eq!(names(&s), (vec!["web"], vec![], vec!["vm1"]));
+        write(&dir, "b.json", AG_JSON);
+        let s = next_snapshot(&mut events).await;
+        assert_eq!(names(&s), (vec!["web"], vec!["front"], vec!["vm1"]));
+
+        // Change.
+        write(
+            &dir,
+            "a.yaml",
+            &format!("{}---\n{ATG}", NP.replace("priority: 5", "priority: 7")),
+        );
+        let s = next_snapshot(&mut events).await;
+        assert_eq!(s.network_policies[0].priority, Some(7.0));
+
+        // A bad file next to the good ones.
+        write(&dir, "c.yaml", "kind: [unclosed\n");
+        let s = next_snapshot(&mut events).await;
+        assert_eq!(names(&s), (vec!["web"], vec!["front"], vec!["vm1"]));
+        assert_eq!(s.errors.len(), 1);
+        assert!(s.errors[0].contains("c.yaml: cannot parse"), "{:?}", s.errors);
+
+        // Delete.
+        std::fs::remove_file(dir.join("b.json")).expect("rm");
+        let s = next_snapshot(&mut events).await;
+        assert_eq!(names(&s), (vec!["web"], vec![], vec!["vm1"]));
+        std::fs::remove_file(dir.join("c.yaml")).expect("rm");
+        let s = next_snapshot(&mut events).await;
+        assert!(s.errors.is_empty());
+
+        // Touching a file without changing what it means emits nothing: the next snapshot is
+        // the one after a real change.
+        write(
+            &dir,
+            "a.yaml",
+            &format!(
+                "# comment\n{}---\n{ATG}",
+                NP.replace("priority: 5", "priority: 7")
+            ),
+        );
+        write(&dir, "z.yaml", "");
+        std::fs::remove_file(dir.join("a.yaml")).expect("rm");
+        let s = next_snapshot(&mut events).await;
+        assert_eq!(names(&s), (vec![], vec![], vec![]));
+        assert!(s.errors.is_empty());
+    }
+}
