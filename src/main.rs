@@ -19,6 +19,7 @@ use antrea_vm_agent::host::netlink::NetlinkHost;
 use antrea_vm_agent::ovs::openflow::conn::OfConnector;
 use antrea_vm_agent::ovs::ovsdb::client::OvsdbClient;
 use antrea_vm_agent::policy::pipeline::CONTROLLER_ID;
+use antrea_vm_agent::policy::state_file::compile_state;
 use antrea_vm_agent::sources::file::FileSource;
 
 #[derive(Parser, Debug)]
@@ -60,6 +61,15 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Print the flows the agent would own for a given state (interfaces, policyBypassRules and
+    /// controlplane objects), one per line in `ovs-ofctl dump-flows --names --no-stats` syntax,
+    /// sorted by table then priority. No OVS needed.
+    Compile {
+        /// YAML or JSON with `interfaces`, `policyBypassRules`, `networkPolicies`,
+        /// `addressGroups` and `appliedToGroups`.
+        #[arg(long)]
+        state: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -67,6 +77,32 @@ fn main() -> ExitCode {
     match cli.command {
         Command::CheckConfig { config } => check_config(&config),
         Command::Run { config, log } => run(&config, &log),
+        Command::Compile { state } => compile(&state),
+    }
+}
+
+fn compile(path: &Path) -> ExitCode {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    match compile_state(&text) {
+        Ok(out) => {
+            for w in &out.warnings {
+                eprintln!("warning: {w}");
+            }
+            for flow in &out.flows {
+                println!("{flow}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{}: invalid state:\n{e}", path.display());
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -18,12 +18,14 @@ use serde_json::json;
 use tracing::{debug, error, info, warn};
 
 use super::{common_handlers, Deps, Lifeline, Peers};
-use crate::messages::{ActorKind, ActorStatus, AttachedInterface, InterfacesChanged, RulesChanged, StatusQuery};
+use crate::messages::{
+    ActorKind, ActorStatus, AttachedInterface, InterfacesChanged, RulesChanged, StatusQuery,
+};
 use crate::ovs::openflow::{OfError, Switch};
 use crate::policy::compiler::{CompileOptions, Compiler};
 use crate::policy::flowset::{self, FlowSet};
-use crate::policy::rule::CompiledRuleInput;
 use crate::policy::pipeline::{self, PipelineOptions};
+use crate::policy::rule::CompiledRuleInput;
 
 /// Bridge `external_ids` key holding the last committed round.
 pub const ROUND_KEY: &str = "roundNum";

@@ -11,7 +11,8 @@ use tracing::{info, warn};
 
 use super::{common_handlers, Deps, Lifeline, Peers};
 use crate::messages::{
-    ActorKind, ActorStatus, AttachedInterface, EntityRef, InterfacesChanged, Resync, RulesChanged, StatusQuery,
+    ActorKind, ActorStatus, AttachedInterface, EntityRef, InterfacesChanged, Resync, RulesChanged,
+    StatusQuery,
 };
 use crate::policy::controlplane::store::PolicyStore;
 use crate::policy::resolve::{resolve, Resolved};
@@ -49,20 +50,31 @@ impl PolicyCache {
 
     /// Re-resolves and publishes when both inputs are known and the result changed (or `force`).
     fn update(&mut self, force: bool) {
-        let (true, Some(interfaces)) = (self.policies_known, &self.interfaces) else { return };
+        let (true, Some(interfaces)) = (self.policies_known, &self.interfaces) else {
+            return;
+        };
         let interfaces: Vec<AttachedInterface> = interfaces.values().cloned().collect();
         let next = resolve(&self.store, &interfaces);
-        let previous_warnings = self.resolved.as_ref().map(|r| r.warnings.clone()).unwrap_or_default();
+        let previous_warnings = self
+            .resolved
+            .as_ref()
+            .map(|r| r.warnings.clone())
+            .unwrap_or_default();
         for w in next.warnings.iter().filter(|w| !previous_warnings.contains(w)) {
             warn!("{w}");
         }
         let changed = self.resolved.as_ref().map(|r| &r.rules) != Some(&next.rules);
         if changed {
-            info!(rules = next.rules.len(), "NetworkPolicy rules for this node changed");
+            info!(
+                rules = next.rules.len(),
+                "NetworkPolicy rules for this node changed"
+            );
         }
         if changed || force {
             if let Some(flows) = &self.peers.flows {
-                flows.do_send(RulesChanged { rules: next.rules.clone() });
+                flows.do_send(RulesChanged {
+                    rules: next.rules.clone(),
+                });
             }
         }
         self.resolved = Some(next);
@@ -73,7 +85,11 @@ impl PolicyCache {
             warn!("{e}");
         }
         self.source_errors = snapshot.errors;
-        self.store.replace_all(snapshot.network_policies, snapshot.address_groups, snapshot.applied_to_groups);
+        self.store.replace_all(
+            snapshot.network_policies,
+            snapshot.address_groups,
+            snapshot.applied_to_groups,
+        );
         self.policies_known = true;
     }
 }
@@ -82,7 +98,13 @@ impl Actor for PolicyCache {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        match self.deps.config.standalone.as_ref().and_then(|s| s.policy_dir.clone()) {
+        match self
+            .deps
+            .config
+            .standalone
+            .as_ref()
+            .and_then(|s| s.policy_dir.clone())
+        {
             Some(dir) => {
                 let source = PolicyDirSource::new(dir, POLICY_DIR_POLL);
                 info!(source = %source.describe(), "watching NetworkPolicies");
@@ -111,7 +133,12 @@ impl StreamHandler<PolicySnapshot> for PolicyCache {
 impl Handler<InterfacesChanged> for PolicyCache {
     type Result = ();
     fn handle(&mut self, msg: InterfacesChanged, _: &mut Context<Self>) {
-        self.interfaces = Some(msg.interfaces.into_iter().map(|i| (i.entity.clone(), i)).collect());
+        self.interfaces = Some(
+            msg.interfaces
+                .into_iter()
+                .map(|i| (i.entity.clone(), i))
+                .collect(),
+        );
         self.update(false);
     }
 }

@@ -56,8 +56,7 @@ use crate::ovs::openflow::{
     ct_state, eth_type, ip_proto, Action, CtAction, CtStateMatch, CtZone, Flow, FlowKey,
     Masked, Match, SetField,
 };
-use crate::ovs::openflow::oxm::normalize_match;
-use crate::policy::flowset::{flow_set, FlowSet};
+use crate::policy::flowset::FlowSet;
 use crate::policy::pipeline::{self, cookie, table, CookieCategory, Family, CT_ZONE_V4, CT_ZONE_V6};
 use crate::policy::priority::{Priority, PriorityError, TablePriorities};
 use crate::policy::rule::{
@@ -428,7 +427,10 @@ impl Compiler {
         self.used = used_now;
         self.initialized = true;
 
-        out.flows = flow_set(build_flows(&resolved, round, &self.opts));
+        out.flows = build_flows_unsorted(&resolved, round, &self.opts)
+            .into_iter()
+            .map(|f| (f.key(), f))
+            .collect();
         out
     }
 }
@@ -487,7 +489,12 @@ fn port_matches(port: Option<u16>, end: Option<u16>) -> Vec<Option<Masked<u16>>>
         (None, _) | (Some(0), None) => vec![None],
         (Some(p), Some(e)) if e > p => port_bit_ranges(p, e)
             .into_iter()
-            .map(|(v, m)| Some(if m == 0xffff { Masked::exact(v) } else { Masked::new(v, m) }))
+            .map(|(v, m)| match m {
+                // All ports: no match at all (as OVS stores it).
+                0 => None,
+                0xffff => Some(Masked::exact(v)),
+                _ => Some(Masked::new(v, m)),
+            })
             .collect(),
         (Some(0), Some(_)) => vec![None],
         (Some(p), _) => vec![Some(Masked::exact(p))],
@@ -570,15 +577,16 @@ fn peer_match(peer: &Peer, source: bool, opts: &CompileOptions) -> Option<Match>
     Some(match *peer {
         Peer::OfPort(p) if source => Match::new().in_port(p),
         Peer::OfPort(p) => Match::new().reg(REG_TARGET_PORT, p, None),
+        // A /0 is no address match at all, as OVS stores it.
         Peer::Cidr(IpNet::V4(n)) => {
             if !opts.ipv4 {
                 return None;
             }
             let m = Match::new().ipv4();
-            if source {
-                m.ipv4_src(n.trunc())
-            } else {
-                m.ipv4_dst(n.trunc())
+            match (n.prefix_len(), source) {
+                (0, _) => m,
+                (_, true) => m.ipv4_src(n.trunc()),
+                (_, false) => m.ipv4_dst(n.trunc()),
             }
         }
         Peer::Cidr(IpNet::V6(n)) => {
@@ -586,18 +594,27 @@ fn peer_match(peer: &Peer, source: bool, opts: &CompileOptions) -> Option<Match>
                 return None;
             }
             let m = Match::new().ipv6();
-            if source {
-                m.ipv6_src(n.trunc())
-            } else {
-                m.ipv6_dst(n.trunc())
+            match (n.prefix_len(), source) {
+                (0, _) => m,
+                (_, true) => m.ipv6_src(n.trunc()),
+                (_, false) => m.ipv6_dst(n.trunc()),
             }
         }
     })
 }
 
-/// The flows of `rules` (action, metric and shared conjunctive match flows), sorted. Rules must
-/// have distinct conjunction ids. Pure.
+/// The flows of `rules` (action, metric and shared conjunctive match flows), sorted by identity.
+/// Rules must have distinct conjunction ids. Matches are built in the form OVS stores them
+/// (see [`crate::ovs::openflow::oxm::normalize_match`]). Pure.
 pub fn build_flows(rules: &[ResolvedRule<'_>], round: u16, opts: &CompileOptions) -> Vec<Flow> {
+    let mut flows = build_flows_unsorted(rules, round, opts);
+    flows.sort_unstable_by(|a, b| {
+        (a.table, a.priority, &a.matches).cmp(&(b.table, b.priority, &b.matches))
+    });
+    flows
+}
+
+fn build_flows_unsorted(rules: &[ResolvedRule<'_>], round: u16, opts: &CompileOptions) -> Vec<Flow> {
     let c = cookie(round, CookieCategory::NetworkPolicy);
     let families = opts.families();
     let targets = Targets::new();
@@ -609,7 +626,7 @@ pub fn build_flows(rules: &[ResolvedRule<'_>], round: u16, opts: &CompileOptions
             let key = FlowKey {
                 table: r.table,
                 priority: r.priority,
-                matches: normalize_match(&m),
+                matches: m,
             };
             shared.entry(key).or_default().insert((r.conj_id, clause, n_clauses));
         };
@@ -640,7 +657,6 @@ pub fn build_flows(rules: &[ResolvedRule<'_>], round: u16, opts: &CompileOptions
             .collect();
         f
     }));
-    flows.sort();
     flows
 }
 

@@ -6,5 +6,6 @@ pub mod controlplane;
 pub mod flowset;
 pub mod pipeline;
 pub mod resolve;
+pub mod state_file;
 pub mod priority;
 pub mod rule;

@@ -59,7 +59,11 @@ fn policy_ref(policy: &Policy) -> Result<rule::PolicyRef, String> {
         policy_type,
         namespace: src.namespace.clone(),
         name: src.name.clone(),
-        uid: if src.uid.is_empty() { policy.uid.clone() } else { src.uid.clone() },
+        uid: if src.uid.is_empty() {
+            policy.uid.clone()
+        } else {
+            src.uid.clone()
+        },
     })
 }
 
@@ -72,25 +76,40 @@ fn resolve_policy(
     let reference = match policy_ref(policy) {
         Ok(r) => r,
         Err(e) => {
-            out.warnings.push(format!("NetworkPolicy {}: {e}; ignored", policy.name));
+            out.warnings
+                .push(format!("NetworkPolicy {}: {e}; ignored", policy.name));
             return;
         }
     };
     let max_rule_priority = policy.rules.iter().map(|r| r.priority).max().unwrap_or(0);
     for (i, rule) in policy.rules.iter().enumerate() {
-        let what = || format!("NetworkPolicy {} ({reference_name}) rules[{i}]", policy.name, reference_name = display(&reference));
+        let what = || {
+            format!(
+                "NetworkPolicy {} ({reference_name}) rules[{i}]",
+                policy.name,
+                reference_name = display(&reference)
+            )
+        };
         let targets = local_targets(store, policy.rule_applied_to_groups(rule), local);
         if targets.is_empty() {
             // Not for this node (or its members are not attached yet).
             continue;
         }
         if !rule.peer.fqdns.is_empty() || !rule.peer.to_services.is_empty() {
-            out.warnings.push(format!("{}: fqdns and toServices peers are not supported yet; those peers are ignored", what()));
+            out.warnings.push(format!(
+                "{}: fqdns and toServices peers are not supported yet; those peers are ignored",
+                what()
+            ));
         }
         let peers = peer_addresses(store, rule, &what, &mut out.warnings);
         let services = services(rule, &targets, &what, &mut out.warnings);
-        let interfaces: Vec<LocalInterface> =
-            targets.iter().map(|t| LocalInterface { ofport: t.iface.ofport, ips: t.iface.ips.clone() }).collect();
+        let interfaces: Vec<LocalInterface> = targets
+            .iter()
+            .map(|t| LocalInterface {
+                ofport: t.iface.ofport,
+                ips: t.iface.ips.clone(),
+            })
+            .collect();
         let (direction, from, to) = match rule.direction {
             Direction::In => (rule::Direction::In, peers, applied_to_ports(&interfaces)),
             Direction::Out => (rule::Direction::Out, applied_to_ips(&interfaces), peers),
@@ -148,11 +167,19 @@ fn local_targets<'a>(
     let mut targets = Vec::new();
     for group in groups.iter().filter_map(|g| store.applied_to_group(g)) {
         for member in group.members.values() {
-            let MemberRef::ExternalEntity { namespace, name } = &member.entity else { continue };
-            let key = EntityRef { namespace: namespace.clone(), name: name.clone() };
+            let MemberRef::ExternalEntity { namespace, name } = &member.entity else {
+                continue;
+            };
+            let key = EntityRef {
+                namespace: namespace.clone(),
+                name: name.clone(),
+            };
             if let Some(iface) = local.get(&key) {
                 if seen.insert(iface.name.clone()) {
-                    targets.push(Target { iface, ports: member.ports.iter().collect() });
+                    targets.push(Target {
+                        iface,
+                        ports: member.ports.iter().collect(),
+                    });
                 }
             }
         }
@@ -175,11 +202,18 @@ fn peer_addresses(
                     peers.extend(member.ips.iter().map(|ip| Peer::host(*ip)));
                 }
             }
-            None => warnings.push(format!("{}: AddressGroup {name} is unknown; it matches nothing", what())),
+            None => warnings.push(format!(
+                "{}: AddressGroup {name} is unknown; it matches nothing",
+                what()
+            )),
         }
     }
     for block in &rule.peer.ip_blocks {
-        peers.extend(ip_block_cidrs(block.cidr, &block.except).into_iter().map(Peer::Cidr));
+        peers.extend(
+            ip_block_cidrs(block.cidr, &block.except)
+                .into_iter()
+                .map(Peer::Cidr),
+        );
     }
     peers.into_iter().collect()
 }
@@ -198,7 +232,11 @@ fn services(
     let mut out = BTreeSet::new();
     for s in &rule.services {
         let Some(protocol) = protocol(s.protocol) else {
-            warnings.push(format!("{}: protocol {:?} is not supported on a VM; service ignored", what(), s.protocol));
+            warnings.push(format!(
+                "{}: protocol {:?} is not supported on a VM; service ignored",
+                what(),
+                s.protocol
+            ));
             continue;
         };
         let base = Service {
@@ -214,14 +252,24 @@ fn services(
                 out.insert(base);
             }
             Some(PortMatch::Range(r)) => {
-                out.insert(Service { port: Some(r.start), end_port: (r.end > r.start).then_some(r.end), ..base });
+                out.insert(Service {
+                    port: Some(r.start),
+                    end_port: (r.end > r.start).then_some(r.end),
+                    ..base
+                });
             }
             Some(PortMatch::Named(name)) => {
                 let resolved = named_port(s, name, targets);
                 if resolved.is_empty() {
-                    warnings.push(format!("{}: named port {name} is not declared by any applied-to member", what()));
+                    warnings.push(format!(
+                        "{}: named port {name} is not declared by any applied-to member",
+                        what()
+                    ));
                 }
-                out.extend(resolved.into_iter().map(|port| Service { port: Some(port), ..base }));
+                out.extend(resolved.into_iter().map(|port| Service {
+                    port: Some(port),
+                    ..base
+                }));
             }
         }
     }
@@ -271,7 +319,10 @@ mod tests {
             uplink_name: format!("{name}~"),
             uplink_ofport: ofport + 100,
             ips: ips.iter().map(|ip| ip.parse().expect("ip")).collect(),
-            entity: EntityRef { namespace: "vm-ns".into(), name: entity.into() },
+            entity: EntityRef {
+                namespace: "vm-ns".into(),
+                name: entity.into(),
+            },
         }
     }
 
@@ -328,18 +379,27 @@ rules: [{direction: In, from: {ipBlocks: [{cidr: 0.0.0.0/0}]}, action: Drop}]
         assert_eq!(ingress.policy.name, "web");
         assert_eq!(
             ingress.from,
-            vec![Peer::host("10.0.0.7".parse().expect("ip")), Peer::Cidr("192.168.0.0/25".parse().expect("cidr"))]
+            vec![
+                Peer::host("10.0.0.7".parse().expect("ip")),
+                Peer::Cidr("192.168.0.0/25".parse().expect("cidr"))
+            ]
         );
         assert_eq!(ingress.to, vec![Peer::OfPort(3)]);
         assert_eq!(
             ingress.services,
-            Some(vec![Service::port(rule::Protocol::Tcp, 8080), Service::range(rule::Protocol::Udp, 1000, 1010)])
+            Some(vec![
+                Service::port(rule::Protocol::Tcp, 8080),
+                Service::range(rule::Protocol::Udp, 1000, 1010)
+            ])
         );
         let egress = &resolved.rules[1];
         assert_eq!(egress.direction, rule::Direction::Out);
         assert_eq!(
             egress.from,
-            vec![Peer::host("10.99.0.2".parse().expect("ip")), Peer::host("fd00:99::2".parse().expect("ip"))]
+            vec![
+                Peer::host("10.99.0.2".parse().expect("ip")),
+                Peer::host("fd00:99::2".parse().expect("ip"))
+            ]
         );
         assert_eq!(egress.to, vec![Peer::Cidr("fd00:1::/64".parse().expect("cidr"))]);
         assert_eq!(egress.services, None);
@@ -356,7 +416,14 @@ rules: [{direction: In, from: {ipBlocks: [{cidr: 0.0.0.0/0}]}, action: Drop}]
         );
         let resolved = resolve(&store, &[iface("eth0", 1, &["10.0.0.2"], "vm1")]);
         assert_eq!(resolved.rules.len(), 1);
-        assert!(resolved.rules[0].from.is_empty(), "an unknown group matches nothing");
-        assert!(resolved.warnings[0].contains("AddressGroup missing is unknown"), "{:?}", resolved.warnings);
+        assert!(
+            resolved.rules[0].from.is_empty(),
+            "an unknown group matches nothing"
+        );
+        assert!(
+            resolved.warnings[0].contains("AddressGroup missing is unknown"),
+            "{:?}",
+            resolved.warnings
+        );
     }
 }

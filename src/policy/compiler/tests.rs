@@ -10,6 +10,8 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use super::*;
+use crate::ovs::openflow::oxm::normalize_match;
+use crate::policy::flowset::flow_set;
 use crate::ovs::openflow::render::{render_flows, render_group, NameMap};
 use crate::policy::rule::{ip_block_cidrs, PolicyType, BASELINE_TIER_PRIORITY, DEFAULT_TIER_PRIORITY};
 
@@ -669,6 +671,22 @@ fn many_rules(n: usize) -> Vec<CompiledRuleInput> {
             r
         })
         .collect()
+}
+
+#[test]
+fn matches_are_built_normalized() {
+    // The compiler builds matches the way OVS stores them, so a flow's identity here is its
+    // identity in the switch (no separate normalization pass).
+    let mut rules = many_rules(200);
+    rules.push(rule("any", Direction::Out, 0, RuleAction::Allow, 250, 1.0, vec![ip("10.0.0.5/32")], vec![ip("0.0.0.0/0"), ip("::/0"), ip("10.1.2.3/8")], Some(vec![Service::range(Protocol::Udp, 0, 65535)])));
+    let out = compile(&rules, 1, CompileOptions::default());
+    for (key, f) in &out.flows {
+        assert_eq!(normalize_match(&f.matches), f.matches, "{f:?}");
+        assert_eq!(key, &f.key());
+    }
+    let lines = rendered_set(&out.flows);
+    assert!(lines.contains("cookie=0x1020000000000, table=AntreaPolicyEgressRule, priority=14900,udp actions=conjunction(2,3/3)"), "{lines:#?}");
+    assert!(lines.contains("cookie=0x1020000000000, table=AntreaPolicyEgressRule, priority=14900,ip,nw_dst=10.0.0.0/8 actions=conjunction(2,2/3)"), "{lines:#?}");
 }
 
 #[test]
