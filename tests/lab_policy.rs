@@ -162,3 +162,180 @@ rules:
     );
     agent.stop();
 }
+
+/// A NetworkPolicy object applied to the lab VM, in YAML.
+fn policy(name: &str, tier_priority: i32, priority: f64, rules: &str) -> String {
+    format!(
+        "apiVersion: controlplane.antrea.io/v1beta2
+kind: NetworkPolicy
+metadata: {{name: uid-{name}, uid: uid-{name}}}
+sourceRef: {{type: AntreaClusterNetworkPolicy, name: {name}, uid: uid-{name}}}
+appliedToGroups: [atg-vm1]
+priority: {priority}
+tierPriority: {tier_priority}
+rules:
+{rules}"
+    )
+}
+
+fn ping_from(lab: &Lab, source: &str, target: &str) -> bool {
+    lab.ext(&format!("ping -n -c 2 -i 0.2 -W 1 -I {source} {target}"))
+        .status
+        .success()
+}
+
+#[test]
+fn port_range_priorities_tiers_and_pass() {
+    let lab = Lab::new();
+    let mut agent = attached_with_policies(&lab);
+    let any = "{ipBlocks: [{cidr: 0.0.0.0/0}, {cidr: \"::/0\"}]}";
+    // Application tier: drop 6000-6010 (a range), but a higher-priority policy allows 6001 and 6003.
+    write_policy(&lab, "20-app-drop.yaml", &policy("app-drop", 250, 10.0, &format!(
+        "- {{direction: In, from: {any}, services: [{{protocol: TCP, port: 6000, endPort: 6010}}], action: Drop, priority: 0}}\n")));
+    write_policy(&lab, "21-app-allow.yaml", &policy("app-allow", 250, 1.0, &format!(
+        "- {{direction: In, from: {any}, services: [{{protocol: TCP, port: 6001}}, {{protocol: TCP, port: 6003}}], action: Allow, priority: 0}}\n")));
+    // Emergency tier (evaluated first): drop 6003 whatever the application tier says; pass 6004
+    // (skip the remaining tiers, so the application-tier drop does not apply to it).
+    write_policy(&lab, "22-emergency.yaml", &policy("emergency", 50, 100.0, &format!(
+        "- {{direction: In, from: {any}, services: [{{protocol: TCP, port: 6003}}], action: Drop, priority: 0}}\n\
+         - {{direction: In, from: {any}, services: [{{protocol: TCP, port: 6004}}], action: Pass, priority: 1}}\n")));
+    wait_until(Duration::from_secs(20), "the policies' flows", || {
+        conj_flows(&lab) >= 5
+    });
+    assert!(!lab.tcp_from_ext(VM_IP4, 6002), "6002 is in the dropped range");
+    assert!(
+        !lab.tcp_from_ext(VM_IP6, 6010),
+        "6010 is in the dropped range (IPv6)"
+    );
+    assert!(lab.tcp_from_ext(VM_IP4, 6011), "6011 is outside the range");
+    assert!(
+        lab.tcp_from_ext(VM_IP4, 6001),
+        "a higher-priority Allow beats a lower-priority Drop"
+    );
+    assert!(
+        !lab.tcp_from_ext(VM_IP4, 6003),
+        "a higher tier's Drop beats a lower tier's Allow"
+    );
+    assert!(
+        lab.tcp_from_ext(VM_IP4, 6004),
+        "Pass skips the application tier's Drop"
+    );
+    agent.stop();
+}
+
+#[test]
+fn ip_block_except_icmp_from_one_source_and_egress_drop() {
+    let lab = Lab::new();
+    lab.ext_ok(&format!("ip addr add 10.99.0.9/24 dev {EXT_NIC}"));
+    let mut agent = attached_with_policies(&lab);
+    write_policy(&lab, "30-icmp.yaml", &policy("icmp", 250, 1.0,
+        "- {direction: In, from: {ipBlocks: [{cidr: 10.99.0.0/24, except: [10.99.0.1/32]}]}, services: [{protocol: ICMP}], action: Drop, priority: 0}\n"));
+    write_policy(&lab, "31-egress.yaml", &policy("egress", 250, 2.0, &format!(
+        "- {{direction: Out, to: {{ipBlocks: [{{cidr: {EXT_IP4}/32}}]}}, services: [{{protocol: TCP, port: 6200}}], action: Drop, priority: 0}}\n")));
+    wait_until(Duration::from_secs(20), "the policies' flows", || {
+        conj_flows(&lab) >= 2
+    });
+    assert!(
+        !ping_from(&lab, "10.99.0.9", VM_IP4),
+        "ICMP from 10.99.0.9 is dropped"
+    );
+    assert!(
+        ping_from(&lab, EXT_IP4, VM_IP4),
+        "ICMP from the excepted 10.99.0.1 passes"
+    );
+    assert!(
+        lab.ping_from_ext(VM_IP6, 2).all_received(),
+        "IPv6 ICMP is outside the IPv4 block"
+    );
+    assert!(
+        !lab.tcp_from_vm(EXT_IP4, 6200),
+        "egress TCP to the blocked destination port is dropped"
+    );
+    assert!(
+        lab.tcp_from_vm(EXT_IP4, 6201),
+        "egress TCP to another port passes"
+    );
+    agent.stop();
+}
+
+#[test]
+fn bypass_beats_deny_all_established_connections_survive_and_updates_apply() {
+    let lab = Lab::new();
+    write_policy(&lab, "00-atg.yaml", APPLIED_TO);
+    let config = lab.write_config(&format!(
+        "standalone:\n  policyDir: {}\nexternalNode:\n  policyBypassRules:\n  \
+         - {{direction: ingress, protocol: tcp, cidr: 10.99.0.0/24, port: 6300}}\n",
+        policy_dir(&lab).display()
+    ));
+    lab.write_external_node(&[VM_IP4, VM_IP6]);
+    let mut agent = lab.start_agent(&config);
+    lab.isolate_uplink();
+    wait_until(Duration::from_secs(30), "attached", || {
+        lab.ping_from_ext(VM_IP4, 1).all_received()
+    });
+
+    // A connection established before the deny-all policy: its later data still flows.
+    let out = lab.dir().join("established.out");
+    let mut server = lab.ns_command(lab.vm_ns(), "nc");
+    server.args(["-l", "-n", VM_IP4, "6400"]);
+    server
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&out).expect("out file"));
+    let mut server = server.spawn().expect("start the listener");
+    wait_until(Duration::from_secs(5), "the listener", || {
+        lab.vm("ss -Hltn 'sport = :6400' | grep -q 6400").status.success()
+    });
+    let mut client = lab.ns_command(lab.ext_ns(), "sh");
+    client.args([
+        "-c",
+        &format!("(echo first; sleep 4; echo second) | nc -N -n {VM_IP4} 6400"),
+    ]);
+    client
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null());
+    let mut client = client.spawn().expect("start the client");
+    wait_until(Duration::from_secs(5), "the first line before the policy", || {
+        std::fs::read_to_string(&out).is_ok_and(|t| t.contains("first"))
+    });
+    let deny_all = |action: &str| {
+        policy("deny-all", 250, 5.0, &format!(
+            "- {{direction: In, from: {{ipBlocks: [{{cidr: 0.0.0.0/0}}, {{cidr: \"::/0\"}}]}}, action: {action}, priority: 0}}\n"
+        ))
+    };
+    write_policy(&lab, "40-deny-all.yaml", &deny_all("Drop"));
+    wait_until(
+        Duration::from_secs(3),
+        "deny-all enforced (new pings dropped)",
+        || !lab.ping_from_ext(VM_IP4, 1).all_received(),
+    );
+    let arrived = || std::fs::read_to_string(&out).unwrap_or_default();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !arrived().contains("second") && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        arrived().contains("second"),
+        "the established connection's data after the policy: {:?}\n{}",
+        arrived(),
+        lab.dump_flows()
+            .iter()
+            .filter(|f| f.contains("AntreaPolicyIngressRule"))
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
+    let _ = (client.kill(), client.wait(), server.kill(), server.wait());
+    assert!(
+        lab.tcp_from_ext(VM_IP4, 6300),
+        "the bypass rule wins over deny-all"
+    );
+    assert!(!lab.tcp_from_ext(VM_IP4, 6301), "everything else is denied");
+    // An update takes effect on the next connection.
+    write_policy(&lab, "40-deny-all.yaml", &deny_all("Allow"));
+    wait_until(Duration::from_secs(20), "the update applied", || {
+        lab.ping_from_ext(VM_IP4, 1).all_received()
+    });
+    assert!(lab.tcp_from_ext(VM_IP4, 6301), "allowed after the update");
+    agent.stop();
+}
