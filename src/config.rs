@@ -169,6 +169,9 @@ pub struct AuditLogging {
     pub max_age_days: u32,
     /// gzip the rotated files (default true).
     pub compress: bool,
+    /// Directory of `np.log` (our addition, key `logDir`; default Antrea's
+    /// `/var/log/antrea/networkpolicy`).
+    pub log_dir: PathBuf,
 }
 
 impl Default for AuditLogging {
@@ -178,6 +181,7 @@ impl Default for AuditLogging {
             max_backups: 3,
             max_age_days: 28,
             compress: true,
+            log_dir: PathBuf::from("/var/log/antrea/networkpolicy"),
         }
     }
 }
@@ -350,7 +354,7 @@ fn parse(yaml: &str, base: &Path, source: &str) -> Result<Config, ConfigErrors> 
     let audit = p.section(
         &top,
         "auditLogging",
-        &["maxSize", "maxBackups", "maxAge", "compress"],
+        &["maxSize", "maxBackups", "maxAge", "compress", "logDir"],
     );
     let defaults = AuditLogging::default();
     let audit_logging = AuditLogging {
@@ -368,6 +372,9 @@ fn parse(yaml: &str, base: &Path, source: &str) -> Result<Config, ConfigErrors> 
         compress: p
             .boolean(&audit, "compress", "auditLogging")
             .unwrap_or(defaults.compress),
+        log_dir: p
+            .path(&audit, "logDir", "auditLogging")
+            .unwrap_or(defaults.log_dir),
     };
 
     let api_port_raw = p.integer(&top, "apiPort", "");
@@ -990,7 +997,8 @@ mod tests {
                 max_size_mb: 500,
                 max_backups: 3,
                 max_age_days: 28,
-                compress: true
+                compress: true,
+                log_dir: PathBuf::from("/var/log/antrea/networkpolicy"),
             }
         );
         assert_eq!(c.api_port, 10350);
@@ -1108,7 +1116,8 @@ stateDir: /tmp/state
                 max_size_mb: 10,
                 max_backups: 0,
                 max_age_days: 0,
-                compress: false
+                compress: false,
+                log_dir: PathBuf::from("/var/log/antrea/networkpolicy"),
             }
         );
         assert_eq!(c.api_port, 10351);

@@ -12,5 +12,6 @@ pub mod host;
 pub mod k8s;
 pub mod messages;
 pub mod ovs;
+pub mod packetin;
 pub mod policy;
 pub mod sources;

@@ -339,3 +339,93 @@ fn bypass_beats_deny_all_established_connections_survive_and_updates_apply() {
     assert!(lab.tcp_from_ext(VM_IP4, 6301), "allowed after the update");
     agent.stop();
 }
+
+/// The outside host's count of received ICMP (or ICMPv6) destination-unreachable messages.
+fn ext_dest_unreachs(lab: &Lab, v6: bool) -> u64 {
+    let (file, key) = if v6 {
+        ("/proc/net/snmp6", "Icmp6InDestUnreachs")
+    } else {
+        ("/proc/net/snmp", "InDestUnreachs")
+    };
+    let text = lab.ext_ok(&format!("cat {file}"));
+    if v6 {
+        return text
+            .lines()
+            .find_map(|l| l.strip_prefix(key).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or(0);
+    }
+    // /proc/net/snmp: a header line of names followed by a line of values, per protocol.
+    let icmp: Vec<&str> = text.lines().filter(|l| l.starts_with("Icmp:")).collect();
+    let (Some(names), Some(values)) = (icmp.first(), icmp.get(1)) else {
+        return 0;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == key)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn reject_answers_tcp_with_rst_and_udp_with_one_icmp_error_and_logs() {
+    let lab = Lab::new();
+    write_policy(&lab, "00-atg.yaml", APPLIED_TO);
+    let audit_dir = lab.dir().join("audit");
+    let config = lab.write_config(&format!(
+        "standalone:\n  policyDir: {}\nauditLogging:\n  logDir: {}\n",
+        policy_dir(&lab).display(),
+        audit_dir.display()
+    ));
+    lab.write_external_node(&[VM_IP4, VM_IP6]);
+    let mut agent = lab.start_agent(&config);
+    lab.isolate_uplink();
+    let any = "{ipBlocks: [{cidr: 0.0.0.0/0}, {cidr: \"::/0\"}]}";
+    write_policy(&lab, "50-reject.yaml", &policy("reject", 250, 1.0, &format!(
+        "- {{name: no-6500, direction: In, from: {any}, services: [{{protocol: TCP, port: 6500}}], action: Reject, enableLogging: true, priority: 0}}\n\
+         - {{direction: In, from: {any}, services: [{{protocol: UDP, port: 6501}}], action: Reject, priority: 1}}\n")));
+    wait_until(Duration::from_secs(30), "the reject rules", || {
+        conj_flows(&lab) >= 2
+    });
+
+    for ip in [VM_IP4, VM_IP6] {
+        let out = lab.ext(&format!("nc -v -z -n -w 3 {ip} 6500"));
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(
+            !out.status.success() && err.contains("refused"),
+            "TCP to {ip}:6500 is refused by a RST: {err}"
+        );
+    }
+    assert!(lab.tcp_from_ext(VM_IP4, 6502), "other ports pass");
+
+    for (ip, v6) in [(VM_IP4, false), (VM_IP6, true)] {
+        let before = ext_dest_unreachs(&lab, v6);
+        lab.ext(&format!("echo probe | nc -u -n -w 1 {ip} 6501"));
+        wait_until(Duration::from_secs(5), "an ICMP destination unreachable", || {
+            ext_dest_unreachs(&lab, v6) > before
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(
+            ext_dest_unreachs(&lab, v6),
+            before + 1,
+            "exactly one reply to one UDP datagram to {ip}"
+        );
+    }
+
+    let log_path = audit_dir.join("np.log");
+    wait_until(Duration::from_secs(10), "the audit log line", || {
+        std::fs::read_to_string(&log_path).is_ok_and(|t| t.contains("6500"))
+    });
+    let log = std::fs::read_to_string(&log_path).expect("np.log");
+    let line = log
+        .lines()
+        .find(|l| l.contains("6500"))
+        .expect("a line for the rejected connection");
+    assert!(line.contains("Reject"), "{line}");
+    assert!(line.contains("reject"), "names the policy: {line}");
+    assert!(
+        line.contains("vm-ns/vm1-3e616"),
+        "names the applied-to ExternalEntity: {line}"
+    );
+    agent.stop();
+}

@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 
 use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture};
 use serde_json::json;
@@ -22,7 +23,8 @@ use crate::messages::{
     ActorKind, ActorStatus, AttachedInterface, InterfacesChanged, RulesChanged, StatusQuery,
 };
 use crate::ovs::openflow::{OfError, Switch};
-use crate::policy::compiler::{CompileOptions, Compiler};
+use crate::packetin::{self, AuditLog, PacketInContext, PacketInStats};
+use crate::policy::compiler::{CompileOptions, Compiler, ConjunctionInfo};
 use crate::policy::flowset::{self, FlowSet};
 use crate::policy::pipeline::{self, PipelineOptions};
 use crate::policy::rule::CompiledRuleInput;
@@ -74,6 +76,13 @@ pub struct FlowInstaller {
     rules: Option<Vec<CompiledRuleInput>>,
     /// Keeps conjunction ids and rule priorities stable from one compilation to the next.
     compiler: Compiler,
+    /// What the packet-in responder needs (conjunction → rule, local interfaces), published on
+    /// every change so the responder of the current connection always sees the latest.
+    conjunctions_tx: watch::Sender<Arc<BTreeMap<u32, ConjunctionInfo>>>,
+    interfaces_tx: watch::Sender<Arc<Vec<AttachedInterface>>>,
+    /// The NetworkPolicy audit log (`np.log`); `None` if it cannot be opened.
+    audit: Option<AuditLog>,
+    packet_in_stats: Arc<PacketInStats>,
     installed: FlowSet,
     reconnect_delay: Duration,
     connecting: bool,
@@ -84,6 +93,14 @@ pub struct FlowInstaller {
 impl FlowInstaller {
     pub fn new(deps: Deps, peers: Peers, lifeline: Lifeline) -> Self {
         let reconnect_delay = deps.timing.reconnect_min;
+        let logging = &deps.config.audit_logging;
+        let audit = match AuditLog::open(&logging.log_dir, logging) {
+            Ok(log) => Some(log),
+            Err(e) => {
+                warn!("NetworkPolicy audit logging is off: {e}");
+                None
+            }
+        };
         FlowInstaller {
             deps,
             peers,
@@ -92,6 +109,10 @@ impl FlowInstaller {
             interfaces: None,
             rules: None,
             compiler: Compiler::new(CompileOptions::default()),
+            conjunctions_tx: watch::channel(Arc::new(BTreeMap::new())).0,
+            interfaces_tx: watch::channel(Arc::new(Vec::new())).0,
+            audit,
+            packet_in_stats: PacketInStats::new(),
             installed: FlowSet::new(),
             reconnect_delay,
             connecting: false,
@@ -126,6 +147,8 @@ impl FlowInstaller {
         for skipped in &compiled.skipped {
             warn!("rule {:?} not installed: {:?}", skipped.id, skipped.reason);
         }
+        self.conjunctions_tx
+            .send_replace(Arc::new(compiled.conjunctions.clone()));
         flows.extend(compiled.flows);
         Some(flows)
     }
@@ -210,9 +233,19 @@ impl Handler<Connect> for FlowInstaller {
                     let epoch = act.next_epoch;
                     act.next_epoch += 1;
                     info!(round, ?previous_round, meters, "connected to OpenFlow switch");
-                    let watch = switch.clone();
+                    // Packet-ins (Reject, audit log) of this connection; the responder ends with it.
+                    let packet_ins = switch.subscribe();
+                    let responder = PacketInContext {
+                        rules: act.conjunctions_tx.subscribe(),
+                        interfaces: act.interfaces_tx.subscribe(),
+                        audit: act.audit.clone(),
+                        packet_in_rate: act.deps.config.packet_in_rate,
+                        stats: act.packet_in_stats.clone(),
+                    };
+                    ctx.spawn(packetin::serve(packet_ins, switch.clone(), responder).into_actor(act));
+                    let closing = switch.clone();
                     ctx.spawn(
-                        async move { watch.closed().await }
+                        async move { closing.closed().await }
                             .into_actor(act)
                             .map(move |_, _, ctx| {
                                 ctx.notify(Disconnected { epoch });
@@ -330,6 +363,7 @@ impl Handler<InterfacesChanged> for FlowInstaller {
     fn handle(&mut self, msg: InterfacesChanged, ctx: &mut Context<Self>) {
         if self.interfaces.as_ref() != Some(&msg.interfaces) {
             debug!(interfaces = msg.interfaces.len(), "interface view changed");
+            self.interfaces_tx.send_replace(Arc::new(msg.interfaces.clone()));
             self.interfaces = Some(msg.interfaces);
         }
         ctx.notify(Sync);
@@ -377,6 +411,7 @@ impl Handler<StatusQuery> for FlowInstaller {
                 "meters": session.map(|s| s.meters),
                 "flowCount": self.installed.len(),
                 "flowsPerTable": self.flows_per_table(),
+                "packetIns": self.packet_in_stats.snapshot(),
             }),
         })
     }

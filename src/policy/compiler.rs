@@ -18,8 +18,8 @@
 //! gets the same ids (and the same flows, which then replace the previous round's flows in place
 //! after a restart). New rules take the lowest free id. The id of a removed rule is held back
 //! (its metadata stays queryable for late packet-ins and statistics, as upstream's 5 s "async
-//! rule cache") until [`Compiler::reclaim_released_ids`]; a rule that comes back before then gets
-//! its old id again. Upstream allocates ids in event order and does not persist them, so ids
+//! rule cache") until [`Compiler::reclaim_released_ids`], or, at the latest, until more than
+//! [`MAX_HELD_IDS`] ids are held; a rule that comes back before then gets its old id again. Upstream allocates ids in event order and does not persist them, so ids
 //! are not comparable with a Go agent's.
 //!
 //! **Cookies** are upstream's: `round << 48 | NetworkPolicy << 40` with object id 0 for every
@@ -53,19 +53,21 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use ipnet::IpNet;
 
 use crate::ovs::openflow::{
-    ct_state, eth_type, ip_proto, Action, CtAction, CtStateMatch, CtZone, Flow, FlowKey,
-    Masked, Match, SetField,
+    ct_state, eth_type, ip_proto, Action, CtAction, CtStateMatch, CtZone, Flow, FlowKey, Masked, Match,
+    SetField,
 };
 use crate::policy::flowset::FlowSet;
 use crate::policy::pipeline::{self, cookie, table, CookieCategory, Family, CT_ZONE_V4, CT_ZONE_V6};
 use crate::policy::priority::{Priority, PriorityError, TablePriorities};
 use crate::policy::rule::{
-    is_egress_table, rule_table, CompiledRuleInput, Direction, Peer, PolicyRef, Protocol, RuleAction,
-    RuleId, Service,
+    is_egress_table, rule_table, CompiledRuleInput, Direction, Peer, PolicyRef, Protocol, RuleAction, RuleId,
+    Service,
 };
 
 /// The first conjunction id rules get (1 is DNS interception).
 pub const FIRST_CONJ_ID: u32 = 2;
+/// At most this many ids of removed rules are held back; beyond, the oldest are reclaimed.
+pub const MAX_HELD_IDS: usize = 4096;
 /// OpenFlow priority of the metric flows.
 pub const METRIC_PRIORITY: u16 = pipeline::priority::NORMAL;
 
@@ -100,14 +102,20 @@ pub struct CompileOptions {
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { ipv4: true, ipv6: true }
+        CompileOptions {
+            ipv4: true,
+            ipv6: true,
+        }
     }
 }
 
 impl CompileOptions {
     /// Upstream's VM configuration: IPv4 only.
     pub fn upstream() -> Self {
-        CompileOptions { ipv4: true, ipv6: false }
+        CompileOptions {
+            ipv4: true,
+            ipv6: false,
+        }
     }
 
     fn families(&self) -> Vec<Family> {
@@ -175,6 +183,9 @@ pub struct CompileOutput {
     /// Per table, OpenFlow priorities of earlier rules that moved (old → new) to make room.
     pub priority_updates: BTreeMap<u8, BTreeMap<u16, u16>>,
     pub skipped: Vec<SkippedRule>,
+    /// Rules removed but whose ids are still held (not reused yet): late packet-ins and
+    /// statistics may still name them.
+    pub released: BTreeMap<u32, ConjunctionInfo>,
 }
 
 /// Compiles `rules` with a fresh compiler: the result depends only on the rule set.
@@ -192,7 +203,10 @@ pub struct Compiler {
     free_ids: BTreeSet<u32>,
     next_id: u32,
     live: BTreeMap<u32, ConjunctionInfo>,
-    released: BTreeMap<u32, ConjunctionInfo>,
+    /// Ids of removed rules held back, with the compilation that released them.
+    released: BTreeMap<u32, (ConjunctionInfo, u64)>,
+    released_by_rule: BTreeMap<RuleId, u32>,
+    generation: u64,
     /// Priorities used by the rules of the previous compilation, per table.
     used: BTreeMap<u8, BTreeSet<Priority>>,
 }
@@ -217,6 +231,8 @@ impl Compiler {
             next_id: FIRST_CONJ_ID,
             live: BTreeMap::new(),
             released: BTreeMap::new(),
+            released_by_rule: BTreeMap::new(),
+            generation: 0,
             used: BTreeMap::new(),
         }
     }
@@ -233,26 +249,40 @@ impl Compiler {
     /// A conjunction of the current rule set, or of a rule removed since the last
     /// [`Compiler::reclaim_released_ids`].
     pub fn conjunction(&self, conj_id: u32) -> Option<&ConjunctionInfo> {
-        self.live.get(&conj_id).or_else(|| self.released.get(&conj_id))
+        self.live
+            .get(&conj_id)
+            .or_else(|| self.released.get(&conj_id).map(|(info, _)| info))
     }
 
     /// Makes the ids of removed rules available again. Call it once their flows have been
     /// gone long enough that no packet-in or statistic can still name them (upstream: 5 s).
     pub fn reclaim_released_ids(&mut self) {
         let released = std::mem::take(&mut self.released);
+        self.released_by_rule.clear();
         self.free_ids.extend(released.into_keys());
+    }
+
+    /// Reclaims the oldest held ids beyond [`MAX_HELD_IDS`].
+    fn bound_released(&mut self) {
+        if self.released.len() <= MAX_HELD_IDS {
+            return;
+        }
+        let mut by_age: Vec<(u64, u32)> = self.released.iter().map(|(&c, (_, g))| (*g, c)).collect();
+        by_age.sort_unstable();
+        let excess = self.released.len() - MAX_HELD_IDS;
+        for (_, c) in by_age.into_iter().take(excess) {
+            if let Some((info, _)) = self.released.remove(&c) {
+                self.released_by_rule.remove(&info.rule_id);
+            }
+            self.free_ids.insert(c);
+        }
     }
 
     fn allocate_id(&mut self, id: &RuleId) -> u32 {
         if let Some(&c) = self.ids.get(id) {
             return c;
         }
-        let revived = self
-            .released
-            .iter()
-            .find(|(_, info)| &info.rule_id == id)
-            .map(|(&c, _)| c);
-        let c = if let Some(c) = revived {
+        let c = if let Some(c) = self.released_by_rule.remove(id) {
             self.released.remove(&c);
             c
         } else if let Some(c) = self.free_ids.pop_first() {
@@ -413,24 +443,35 @@ impl Compiler {
         }
 
         // 4. Rules that are gone keep their id (and metadata) until reclaimed.
-        let gone: Vec<RuleId> = self.ids.keys().filter(|id| !live_ids.contains(*id)).cloned().collect();
+        let gone: Vec<RuleId> = self
+            .ids
+            .keys()
+            .filter(|id| !live_ids.contains(*id))
+            .cloned()
+            .collect();
         for id in gone {
             if let Some(c) = self.ids.remove(&id) {
                 if let Some(info) = self.live.remove(&c) {
-                    self.released.insert(c, info);
+                    self.released_by_rule.insert(id.clone(), c);
+                    self.released.insert(c, (info, self.generation));
                 } else {
                     self.free_ids.insert(c);
                 }
             }
         }
+        self.bound_released();
         self.live = out.conjunctions.clone();
         self.used = used_now;
         self.initialized = true;
-
-        out.flows = build_flows_unsorted(&resolved, round, &self.opts)
-            .into_iter()
-            .map(|f| (f.key(), f))
+        self.generation += 1;
+        out.released = self
+            .released
+            .iter()
+            .map(|(&c, (info, _))| (c, info.clone()))
             .collect();
+
+        // Sorted input makes the map's bulk build linear.
+        out.flows = build_keyed(&resolved, round, &self.opts).into_iter().collect();
         out
     }
 }
@@ -472,10 +513,12 @@ impl Targets {
         let groups = pipeline::network_policy_groups()
             .into_iter()
             .filter_map(|g| match g.buckets.first().map(Vec::as_slice) {
-                Some([Action::Resubmit {
-                    in_port: None,
-                    table: Some(t),
-                }]) => Some((*t, g.group_id)),
+                Some(
+                    [Action::Resubmit {
+                        in_port: None,
+                        table: Some(t),
+                    }],
+                ) => Some((*t, g.group_id)),
                 _ => None,
             })
             .collect();
@@ -536,23 +579,82 @@ pub fn port_bit_ranges(start: u16, end: u16) -> Vec<(u16, u16)> {
     out
 }
 
-/// The matches of one service for the given families (one per family and port bit-range).
-fn service_matches(s: &Service, families: &[Family]) -> Vec<Match> {
-    let mut out = Vec::new();
+/// One element of a clause, in a compact form that identifies its match: the key of the shared
+/// match-flow map (hashing and comparing whole [`Match`]es is what made compiling slow).
+/// Distinct elements have distinct matches: a /0 of either side is [`Elem::AnyIp`], prefixes
+/// are truncated and port masks are in OVS's stored form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Elem {
+    AnyIp {
+        v6: bool,
+    },
+    Src(IpNet),
+    Dst(IpNet),
+    InPort(u32),
+    TargetPort(u32),
+    Service {
+        v6: bool,
+        proto: u8,
+        dst: Option<Masked<u16>>,
+        src: Option<Masked<u16>>,
+        icmp_type: Option<u8>,
+        icmp_code: Option<u8>,
+    },
+}
+
+impl Elem {
+    fn to_match(self) -> Match {
+        let ip = |v6: bool| {
+            if v6 {
+                Match::new().ipv6()
+            } else {
+                Match::new().ipv4()
+            }
+        };
+        match self {
+            Elem::AnyIp { v6 } => ip(v6),
+            Elem::Src(IpNet::V4(n)) => Match::new().ipv4().ipv4_src(n),
+            Elem::Src(IpNet::V6(n)) => Match::new().ipv6().ipv6_src(n),
+            Elem::Dst(IpNet::V4(n)) => Match::new().ipv4().ipv4_dst(n),
+            Elem::Dst(IpNet::V6(n)) => Match::new().ipv6().ipv6_dst(n),
+            Elem::InPort(p) => Match::new().in_port(p),
+            Elem::TargetPort(p) => Match::new().reg(REG_TARGET_PORT, p, None),
+            Elem::Service {
+                v6,
+                proto,
+                dst,
+                src,
+                icmp_type,
+                icmp_code,
+            } => {
+                let mut m = ip(v6).ip_proto(proto);
+                m.tp_dst = dst;
+                m.tp_src = src;
+                m.icmp_type = icmp_type;
+                m.icmp_code = icmp_code;
+                m
+            }
+        }
+    }
+}
+
+/// The elements of one service for the given families (one per family and port bit-range).
+fn service_elems(s: &Service, families: &[Family], out: &mut Vec<Elem>) {
     for &fam in families {
-        let base = Match::new().eth_type(family_eth_type(fam));
+        let v6 = fam == Family::V6;
         let l4 = match s.protocol {
             Protocol::Tcp => ip_proto::TCP,
             Protocol::Udp => ip_proto::UDP,
             Protocol::Sctp => ip_proto::SCTP,
             Protocol::Icmp => {
-                let mut m = base.ip_proto(match fam {
-                    Family::V4 => ip_proto::ICMP,
-                    Family::V6 => ip_proto::ICMPV6,
+                out.push(Elem::Service {
+                    v6,
+                    proto: if v6 { ip_proto::ICMPV6 } else { ip_proto::ICMP },
+                    dst: None,
+                    src: None,
+                    icmp_type: s.icmp_type,
+                    icmp_code: s.icmp_code,
                 });
-                m.icmp_type = s.icmp_type;
-                m.icmp_code = s.icmp_code;
-                out.push(m);
                 continue;
             }
         };
@@ -562,102 +664,207 @@ fn service_matches(s: &Service, families: &[Family]) -> Vec<Match> {
         };
         for dst in port_matches(s.port, s.end_port) {
             for sp in &src {
-                let mut m = base.clone().ip_proto(l4);
-                m.tp_dst = dst;
-                m.tp_src = *sp;
-                out.push(m);
+                out.push(Elem::Service {
+                    v6,
+                    proto: l4,
+                    dst,
+                    src: *sp,
+                    icmp_type: None,
+                    icmp_code: None,
+                });
             }
         }
     }
-    out
 }
 
-/// The match of one address-clause element; `None` if its family is disabled.
-fn peer_match(peer: &Peer, source: bool, opts: &CompileOptions) -> Option<Match> {
+/// The matches of one service for the given families.
+#[cfg(test)]
+fn service_matches(s: &Service, families: &[Family]) -> Vec<Match> {
+    let mut elems = Vec::new();
+    service_elems(s, families, &mut elems);
+    elems.into_iter().map(Elem::to_match).collect()
+}
+
+/// The element of one address-clause peer; `None` if its family is disabled.
+fn peer_elem(peer: &Peer, source: bool, opts: &CompileOptions) -> Option<Elem> {
     Some(match *peer {
-        Peer::OfPort(p) if source => Match::new().in_port(p),
-        Peer::OfPort(p) => Match::new().reg(REG_TARGET_PORT, p, None),
-        // A /0 is no address match at all, as OVS stores it.
-        Peer::Cidr(IpNet::V4(n)) => {
-            if !opts.ipv4 {
+        Peer::OfPort(p) if source => Elem::InPort(p),
+        Peer::OfPort(p) => Elem::TargetPort(p),
+        Peer::Cidr(net) => {
+            let v6 = matches!(net, IpNet::V6(_));
+            if (v6 && !opts.ipv6) || (!v6 && !opts.ipv4) {
                 return None;
             }
-            let m = Match::new().ipv4();
-            match (n.prefix_len(), source) {
-                (0, _) => m,
-                (_, true) => m.ipv4_src(n.trunc()),
-                (_, false) => m.ipv4_dst(n.trunc()),
-            }
-        }
-        Peer::Cidr(IpNet::V6(n)) => {
-            if !opts.ipv6 {
-                return None;
-            }
-            let m = Match::new().ipv6();
-            match (n.prefix_len(), source) {
-                (0, _) => m,
-                (_, true) => m.ipv6_src(n.trunc()),
-                (_, false) => m.ipv6_dst(n.trunc()),
+            // A /0 is no address match at all, as OVS stores it.
+            match (net.prefix_len(), source) {
+                (0, _) => Elem::AnyIp { v6 },
+                (_, true) => Elem::Src(net.trunc()),
+                (_, false) => Elem::Dst(net.trunc()),
             }
         }
     })
 }
 
+/// A fast non-cryptographic hasher (FxHash's multiply-rotate) for the shared match-flow map.
+#[derive(Default)]
+struct FxHasher(u64);
+
+impl FxHasher {
+    const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(Self::SEED);
+    }
+}
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+    fn write_u16(&mut self, i: u16) {
+        self.add(u64::from(i));
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxBuild = std::hash::BuildHasherDefault<FxHasher>;
+
+/// Shared match flows under construction: (table, priority, element) → conjunction actions.
+type SharedMatches = HashMap<(u8, u16, Elem), Vec<(u32, u8, u8)>, FxBuild>;
+
 /// The flows of `rules` (action, metric and shared conjunctive match flows), sorted by identity.
 /// Rules must have distinct conjunction ids. Matches are built in the form OVS stores them
 /// (see [`crate::ovs::openflow::oxm::normalize_match`]). Pure.
 pub fn build_flows(rules: &[ResolvedRule<'_>], round: u16, opts: &CompileOptions) -> Vec<Flow> {
-    let mut flows = build_flows_unsorted(rules, round, opts);
-    flows.sort_unstable_by(|a, b| {
-        (a.table, a.priority, &a.matches).cmp(&(b.table, b.priority, &b.matches))
-    });
-    flows
+    build_keyed(rules, round, opts)
+        .into_iter()
+        .map(|(_, f)| f)
+        .collect()
 }
 
-fn build_flows_unsorted(rules: &[ResolvedRule<'_>], round: u16, opts: &CompileOptions) -> Vec<Flow> {
+/// Sorts `(key, flow)` pairs by key: first by the integers, then each run of one table and
+/// priority by match. Comparing whole matches is what costs, and the runs are short (one rule's
+/// flows), so this is much cheaper than one sort by [`FlowKey`]. An index is sorted and then
+/// applied in place, cycle by cycle, so the large pairs move once.
+fn sort_by_identity(pairs: &mut [(FlowKey, Flow)]) {
+    let mut order: Vec<usize> = (0..pairs.len()).collect();
+    order.sort_unstable_by_key(|&i| (pairs[i].0.table, pairs[i].0.priority));
+    for run in order.chunk_by_mut(|&a, &b| {
+        (pairs[a].0.table, pairs[a].0.priority) == (pairs[b].0.table, pairs[b].0.priority)
+    }) {
+        run.sort_unstable_by(|&a, &b| pairs[a].0.matches.cmp(&pairs[b].0.matches));
+    }
+    // Position k receives the pair at order[k].
+    for i in 0..order.len() {
+        let mut cur = i;
+        loop {
+            let next = order[cur];
+            order[cur] = cur;
+            if next == i || next == cur {
+                break;
+            }
+            pairs.swap(cur, next);
+            cur = next;
+        }
+    }
+}
+
+/// The flows with their identities, sorted by identity, duplicates merged.
+fn build_keyed(rules: &[ResolvedRule<'_>], round: u16, opts: &CompileOptions) -> Vec<(FlowKey, Flow)> {
     let c = cookie(round, CookieCategory::NetworkPolicy);
     let families = opts.families();
     let targets = Targets::new();
-    let mut shared: HashMap<FlowKey, BTreeSet<(u32, u8, u8)>> = HashMap::new();
-    let mut flows = Vec::new();
+    let mut shared = SharedMatches::default();
+    let mut flows = Vec::with_capacity(5 * rules.len());
+    let mut elems = Vec::new();
     for r in rules {
         let n_clauses = 2 + u8::from(r.rule.services.is_some());
-        let mut add = |m: Match, clause: u8| {
-            let key = FlowKey {
-                table: r.table,
-                priority: r.priority,
-                matches: m,
-            };
-            shared.entry(key).or_default().insert((r.conj_id, clause, n_clauses));
+        let mut add = |e: Elem, clause: u8| {
+            shared
+                .entry((r.table, r.priority, e))
+                .or_default()
+                .push((r.conj_id, clause, n_clauses));
         };
         for peer in &r.rule.from {
-            if let Some(m) = peer_match(peer, true, opts) {
-                add(m, 1);
+            if let Some(e) = peer_elem(peer, true, opts) {
+                add(e, 1);
             }
         }
         for peer in &r.rule.to {
-            if let Some(m) = peer_match(peer, false, opts) {
-                add(m, 2);
+            if let Some(e) = peer_elem(peer, false, opts) {
+                add(e, 2);
             }
         }
         if let Some(services) = &r.rule.services {
+            elems.clear();
             for s in services {
-                for m in service_matches(s, &families) {
-                    add(m, 3);
-                }
+                service_elems(s, &families, &mut elems);
+            }
+            for e in elems.drain(..) {
+                add(e, 3);
             }
         }
         rule_flows(r, c, &families, &targets, &mut flows);
     }
-    flows.extend(shared.into_iter().map(|(key, acts)| {
-        let mut f = Flow::new(key.table, key.priority, key.matches).cookie(c);
+    let mut pairs: Vec<(FlowKey, Flow)> = Vec::with_capacity(shared.len() + flows.len());
+    pairs.extend(shared.into_iter().map(|((table, priority, e), mut acts)| {
+        acts.sort_unstable();
+        acts.dedup();
+        let matches = e.to_match();
+        let key = FlowKey {
+            table,
+            priority,
+            matches: matches.clone(),
+        };
+        let mut f = Flow::new(table, priority, matches).cookie(c);
         f.actions = acts
             .into_iter()
-            .map(|(id, clause, n_clauses)| Action::Conjunction { id, clause, n_clauses })
+            .map(|(id, clause, n_clauses)| Action::Conjunction {
+                id,
+                clause,
+                n_clauses,
+            })
             .collect();
-        f
+        (key, f)
     }));
-    flows
+    pairs.extend(flows.into_iter().map(|f| (f.key(), f)));
+    sort_by_identity(&mut pairs);
+    // Distinct elements have distinct matches, and action and metric flows match on their own
+    // conjunction id, so identities are unique; should two flows still collide, keep one flow
+    // with the conjunction actions of both rather than lose one.
+    pairs.dedup_by(|later, kept| {
+        if later.0 != kept.0 {
+            return false;
+        }
+        let extra: Vec<Action> = later
+            .1
+            .actions
+            .drain(..)
+            .filter(|a| matches!(a, Action::Conjunction { .. }))
+            .collect();
+        kept.1.actions.extend(extra);
+        kept.1.actions.sort();
+        kept.1.actions.dedup();
+        true
+    });
+    pairs
 }
 
 /// The action flow(s) of one rule and its metric flows.
@@ -669,11 +876,7 @@ fn rule_flows(r: &ResolvedRule<'_>, c: u64, families: &[Family], targets: &Targe
     } else {
         table::INGRESS_METRIC
     };
-    let conj_reg = if egress {
-        REG_EGRESS_CONJ
-    } else {
-        REG_INGRESS_CONJ
-    };
+    let conj_reg = if egress { REG_EGRESS_CONJ } else { REG_INGRESS_CONJ };
     let logging = r.rule.enable_logging;
     let table_mark = set_reg(2, u32::from(r.table), Some(PACKET_IN_TABLE_MASK));
     let op = |ops: u32| {

@@ -296,7 +296,11 @@ impl PriorityAssigner {
         let mut start = self.initial_of_priority(&p_low);
         let guess_high = self.initial_of_priority(&p_high);
         let (lower, upper) = self.bounds(&p_low);
-        let gap = if upper > lower { usize::from(upper - lower - 1) } else { 0 };
+        let gap = if upper > lower {
+            usize::from(upper - lower - 1)
+        } else {
+            0
+        };
         if gap < n {
             return self.reassign_boundaries(lower, upper, run, updates);
         }
@@ -322,7 +326,14 @@ impl PriorityAssigner {
     /// enough slots while moving the fewest registered priorities. `exact` = compute the cost of
     /// mixed windows exactly (upstream uses the total cost of the downward scan, which makes its
     /// consistency check reject some of them).
-    fn find_reassign_boundaries(&self, lower: u16, upper: u16, n: usize, gap: usize, exact: bool) -> Option<(u16, u16)> {
+    fn find_reassign_boundaries(
+        &self,
+        lower: u16,
+        upper: u16,
+        n: usize,
+        gap: usize,
+        exact: bool,
+    ) -> Option<(u16, u16)> {
         struct Cost {
             low: i64,
             high: i64,
@@ -396,7 +407,11 @@ impl PriorityAssigner {
         run: &[Priority],
         updates: &mut BTreeMap<Priority, PriorityUpdate>,
     ) -> Result<(), PriorityError> {
-        let gap = if upper > lower { usize::from(upper - lower - 1) } else { 0 };
+        let gap = if upper > lower {
+            usize::from(upper - lower - 1)
+        } else {
+            0
+        };
         let (low, high) = self
             .find_reassign_boundaries(lower, upper, run.len(), gap, false)
             .or_else(|| self.find_reassign_boundaries(lower, upper, run.len(), gap, true))
@@ -583,7 +598,9 @@ mod tests {
     #[test]
     fn g16_empty_map() {
         let mut pa = PriorityAssigner::new(false);
-        let updates = pa.register(&[p1130(), p1131(), p1132(), p1133()]).expect("register");
+        let updates = pa
+            .register(&[p1130(), p1131(), p1132(), p1133()])
+            .expect("register");
         assert!(updates.is_empty());
         assert_eq!(pa.get(&p1133()), Some(64771));
         assert_eq!(pa.get(&p1132()), Some(64772));
@@ -591,13 +608,23 @@ mod tests {
         assert_eq!(pa.get(&p1130()), Some(64774));
     }
 
+    type InsertCase = (&'static str, Vec<(Priority, u16)>, Vec<(u16, Priority)>);
+    type ReassignCase = (
+        &'static str,
+        u16,
+        u16,
+        Vec<(Priority, u16)>,
+        Vec<(Priority, u16)>,
+        Vec<(u16, u16)>,
+    );
+
     #[test]
     fn insert_consecutive_cases() {
         let pa0 = PriorityAssigner::new(false);
         let low = pa0.initial_of_priority(&p1133());
         let high = pa0.initial_of_priority(&p1130());
         let z = ZONE_OFFSET;
-        let cases: Vec<(&str, Vec<(Priority, u16)>, Vec<(u16, Priority)>)> = vec![
+        let cases: Vec<InsertCase> = vec![
             (
                 "irrelevant-high-priority",
                 vec![(p110(), low + 100)],
@@ -610,8 +637,18 @@ mod tests {
             ),
             (
                 "irrelevant-surrounding-priorities",
-                vec![(p1141(), low - 100), (p1140(), low - 99), (p1121(), low + 99), (p1120(), low + 100)],
-                vec![(low - 100, p1141()), (low - 99, p1140()), (low + 99, p1121()), (low + 100, p1120())],
+                vec![
+                    (p1141(), low - 100),
+                    (p1140(), low - 99),
+                    (p1121(), low + 99),
+                    (p1120(), low + 100),
+                ],
+                vec![
+                    (low - 100, p1141()),
+                    (low - 99, p1140()),
+                    (low + 99, p1121()),
+                    (low + 100, p1120()),
+                ],
             ),
             (
                 "overlapping-low-priorities",
@@ -639,7 +676,12 @@ mod tests {
             ),
             (
                 "priorities-with-small-gap",
-                vec![(p1141(), low + 1), (p1140(), low + 2), (p1121(), low + 9), (p1120(), low + 10)],
+                vec![
+                    (p1141(), low + 1),
+                    (p1140(), low + 2),
+                    (p1121(), low + 9),
+                    (p1120(), low + 10),
+                ],
                 vec![
                     (low + 1, p1141()),
                     (low + 2, p1140()),
@@ -653,7 +695,12 @@ mod tests {
             ),
             (
                 "gap-just-enough-for-insertion",
-                vec![(p1141(), low - 1), (p1140(), low), (p1121(), low + 5), (p1120(), low + 6)],
+                vec![
+                    (p1141(), low - 1),
+                    (p1140(), low),
+                    (p1121(), low + 5),
+                    (p1120(), low + 6),
+                ],
                 vec![
                     (low - 1, p1141()),
                     (low, p1140()),
@@ -685,7 +732,7 @@ mod tests {
 
     #[test]
     fn reassign_boundary_cases() {
-        let cases: Vec<(&str, u16, u16, Vec<(Priority, u16)>, Vec<(Priority, u16)>, Vec<(u16, u16)>)> = vec![
+        let cases: Vec<ReassignCase> = vec![
             (
                 "push-down-single",
                 10000,
@@ -706,7 +753,12 @@ mod tests {
                 "push-down-multiple",
                 10000,
                 10001,
-                vec![(p190(), 9998), (p1140(), 10000), (p1121(), 10001), (p1120(), 10002)],
+                vec![
+                    (p190(), 9998),
+                    (p1140(), 10000),
+                    (p1121(), 10001),
+                    (p1120(), 10002),
+                ],
                 vec![
                     (p190(), 9995),
                     (p1140(), 9996),
@@ -723,7 +775,12 @@ mod tests {
                 "push-up-single",
                 10000,
                 10002,
-                vec![(p1142(), 9998), (p1141(), 9999), (p1140(), 10000), (p1121(), 10002)],
+                vec![
+                    (p1142(), 9998),
+                    (p1141(), 9999),
+                    (p1140(), 10000),
+                    (p1121(), 10002),
+                ],
                 vec![
                     (p1142(), 9998),
                     (p1141(), 9999),
@@ -740,7 +797,13 @@ mod tests {
                 "push-up-multiple",
                 10000,
                 10002,
-                vec![(p1142(), 9998), (p1141(), 9999), (p1140(), 10000), (p1121(), 10002), (p1120(), 10003)],
+                vec![
+                    (p1142(), 9998),
+                    (p1141(), 9999),
+                    (p1140(), 10000),
+                    (p1121(), 10002),
+                    (p1120(), 10003),
+                ],
                 vec![
                     (p1142(), 9998),
                     (p1141(), 9999),
@@ -788,7 +851,8 @@ mod tests {
             let mut updates = BTreeMap::new();
             let mut run = to_register();
             run.sort();
-            pa.reassign_boundaries(lower, upper, &run, &mut updates).expect(name);
+            pa.reassign_boundaries(lower, upper, &run, &mut updates)
+                .expect(name);
             let got: BTreeMap<Priority, u16> = pa.by_priority.clone();
             assert_eq!(got, want.into_iter().collect::<BTreeMap<_, _>>(), "{name}");
             let got_updates: BTreeMap<u16, u16> = updates
@@ -796,7 +860,11 @@ mod tests {
                 .filter(|u| u.original != u.updated)
                 .map(|u| (u.original, u.updated))
                 .collect();
-            assert_eq!(got_updates, want_updates.into_iter().collect::<BTreeMap<_, _>>(), "{name}");
+            assert_eq!(
+                got_updates,
+                want_updates.into_iter().collect::<BTreeMap<_, _>>(),
+                "{name}"
+            );
             // The two maps stay inverse of each other.
             assert_eq!(pa.by_of.len(), pa.by_priority.len(), "{name}");
         }
@@ -807,9 +875,14 @@ mod tests {
         let pa0 = PriorityAssigner::new(false);
         let at1132 = pa0.initial_of_priority(&p1132());
         let at191 = pa0.initial_of_priority(&p191());
-        let mut pa = with(&[(p1140(), at1132 - 1), (p1121(), at1132 + 2), (p1120(), at1132 + 3)]);
+        let mut pa = with(&[
+            (p1140(), at1132 - 1),
+            (p1121(), at1132 + 2),
+            (p1120(), at1132 + 3),
+        ]);
         let before = of_map(&pa);
-        pa.register(&[p1132(), p1131(), p1130(), p190(), p191()]).expect("register");
+        pa.register(&[p1132(), p1131(), p1130(), p190(), p191()])
+            .expect("register");
         let want: BTreeMap<u16, Priority> = [
             (at1132 - 2, p1140()),
             (at1132 - 1, p1132()),
@@ -828,7 +901,10 @@ mod tests {
         let all: Vec<Priority> = (0..=170).map(|r| p(253, 5.0, r)).collect();
         full.register(&all).expect("171 priorities fit 10..=180");
         let snapshot = of_map(&full);
-        assert!(matches!(full.register(&[p(253, 5.0, 171)]), Err(PriorityError::Overflow { .. })));
+        assert!(matches!(
+            full.register(&[p(253, 5.0, 171)]),
+            Err(PriorityError::Overflow { .. })
+        ));
         assert_eq!(of_map(&full), snapshot);
         assert_ne!(of_map(&pa), before);
     }
@@ -870,7 +946,9 @@ mod tests {
         // force reassignments; OpenFlow order must always follow precedence order.
         let mut seed: u64 = 42;
         let mut next = |m: u64| {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (seed >> 33) % m
         };
         let mut pa = PriorityAssigner::new(true);

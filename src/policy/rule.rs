@@ -264,7 +264,13 @@ pub fn ip_block_cidrs(cidr: IpNet, except: &[IpNet]) -> Vec<IpNet> {
                 })
                 .collect();
             let mut out = Vec::new();
-            diff_blocks(u128::from(u32::from(n.network())), n.prefix_len(), 32, &ex, &mut out);
+            diff_blocks(
+                u128::from(u32::from(n.network())),
+                n.prefix_len(),
+                32,
+                &ex,
+                &mut out,
+            );
             out.into_iter()
                 .filter_map(|(a, p)| {
                     let a = u32::try_from(a).ok()?;
@@ -291,7 +297,11 @@ pub fn ip_block_cidrs(cidr: IpNet, except: &[IpNet]) -> Vec<IpNet> {
 
 /// Mask of the top `prefix` bits of a `bits`-wide address held in a u128.
 fn prefix_mask(prefix: u8, bits: u8) -> u128 {
-    let width_mask = if bits == 128 { u128::MAX } else { (1u128 << bits) - 1 };
+    let width_mask = if bits == 128 {
+        u128::MAX
+    } else {
+        (1u128 << bits) - 1
+    };
     if prefix == 0 {
         0
     } else {
@@ -392,12 +402,17 @@ mod tests {
         // Nested excepts: the larger one wins.
         let got = ip_block_cidrs(all, &nets(&["10.1.0.0/16", "10.1.2.0/24"]));
         assert_eq!(got.len(), 8);
-        assert!(!got.iter().any(|n| n.contains(&"10.1.2.3".parse::<IpAddr>().expect("ip"))));
+        assert!(!got
+            .iter()
+            .any(|n| n.contains(&"10.1.2.3".parse::<IpAddr>().expect("ip"))));
         // Host bits are ignored; an address except splits down to /32.
         let got = ip_block_cidrs("10.0.0.7/30".parse().expect("cidr"), &nets(&["10.0.0.5/32"]));
         assert_eq!(sorted(got), sorted(nets(&["10.0.0.4/32", "10.0.0.6/31"])));
         // The whole space minus one address: 32 blocks; IPv6 minus a /64: 64 blocks.
-        assert_eq!(ip_block_cidrs("0.0.0.0/0".parse().expect("cidr"), &nets(&["1.2.3.4/32"])).len(), 32);
+        assert_eq!(
+            ip_block_cidrs("0.0.0.0/0".parse().expect("cidr"), &nets(&["1.2.3.4/32"])).len(),
+            32
+        );
         let v6 = ip_block_cidrs("::/0".parse().expect("cidr"), &nets(&["fd00:1::/64"]));
         assert_eq!(v6.len(), 64);
         assert!(v6.contains(&"fd00:1:0:1::/64".parse().expect("cidr")));
@@ -408,7 +423,12 @@ mod tests {
     fn except_result_is_exact_cover() {
         // Brute force on a /24: every address is in the result iff it is in no except.
         let base: IpNet = "192.168.7.0/24".parse().expect("cidr");
-        let ex = nets(&["192.168.7.16/28", "192.168.7.200/29", "192.168.7.77/32", "192.168.6.0/23"]);
+        let ex = nets(&[
+            "192.168.7.16/28",
+            "192.168.7.200/29",
+            "192.168.7.77/32",
+            "192.168.6.0/23",
+        ]);
         let partial = nets(&["192.168.7.16/28", "192.168.7.200/29", "192.168.7.77/32"]);
         assert!(ip_block_cidrs(base, &ex).is_empty());
         let got = ip_block_cidrs(base, &partial);

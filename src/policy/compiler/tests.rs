@@ -11,8 +11,8 @@ use std::time::Instant;
 
 use super::*;
 use crate::ovs::openflow::oxm::normalize_match;
-use crate::policy::flowset::flow_set;
 use crate::ovs::openflow::render::{render_flows, render_group, NameMap};
+use crate::policy::flowset::flow_set;
 use crate::policy::rule::{ip_block_cidrs, PolicyType, BASELINE_TIER_PRIORITY, DEFAULT_TIER_PRIORITY};
 
 fn names() -> NameMap {
@@ -121,7 +121,10 @@ fn src_port(port: u16) -> Service {
 #[test]
 fn port_bit_ranges_examples() {
     assert_eq!(port_bit_ranges(1000, 1007), vec![(0x3e8, 0xfff8)]);
-    assert_eq!(port_bit_ranges(80, 90), vec![(0x50, 0xfff8), (0x58, 0xfffe), (90, 0xffff)]);
+    assert_eq!(
+        port_bit_ranges(80, 90),
+        vec![(0x50, 0xfff8), (0x58, 0xfffe), (90, 0xffff)]
+    );
     assert_eq!(
         port_bit_ranges(8000, 8080),
         vec![(0x1f40, 0xffc0), (0x1f80, 0xfff0), (8080, 0xffff)]
@@ -141,7 +144,9 @@ fn port_bit_ranges_examples() {
 fn port_bit_ranges_cover_exactly() {
     let mut seed: u64 = 7;
     let mut next = |m: u32| {
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((seed >> 33) as u32) % m
     };
     let mut cases: Vec<(u16, u16)> = vec![(0, 0), (0, 1), (1, 2), (65534, 65535), (65535, 65535), (0, 65535)];
@@ -181,17 +186,26 @@ fn service_matches_cover_protocols_and_families() {
             })
             .collect()
     };
-    assert_eq!(render(Service::port(Protocol::Udp, 53)), vec!["priority=1,udp,tp_dst=53", "priority=1,udp6,tp_dst=53"]);
+    assert_eq!(
+        render(Service::port(Protocol::Udp, 53)),
+        vec!["priority=1,udp,tp_dst=53", "priority=1,udp6,tp_dst=53"]
+    );
     assert_eq!(
         render(Service::port(Protocol::Sctp, 0)),
         vec!["priority=1,sctp", "priority=1,sctp6"]
     );
-    assert_eq!(render(Service::default()), vec!["priority=1,tcp", "priority=1,tcp6"]);
+    assert_eq!(
+        render(Service::default()),
+        vec!["priority=1,tcp", "priority=1,tcp6"]
+    );
     assert_eq!(
         render(Service::icmp(Some(8), None)),
         vec!["priority=1,icmp,icmp_type=8", "priority=1,icmp6,icmp_type=8"]
     );
-    assert_eq!(render(Service::icmp(None, None)), vec!["priority=1,icmp", "priority=1,icmp6"]);
+    assert_eq!(
+        render(Service::icmp(None, None)),
+        vec!["priority=1,icmp", "priority=1,icmp6"]
+    );
     let both = Service {
         src_port: Some(1024),
         src_end_port: Some(1025),
@@ -199,7 +213,10 @@ fn service_matches_cover_protocols_and_families() {
     };
     assert_eq!(
         render(both),
-        vec!["priority=1,tcp,tp_src=0x400/0xfffe,tp_dst=80", "priority=1,tcp6,tp_src=0x400/0xfffe,tp_dst=80"]
+        vec![
+            "priority=1,tcp,tp_src=0x400/0xfffe,tp_dst=80",
+            "priority=1,tcp6,tp_src=0x400/0xfffe,tp_dst=80"
+        ]
     );
     // An end port not above the port is a single port.
     assert_eq!(
@@ -243,22 +260,62 @@ fn g8_rules() -> Vec<(CompiledRuleInput, u32, u16)> {
     let tcp8080 = Service::port(Protocol::Tcp, 8080);
     vec![
         (
-            rule("p10", In, 0, Allow, 250, 1.0, vec![ip("192.168.1.40/32"), ip("192.168.1.50/32")], vec![Peer::OfPort(1), Peer::OfPort(2)], None),
+            rule(
+                "p10",
+                In,
+                0,
+                Allow,
+                250,
+                1.0,
+                vec![ip("192.168.1.40/32"), ip("192.168.1.50/32")],
+                vec![Peer::OfPort(1), Peer::OfPort(2)],
+                None,
+            ),
             10,
             100,
         ),
         (
-            rule("p11", In, 0, Drop, 250, 1.0, vec![ip("192.168.1.40/32"), ip("192.168.1.51/32")], vec![Peer::OfPort(1), Peer::OfPort(3)], Some(vec![tcp8080])),
+            rule(
+                "p11",
+                In,
+                0,
+                Drop,
+                250,
+                1.0,
+                vec![ip("192.168.1.40/32"), ip("192.168.1.51/32")],
+                vec![Peer::OfPort(1), Peer::OfPort(3)],
+                Some(vec![tcp8080]),
+            ),
             11,
             100,
         ),
         (
-            rule("p12", In, 0, Drop, 250, 1.0, vec![ip("192.168.1.40/32")], vec![Peer::OfPort(1)], Some(vec![tcp8080, Service::icmp(Some(8), Some(0))])),
+            rule(
+                "p12",
+                In,
+                0,
+                Drop,
+                250,
+                1.0,
+                vec![ip("192.168.1.40/32")],
+                vec![Peer::OfPort(1)],
+                Some(vec![tcp8080, Service::icmp(Some(8), Some(0))]),
+            ),
             12,
             200,
         ),
         (
-            rule("p14", In, 0, Drop, 250, 1.0, vec![ip("192.168.1.51/32")], vec![Peer::OfPort(2)], Some(vec![src_port(32800)])),
+            rule(
+                "p14",
+                In,
+                0,
+                Drop,
+                250,
+                1.0,
+                vec![ip("192.168.1.51/32")],
+                vec![Peer::OfPort(2)],
+                Some(vec![src_port(32800)]),
+            ),
             14,
             100,
         ),
@@ -322,8 +379,14 @@ fn g10_logging_groups_are_the_ones_action_flows_use() {
     assert_eq!(t.groups.get(&table::EGRESS_METRIC), Some(&2));
     assert_eq!(t.groups.get(&table::INGRESS_RULE), Some(&3));
     assert_eq!(t.groups.get(&table::INGRESS_METRIC), Some(&4));
-    assert_eq!(t.metric_next.get(&table::EGRESS_METRIC), Some(&table::L2_FORWARDING_CALC));
-    assert_eq!(t.metric_next.get(&table::INGRESS_METRIC), Some(&table::CONNTRACK_COMMIT));
+    assert_eq!(
+        t.metric_next.get(&table::EGRESS_METRIC),
+        Some(&table::L2_FORWARDING_CALC)
+    );
+    assert_eq!(
+        t.metric_next.get(&table::INGRESS_METRIC),
+        Some(&table::CONNTRACK_COMMIT)
+    );
 }
 
 #[test]
@@ -331,9 +394,23 @@ fn g11_drop_with_logging() {
     // Adaptation: production table ids (IngressRule 11 → reg2=0xb instead of the test
     // fixture's 27). The K8s default-drop flow of G11 (IngressDefaultRule) is not produced:
     // Antrea-native rules have none and K8s NetworkPolicy never reaches a VM.
-    let mut r = rule("p15", Direction::In, 0, RuleAction::Drop, 250, 1.0, vec![], vec![Peer::OfPort(100)], None);
+    let mut r = rule(
+        "p15",
+        Direction::In,
+        0,
+        RuleAction::Drop,
+        250,
+        1.0,
+        vec![],
+        vec![Peer::OfPort(100)],
+        None,
+    );
     r.enable_logging = true;
-    let flows = build_flows(&[resolved(&r, 15, table::INGRESS_RULE, 200)], 1, &CompileOptions::upstream());
+    let flows = build_flows(
+        &[resolved(&r, 15, table::INGRESS_RULE, 200)],
+        1,
+        &CompileOptions::upstream(),
+    );
     assert_eq!(
         rendered(&flows),
         ovs_text(&[
@@ -350,13 +427,30 @@ fn g15_ip_block_except_in_the_from_clause() {
     from.extend(
         ip_block_cidrs(
             "10.20.0.0/16".parse().expect("cidr"),
-            &["10.20.1.0/24".parse().expect("cidr"), "10.20.2.0/28".parse().expect("cidr")],
+            &[
+                "10.20.1.0/24".parse().expect("cidr"),
+                "10.20.2.0/28".parse().expect("cidr"),
+            ],
         )
         .into_iter()
         .map(Peer::Cidr),
     );
-    let r = rule("p", Direction::In, 0, RuleAction::Allow, 250, 1.0, from, vec![Peer::OfPort(20)], None);
-    let flows = build_flows(&[resolved(&r, 2, table::ANTREA_POLICY_INGRESS_RULE, 14900)], 1, &CompileOptions::upstream());
+    let r = rule(
+        "p",
+        Direction::In,
+        0,
+        RuleAction::Allow,
+        250,
+        1.0,
+        from,
+        vec![Peer::OfPort(20)],
+        None,
+    );
+    let flows = build_flows(
+        &[resolved(&r, 2, table::ANTREA_POLICY_INGRESS_RULE, 14900)],
+        1,
+        &CompileOptions::upstream(),
+    );
     let got: BTreeSet<String> = rendered(&flows)
         .into_iter()
         .filter(|l| l.ends_with("actions=conjunction(2,1/2)"))
@@ -388,7 +482,17 @@ fn g15_ip_block_except_in_the_from_clause() {
 fn g16_priorities_through_the_compiler() {
     let rules: Vec<CompiledRuleInput> = (0..4)
         .map(|i| {
-            let mut r = rule("p", Direction::In, i, RuleAction::Allow, 1, 1.3, vec![], vec![], None);
+            let mut r = rule(
+                "p",
+                Direction::In,
+                i,
+                RuleAction::Allow,
+                1,
+                1.3,
+                vec![],
+                vec![],
+                None,
+            );
             r.max_rule_priority = 3;
             r
         })
@@ -399,9 +503,18 @@ fn g16_priorities_through_the_compiler() {
         .values()
         .map(|c| (c.rule_id.index, c.priority))
         .collect();
-    assert_eq!(prio, [(3, 64771), (2, 64772), (1, 64773), (0, 64774)].into_iter().collect());
+    assert_eq!(
+        prio,
+        [(3, 64771), (2, 64772), (1, 64773), (0, 64774)]
+            .into_iter()
+            .collect()
+    );
     // Ids in RuleId order from 2.
-    let ids: Vec<(i32, u32)> = out.conjunctions.values().map(|c| (c.rule_id.index, c.conj_id)).collect();
+    let ids: Vec<(i32, u32)> = out
+        .conjunctions
+        .values()
+        .map(|c| (c.rule_id.index, c.conj_id))
+        .collect();
     assert_eq!(ids, vec![(0, 2), (1, 3), (2, 4), (3, 5)]);
 }
 
@@ -436,7 +549,10 @@ fn g17_ingress_reject_full_compile() {
     assert!(out.skipped.is_empty());
     assert_eq!(rendered_set(&out.flows), ovs_text(G17));
     let info = out.conjunctions.get(&2).expect("conjunction 2");
-    assert_eq!((info.table, info.priority, info.action), (table::ANTREA_POLICY_INGRESS_RULE, 106, RuleAction::Reject));
+    assert_eq!(
+        (info.table, info.priority, info.action),
+        (table::ANTREA_POLICY_INGRESS_RULE, 106, RuleAction::Reject)
+    );
 
     // IPv6 policed: the service gets a tcp6 twin; the Reject action flow and the deny metric
     // flow are protocol-less and shared by both families.
@@ -509,14 +625,25 @@ fn g18_egress_allow_port_range() {
     let r = g18_rule(false);
     let out = compile(std::slice::from_ref(&r), 1, CompileOptions::upstream());
     let info = out.conjunctions.values().next().expect("one conjunction");
-    assert_eq!((info.table, info.priority), (table::ANTREA_POLICY_EGRESS_RULE, 14500));
-    let flows = build_flows(&[resolved(&r, 3, info.table, info.priority)], 1, &CompileOptions::upstream());
+    assert_eq!(
+        (info.table, info.priority),
+        (table::ANTREA_POLICY_EGRESS_RULE, 14500)
+    );
+    let flows = build_flows(
+        &[resolved(&r, 3, info.table, info.priority)],
+        1,
+        &CompileOptions::upstream(),
+    );
     assert_eq!(rendered(&flows), ovs_text(G18));
 
     // Logging: the IPv4 action flow changes.
     let mut logged = r.clone();
     logged.enable_logging = true;
-    let flows = build_flows(&[resolved(&logged, 3, info.table, info.priority)], 1, &CompileOptions::upstream());
+    let flows = build_flows(
+        &[resolved(&logged, 3, info.table, info.priority)],
+        1,
+        &CompileOptions::upstream(),
+    );
     let mut want = ovs_text(G18);
     want.remove(&canon(G18[0]));
     want.insert(canon(G18_LOGGING));
@@ -524,13 +651,21 @@ fn g18_egress_allow_port_range() {
 
     // IPv6 twins, with an IPv6 peer, with and without logging.
     let r6 = g18_rule(true);
-    let flows = build_flows(&[resolved(&r6, 3, info.table, info.priority)], 1, &CompileOptions::default());
+    let flows = build_flows(
+        &[resolved(&r6, 3, info.table, info.priority)],
+        1,
+        &CompileOptions::default(),
+    );
     let mut want = ovs_text(G18);
     want.extend(ovs_text(G18_V6));
     assert_eq!(rendered(&flows), want);
     let mut logged6 = r6.clone();
     logged6.enable_logging = true;
-    let flows = build_flows(&[resolved(&logged6, 3, info.table, info.priority)], 1, &CompileOptions::default());
+    let flows = build_flows(
+        &[resolved(&logged6, 3, info.table, info.priority)],
+        1,
+        &CompileOptions::default(),
+    );
     want.remove(&canon(G18[0]));
     want.remove(&canon(G18_V6[0]));
     want.insert(canon(G18_LOGGING));
@@ -541,7 +676,11 @@ fn g18_egress_allow_port_range() {
 #[test]
 fn g19_cookies_follow_the_round() {
     let r = g17_rule();
-    for (round, c) in [(0u16, 0x20000000000u64), (1, 0x1020000000000), (2, 0x2020000000000)] {
+    for (round, c) in [
+        (0u16, 0x20000000000u64),
+        (1, 0x1020000000000),
+        (2, 0x2020000000000),
+    ] {
         let out = compile(std::slice::from_ref(&r), round, CompileOptions::default());
         assert!(!out.flows.is_empty());
         assert!(out.flows.values().all(|f| f.cookie == c), "round {round}");
@@ -588,14 +727,39 @@ fn action_flow_templates() {
 #[test]
 fn baseline_rules_use_the_default_tables() {
     use Direction::{In, Out};
-    let allow = rule("base", Out, 0, RuleAction::Allow, BASELINE_TIER_PRIORITY, 5.0, vec![ip("10.0.0.5/32")], vec![ip("0.0.0.0/0")], None);
-    let pass = rule("base", In, 1, RuleAction::Pass, BASELINE_TIER_PRIORITY, 5.0, vec![ip("0.0.0.0/0")], vec![Peer::OfPort(20)], None);
+    let allow = rule(
+        "base",
+        Out,
+        0,
+        RuleAction::Allow,
+        BASELINE_TIER_PRIORITY,
+        5.0,
+        vec![ip("10.0.0.5/32")],
+        vec![ip("0.0.0.0/0")],
+        None,
+    );
+    let pass = rule(
+        "base",
+        In,
+        1,
+        RuleAction::Pass,
+        BASELINE_TIER_PRIORITY,
+        5.0,
+        vec![ip("0.0.0.0/0")],
+        vec![Peer::OfPort(20)],
+        None,
+    );
     let out = compile(&[allow, pass], 1, CompileOptions::upstream());
     let lines = rendered_set(&out.flows);
     // Baseline range 10..=180: policy 5 → 180 - 50 - rule.
     assert!(lines.contains("cookie=0x1020000000000, table=EgressDefaultRule, priority=130,conj_id=3,ip actions=set_field:0x3->reg5,ct(commit,table=EgressMetric,zone=65520,exec(set_field:0x300000000/0xffffffff00000000->ct_label))"), "{lines:#?}");
     // The any-peer 0.0.0.0/0 is stored by OVS as a plain `ip` match.
-    assert!(lines.contains("cookie=0x1020000000000, table=EgressDefaultRule, priority=130,ip actions=conjunction(3,2/2)"), "{lines:#?}");
+    assert!(
+        lines.contains(
+            "cookie=0x1020000000000, table=EgressDefaultRule, priority=130,ip actions=conjunction(3,2/2)"
+        ),
+        "{lines:#?}"
+    );
     // Pass from a baseline table continues to the metric table (divergence, see module docs).
     assert!(lines.contains("cookie=0x1020000000000, table=IngressDefaultRule, priority=129,conj_id=2 actions=set_field:0x2->reg6,goto_table:IngressMetric"), "{lines:#?}");
 }
@@ -605,8 +769,28 @@ fn baseline_rules_use_the_default_tables() {
 #[test]
 fn clauses_without_services_and_with_an_empty_service_list() {
     use Direction::In;
-    let all_ports = rule("a", In, 0, RuleAction::Allow, 250, 1.0, vec![ip("10.0.0.1/32")], vec![Peer::OfPort(1)], None);
-    let no_port = rule("b", In, 0, RuleAction::Allow, 250, 2.0, vec![ip("10.0.0.1/32")], vec![Peer::OfPort(1)], Some(vec![]));
+    let all_ports = rule(
+        "a",
+        In,
+        0,
+        RuleAction::Allow,
+        250,
+        1.0,
+        vec![ip("10.0.0.1/32")],
+        vec![Peer::OfPort(1)],
+        None,
+    );
+    let no_port = rule(
+        "b",
+        In,
+        0,
+        RuleAction::Allow,
+        250,
+        2.0,
+        vec![ip("10.0.0.1/32")],
+        vec![Peer::OfPort(1)],
+        Some(vec![]),
+    );
     let out = compile(&[all_ports, no_port], 1, CompileOptions::upstream());
     let lines = rendered_set(&out.flows);
     assert!(lines.contains("cookie=0x1020000000000, table=AntreaPolicyIngressRule, priority=14900,ip,nw_src=10.0.0.1 actions=conjunction(2,1/2)"), "{lines:#?}");
@@ -614,7 +798,17 @@ fn clauses_without_services_and_with_an_empty_service_list() {
     assert!(lines.contains("cookie=0x1020000000000, table=AntreaPolicyIngressRule, priority=14800,ip,nw_src=10.0.0.1 actions=conjunction(3,1/3)"), "{lines:#?}");
     assert!(!lines.iter().any(|l| l.contains("conjunction(3,3/3)")));
     // Empty peer lists: the action and metric flows exist, no match flow.
-    let inert = rule("c", In, 0, RuleAction::Drop, 250, 1.0, vec![], vec![Peer::OfPort(1)], None);
+    let inert = rule(
+        "c",
+        In,
+        0,
+        RuleAction::Drop,
+        250,
+        1.0,
+        vec![],
+        vec![Peer::OfPort(1)],
+        None,
+    );
     let out = compile(&[inert], 1, CompileOptions::upstream());
     assert_eq!(out.flows.len(), 3);
 }
@@ -623,8 +817,28 @@ fn clauses_without_services_and_with_an_empty_service_list() {
 fn shared_match_flows_and_duplicates() {
     use Direction::In;
     // Two rules at the same priority (same policy zone is not needed: same OF priority is).
-    let a = rule("a", In, 0, RuleAction::Allow, 250, 1.0, vec![ip("10.0.0.1/32"), ip("10.0.0.1/32"), ip("10.0.0.0/24")], vec![Peer::OfPort(1)], None);
-    let b = rule("b", In, 0, RuleAction::Drop, 250, 1.0, vec![Peer::host("10.0.0.1".parse().expect("ip")), ip("10.0.0.9/24")], vec![Peer::OfPort(1)], None);
+    let a = rule(
+        "a",
+        In,
+        0,
+        RuleAction::Allow,
+        250,
+        1.0,
+        vec![ip("10.0.0.1/32"), ip("10.0.0.1/32"), ip("10.0.0.0/24")],
+        vec![Peer::OfPort(1)],
+        None,
+    );
+    let b = rule(
+        "b",
+        In,
+        0,
+        RuleAction::Drop,
+        250,
+        1.0,
+        vec![Peer::host("10.0.0.1".parse().expect("ip")), ip("10.0.0.9/24")],
+        vec![Peer::OfPort(1)],
+        None,
+    );
     let rules = [resolved(&a, 2, 10, 500), resolved(&b, 3, 10, 500)];
     let got = rendered(&build_flows(&rules, 1, &CompileOptions::upstream()));
     // An address and the same /32 are one match; a CIDR with host bits is its network.
@@ -639,7 +853,17 @@ fn shared_match_flows_and_duplicates() {
 #[test]
 fn ipv6_peers_and_disabled_families() {
     use Direction::Out;
-    let r = rule("a", Out, 0, RuleAction::Allow, 250, 1.0, vec![ip("10.0.0.5/32"), ip("fd00::5/128")], vec![ip("fd00:1::/64"), ip("::/0")], None);
+    let r = rule(
+        "a",
+        Out,
+        0,
+        RuleAction::Allow,
+        250,
+        1.0,
+        vec![ip("10.0.0.5/32"), ip("fd00::5/128")],
+        vec![ip("fd00:1::/64"), ip("::/0")],
+        None,
+    );
     let lines = rendered_set(&compile(std::slice::from_ref(&r), 1, CompileOptions::default()).flows);
     assert!(lines.contains("cookie=0x1020000000000, table=AntreaPolicyEgressRule, priority=14900,ipv6,ipv6_src=fd00::5 actions=conjunction(2,1/2)"), "{lines:#?}");
     assert!(lines.contains("cookie=0x1020000000000, table=AntreaPolicyEgressRule, priority=14900,ipv6,ipv6_dst=fd00:1::/64 actions=conjunction(2,2/2)"), "{lines:#?}");
@@ -654,7 +878,12 @@ fn many_rules(n: usize) -> Vec<CompiledRuleInput> {
     (0..n)
         .map(|i| {
             let dir = if i % 2 == 0 { Direction::In } else { Direction::Out };
-            let action = [RuleAction::Allow, RuleAction::Drop, RuleAction::Reject, RuleAction::Pass][i % 4];
+            let action = [
+                RuleAction::Allow,
+                RuleAction::Drop,
+                RuleAction::Reject,
+                RuleAction::Pass,
+            ][i % 4];
             let peer = ip(&format!("10.{}.{}.0/24", (i / 256) % 256, i % 256));
             let local_ip = ip("10.99.0.2/32");
             let (from, to) = match dir {
@@ -665,7 +894,17 @@ fn many_rules(n: usize) -> Vec<CompiledRuleInput> {
                 Service::port(Protocol::Tcp, 22),
                 Service::range(Protocol::Tcp, 8000, 8080 + (i % 7) as u16),
             ]);
-            let mut r = rule(&format!("p{}", i / 5), dir, (i % 5) as i32, action, 250, (i / 5) as f64, from, to, services);
+            let mut r = rule(
+                &format!("p{}", i / 5),
+                dir,
+                (i % 5) as i32,
+                action,
+                250,
+                (i / 5) as f64,
+                from,
+                to,
+                services,
+            );
             r.max_rule_priority = 4;
             r.enable_logging = i % 3 == 0;
             r
@@ -678,12 +917,33 @@ fn matches_are_built_normalized() {
     // The compiler builds matches the way OVS stores them, so a flow's identity here is its
     // identity in the switch (no separate normalization pass).
     let mut rules = many_rules(200);
-    rules.push(rule("any", Direction::Out, 0, RuleAction::Allow, 250, 1.0, vec![ip("10.0.0.5/32")], vec![ip("0.0.0.0/0"), ip("::/0"), ip("10.1.2.3/8")], Some(vec![Service::range(Protocol::Udp, 0, 65535)])));
+    rules.push(rule(
+        "any",
+        Direction::Out,
+        0,
+        RuleAction::Allow,
+        250,
+        1.0,
+        vec![ip("10.0.0.5/32")],
+        vec![ip("0.0.0.0/0"), ip("::/0"), ip("10.1.2.3/8")],
+        Some(vec![Service::range(Protocol::Udp, 0, 65535)]),
+    ));
     let out = compile(&rules, 1, CompileOptions::default());
     for (key, f) in &out.flows {
         assert_eq!(normalize_match(&f.matches), f.matches, "{f:?}");
         assert_eq!(key, &f.key());
     }
+    // build_flows returns flows sorted by identity, each identity once.
+    let resolved_rules: Vec<ResolvedRule<'_>> = rules
+        .iter()
+        .filter_map(|r| {
+            let info = out.conjunctions.values().find(|i| i.rule_id == r.id)?;
+            Some(resolved(r, info.conj_id, info.table, info.priority))
+        })
+        .collect();
+    let flows = build_flows(&resolved_rules, 1, &CompileOptions::default());
+    assert!(flows.windows(2).all(|w| w[0].key() < w[1].key()));
+    assert_eq!(flows, out.flows.values().cloned().collect::<Vec<_>>());
     let lines = rendered_set(&out.flows);
     assert!(lines.contains("cookie=0x1020000000000, table=AntreaPolicyEgressRule, priority=14900,udp actions=conjunction(2,3/3)"), "{lines:#?}");
     assert!(lines.contains("cookie=0x1020000000000, table=AntreaPolicyEgressRule, priority=14900,ip,nw_dst=10.0.0.0/8 actions=conjunction(2,2/3)"), "{lines:#?}");
@@ -717,7 +977,17 @@ fn adding_and_removing_rules_leaves_the_others_alone() {
     // A new policy (5 rules) in the middle of the precedence order.
     let mut more = rules.clone();
     for i in 0..5 {
-        let mut r = rule("new", Direction::In, i, RuleAction::Drop, 250, 3.5, vec![ip("1.2.3.4/32")], vec![Peer::OfPort(3)], None);
+        let mut r = rule(
+            "new",
+            Direction::In,
+            i,
+            RuleAction::Drop,
+            250,
+            3.5,
+            vec![ip("1.2.3.4/32")],
+            vec![Peer::OfPort(3)],
+            None,
+        );
         r.max_rule_priority = 4;
         more.push(r);
     }
@@ -763,8 +1033,12 @@ fn adding_and_removing_rules_leaves_the_others_alone() {
     let back = c.compile(&rules, 1);
     assert_eq!(back.flows, before.flows);
     for id in &new_ids {
-        assert!(c.conjunction(*id).is_some(), "released conjunction {id} still known");
+        assert!(
+            c.conjunction(*id).is_some(),
+            "released conjunction {id} still known"
+        );
     }
+    assert_eq!(back.released.keys().copied().collect::<BTreeSet<u32>>(), new_ids);
     // A removed rule that comes back before reclaim gets its id back.
     let again = c.compile(&more, 1);
     assert_eq!(again.flows, after.flows);
@@ -775,7 +1049,17 @@ fn adding_and_removing_rules_leaves_the_others_alone() {
         assert!(c.conjunction(*id).is_none());
     }
     let mut other = rules.clone();
-    other.push(rule("other", Direction::In, 0, RuleAction::Allow, 250, 9.0, vec![], vec![], None));
+    other.push(rule(
+        "other",
+        Direction::In,
+        0,
+        RuleAction::Allow,
+        250,
+        9.0,
+        vec![],
+        vec![],
+        None,
+    ));
     let out = c.compile(&other, 1);
     let other_id = out
         .conjunctions
@@ -786,13 +1070,55 @@ fn adding_and_removing_rules_leaves_the_others_alone() {
 }
 
 #[test]
+fn held_ids_are_bounded() {
+    let mut c = Compiler::new(CompileOptions::default());
+    let mk = |name: String| {
+        rule(
+            &name,
+            Direction::In,
+            0,
+            RuleAction::Allow,
+            250,
+            1.0,
+            vec![],
+            vec![],
+            None,
+        )
+    };
+    // Replace the whole rule set again and again without reclaiming: removed ids are held up
+    // to the bound, then the oldest are reused.
+    let batch = MAX_HELD_IDS / 2 + 10;
+    let first_gen = FIRST_CONJ_ID..FIRST_CONJ_ID + batch as u32;
+    let mut last = CompileOutput::default();
+    for gen in 0..4 {
+        let rules: Vec<CompiledRuleInput> = (0..batch).map(|i| mk(format!("g{gen}-{i}"))).collect();
+        last = c.compile(&rules, 1);
+        assert!(last.released.len() <= MAX_HELD_IDS, "generation {gen}");
+    }
+    assert_eq!(last.released.len(), MAX_HELD_IDS);
+    // Generation 3 took the first generation's ids that were reclaimed at the bound.
+    assert!(last.conjunctions.keys().any(|id| first_gen.contains(id)));
+    assert!(last.released.keys().all(|id| !first_gen.contains(id)));
+}
+
+#[test]
 fn squeezed_priorities_move_and_are_reported() {
     // Baseline table: 171 slots. Fill the policy-priority gap between two policies so a new
     // policy between them forces neighbours to move.
     let mk = |name: &str, pp: f64, n: i32| -> Vec<CompiledRuleInput> {
         (0..n)
             .map(|i| {
-                let mut r = rule(name, Direction::In, i, RuleAction::Allow, BASELINE_TIER_PRIORITY, pp, vec![], vec![], None);
+                let mut r = rule(
+                    name,
+                    Direction::In,
+                    i,
+                    RuleAction::Allow,
+                    BASELINE_TIER_PRIORITY,
+                    pp,
+                    vec![],
+                    vec![],
+                    None,
+                );
                 r.max_rule_priority = n - 1;
                 r
             })
@@ -809,10 +1135,17 @@ fn squeezed_priorities_move_and_are_reported() {
         .values()
         .map(|i| ((i.policy.name.clone(), i.rule_id.index), i.priority))
         .collect();
-    let want: BTreeMap<(String, i32), u16> = [("a", 0, 175), ("a", 1, 174), ("a", 2, 173), ("b", 0, 168), ("b", 1, 167), ("b", 2, 166)]
-        .into_iter()
-        .map(|(n, i, o)| ((n.to_string(), i), o))
-        .collect();
+    let want: BTreeMap<(String, i32), u16> = [
+        ("a", 0, 175),
+        ("a", 1, 174),
+        ("a", 2, 173),
+        ("b", 0, 168),
+        ("b", 1, 167),
+        ("b", 2, 166),
+    ]
+    .into_iter()
+    .map(|(n, i, o)| ((n.to_string(), i), o))
+    .collect();
     assert_eq!(first_prios, want);
     // Six rules between them do not fit the four free slots: b moves down.
     rules.extend(mk("mid", 1.1, 6));
@@ -823,15 +1156,28 @@ fn squeezed_priorities_move_and_are_reported() {
         .values()
         .map(|i| (i.policy.name.clone(), i.rule_id.index, i.priority))
         .collect();
-    let p = |n: &str, i: i32| order.iter().find(|o| o.0 == n && o.1 == i).map(|o| o.2).expect("rule");
+    let p = |n: &str, i: i32| {
+        order
+            .iter()
+            .find(|o| o.0 == n && o.1 == i)
+            .map(|o| o.2)
+            .expect("rule")
+    };
     assert!(p("a", 2) > p("mid", 0));
     assert!(p("mid", 5) > p("b", 0));
     let all: BTreeSet<u16> = order.iter().map(|o| o.2).collect();
     assert_eq!(all.len(), 12, "distinct priorities");
     // Upstream's minimum-cost window: b shifts down by two, a stays.
-    let moves = second.priority_updates.get(&table::INGRESS_DEFAULT_RULE).cloned().unwrap_or_default();
+    let moves = second
+        .priority_updates
+        .get(&table::INGRESS_DEFAULT_RULE)
+        .cloned()
+        .unwrap_or_default();
     assert_eq!(moves, [(166, 164), (167, 165), (168, 166)].into_iter().collect());
-    assert_eq!((p("b", 2), p("b", 0), p("mid", 5), p("mid", 0), p("a", 2)), (164, 166, 167, 172, 173));
+    assert_eq!(
+        (p("b", 2), p("b", 0), p("mid", 5), p("mid", 0), p("a", 2)),
+        (164, 166, 167, 172, 173)
+    );
 }
 
 #[test]
@@ -839,12 +1185,19 @@ fn duplicates_and_k8s_rules_are_skipped() {
     let r = g17_rule();
     let mut k8s = g18_rule(false);
     k8s.policy.policy_type = PolicyType::K8sNetworkPolicy;
-    let out = compile(&[r.clone(), r.clone(), k8s.clone()], 1, CompileOptions::upstream());
+    let out = compile(
+        &[r.clone(), r.clone(), k8s.clone()],
+        1,
+        CompileOptions::upstream(),
+    );
     assert_eq!(out.conjunctions.len(), 1);
     let reasons: Vec<(&RuleId, &CompileError)> = out.skipped.iter().map(|s| (&s.id, &s.reason)).collect();
     assert_eq!(
         reasons,
-        vec![(&k8s.id, &CompileError::NotAntreaNative), (&r.id, &CompileError::DuplicateRule)]
+        vec![
+            (&k8s.id, &CompileError::NotAntreaNative),
+            (&r.id, &CompileError::DuplicateRule)
+        ]
     );
     assert_eq!(rendered_set(&out.flows), ovs_text(G17));
 }
@@ -853,9 +1206,33 @@ fn duplicates_and_k8s_rules_are_skipped() {
 fn priority_overflow_skips_only_the_rules_that_do_not_fit() {
     // 171 baseline slots; a 200-rule policy does not fit, a 3-rule one does.
     let mut rules: Vec<CompiledRuleInput> = (0..200)
-        .map(|i| rule("big", Direction::In, i, RuleAction::Allow, BASELINE_TIER_PRIORITY, 1.0, vec![], vec![], None))
+        .map(|i| {
+            rule(
+                "big",
+                Direction::In,
+                i,
+                RuleAction::Allow,
+                BASELINE_TIER_PRIORITY,
+                1.0,
+                vec![],
+                vec![],
+                None,
+            )
+        })
         .collect();
-    rules.extend((0..3).map(|i| rule("small", Direction::In, i, RuleAction::Allow, BASELINE_TIER_PRIORITY, 2.0, vec![], vec![], None)));
+    rules.extend((0..3).map(|i| {
+        rule(
+            "small",
+            Direction::In,
+            i,
+            RuleAction::Allow,
+            BASELINE_TIER_PRIORITY,
+            2.0,
+            vec![],
+            vec![],
+            None,
+        )
+    }));
     let out = compile(&rules, 1, CompileOptions::default());
     assert_eq!(out.conjunctions.len(), 3);
     assert_eq!(out.skipped.len(), 200);
@@ -881,26 +1258,4 @@ fn ten_thousand_rules_compile_time() {
     );
     assert!(out.skipped.is_empty());
     assert_eq!(out.conjunctions.len(), 10_000);
-}
-
-#[test]
-fn tmp_profile() {
-    let rules = many_rules(10_000);
-    let mut c = Compiler::new(CompileOptions::default());
-    let t = Instant::now();
-    let out = c.compile(&rules, 1);
-    println!("full {:?}", t.elapsed());
-    let resolved_rules: Vec<ResolvedRule<'_>> = rules.iter().map(|r| {
-        let info = out.conjunctions.values().find(|i| i.rule_id == r.id).unwrap();
-        resolved(r, info.conj_id, info.table, info.priority)
-    }).collect();
-    let t = Instant::now();
-    let flows = build_flows(&resolved_rules, 1, &CompileOptions::default());
-    println!("build {:?}", t.elapsed());
-    let t = Instant::now();
-    let fs = flow_set(flows);
-    println!("flow_set {:?} {}", t.elapsed(), fs.len());
-    let t = Instant::now();
-    let _ = c.compile(&rules, 1);
-    println!("recompile {:?}", t.elapsed());
 }
