@@ -22,12 +22,15 @@ use super::{common_handlers, Deps, Lifeline, Peers};
 use crate::messages::{
     ActorKind, ActorStatus, AttachedInterface, InterfacesChanged, RulesChanged, StatusQuery,
 };
-use crate::ovs::openflow::{OfError, Switch};
+use crate::ovs::openflow::{FlowFilter, FlowMod, OfError, Switch};
 use crate::packetin::{self, AuditLog, PacketInContext, PacketInStats};
 use crate::policy::compiler::{CompileOptions, Compiler, ConjunctionInfo};
 use crate::policy::flowset::{self, FlowSet};
-use crate::policy::pipeline::{self, PipelineOptions};
+use crate::policy::pipeline::{self, PipelineOptions, ROUND_MASK};
 use crate::policy::rule::CompiledRuleInput;
+
+/// How long a removed rule keeps its conjunction id after its flows were removed.
+const CONJ_ID_GRACE: Duration = Duration::from_secs(5);
 
 /// Bridge `external_ids` key holding the last committed round.
 pub const ROUND_KEY: &str = "roundNum";
@@ -83,6 +86,8 @@ pub struct FlowInstaller {
     /// The NetworkPolicy audit log (`np.log`); `None` if it cannot be opened.
     audit: Option<AuditLog>,
     packet_in_stats: Arc<PacketInStats>,
+    /// Removed rules hold their conjunction ids until a grace period after the flows are gone.
+    reclaim_pending: bool,
     installed: FlowSet,
     reconnect_delay: Duration,
     connecting: bool,
@@ -113,6 +118,7 @@ impl FlowInstaller {
             interfaces_tx: watch::channel(Arc::new(Vec::new())).0,
             audit,
             packet_in_stats: PacketInStats::new(),
+            reclaim_pending: false,
             installed: FlowSet::new(),
             reconnect_delay,
             connecting: false,
@@ -147,8 +153,11 @@ impl FlowInstaller {
         for skipped in &compiled.skipped {
             warn!("rule {:?} not installed: {:?}", skipped.id, skipped.reason);
         }
-        self.conjunctions_tx
-            .send_replace(Arc::new(compiled.conjunctions.clone()));
+        // Rules removed a moment ago stay known, so their late packet-ins still name them.
+        let mut known = compiled.released.clone();
+        known.extend(compiled.conjunctions.clone());
+        self.conjunctions_tx.send_replace(Arc::new(known));
+        self.reclaim_pending |= !compiled.released.is_empty();
         flows.extend(compiled.flows);
         Some(flows)
     }
@@ -163,6 +172,33 @@ impl FlowInstaller {
             *counts.entry(name).or_insert(0) += 1;
         }
         counts
+    }
+}
+
+/// The flow_mods that turn what the switch holds into `desired`: a diff against a dump of the
+/// switch's flows (unchanged flows keep their counters), or, if the switch cannot be dumped,
+/// Antrea's round protocol in one atomic bundle. Flows with round 0 in their cookie are not the
+/// agent's (e.g. added by hand) and are left alone.
+async fn take_over(
+    switch: &dyn Switch,
+    desired: &FlowSet,
+    round: u16,
+    previous: Option<u16>,
+) -> Vec<FlowMod> {
+    match switch.dump_flows(FlowFilter::all()).await {
+        Ok(stats) => {
+            let current = flowset::flow_set(
+                stats
+                    .into_iter()
+                    .map(|s| s.flow)
+                    .filter(|f| f.cookie & ROUND_MASK != 0),
+            );
+            flowset::diff(&current, desired)
+        }
+        Err(e) => {
+            warn!("cannot dump the switch's flows ({e}); replacing them all in one bundle instead");
+            flowset::full_resync(desired, round, previous)
+        }
     }
 }
 
@@ -302,22 +338,32 @@ impl Handler<Sync> for FlowInstaller {
             return noop();
         };
         let first = !session.synced;
-        let mods = if first {
-            flowset::full_resync(&desired, session.round, session.previous_round)
+        // The first sync of a connection takes over what the switch holds (an earlier run's
+        // flows, or nothing after an OVS restart); later ones diff against what we installed.
+        let known_mods = if first {
+            None
         } else {
-            flowset::diff(&self.installed, &desired)
+            Some(flowset::diff(&self.installed, &desired))
         };
-        if mods.is_empty() {
+        if known_mods.as_ref().is_some_and(Vec::is_empty) {
             return noop();
         }
         let switch = session.switch.clone();
         let epoch = session.epoch;
         let round = session.round;
+        let previous_round = session.previous_round;
         let ovsdb = self.deps.ovsdb.clone();
         let bridge = self.deps.config.ovs_bridge.clone();
-        let count = mods.len();
+        let wanted = desired.clone();
         let fut = async move {
-            switch.bundle(mods).await?;
+            let mods = match known_mods {
+                Some(mods) => mods,
+                None => take_over(switch.as_ref(), &wanted, round, previous_round).await,
+            };
+            let count = mods.len();
+            if !mods.is_empty() {
+                switch.bundle(mods).await?;
+            }
             if first {
                 if let Err(e) = ovsdb
                     .set_bridge_external_id(&bridge, ROUND_KEY, &round.to_string())
@@ -326,18 +372,22 @@ impl Handler<Sync> for FlowInstaller {
                     warn!("flows committed but the round number could not be saved in OVSDB: {e}");
                 }
             }
-            Ok::<_, OfError>(())
+            Ok::<_, OfError>(count)
         };
         AtomicResponse::new(Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
             let Some(session) = act.session.as_mut().filter(|s| s.epoch == epoch) else {
                 return;
             };
             match res {
-                Ok(()) => {
+                Ok(count) => {
                     info!(flow_mods = count, full = first, round, "flows committed");
                     session.synced = true;
                     act.installed = desired;
                     act.last_error = None;
+                    if std::mem::take(&mut act.reclaim_pending) {
+                        // Packet-ins of removed rules may still be in flight: free their ids later.
+                        ctx.run_later(CONJ_ID_GRACE, |act, _| act.compiler.reclaim_released_ids());
+                    }
                 }
                 Err(OfError::Closed) | Err(OfError::Io(_)) => {
                     act.fail("OpenFlow connection failed during a bundle", "closed");

@@ -7,24 +7,34 @@ use std::collections::BTreeMap;
 
 use crate::config::BypassRule;
 use crate::messages::AttachedInterface;
-use crate::ovs::openflow::oxm::normalize_match;
+use crate::ovs::openflow::normalize_flow;
 use crate::ovs::openflow::{Flow, FlowKey, FlowMod};
 use crate::policy::pipeline::{self, PipelineOptions, ROUND_MASK};
 
 /// Flows keyed by identity.
 pub type FlowSet = BTreeMap<FlowKey, Flow>;
 
-/// Builds a flow set; a later flow with the same identity replaces an earlier one. Matches are
-/// put in the form OVS stores them (e.g. a /0 prefix is no match at all), so identities here are
-/// identities in the switch.
+/// Builds a flow set; a later flow with the same identity replaces an earlier one. Flows are put
+/// in the form OVS stores and reports them (e.g. a /0 prefix is no match at all), so identities
+/// and contents here compare equal to a decoded flow-stats dump of the switch.
 pub fn flow_set(flows: impl IntoIterator<Item = Flow>) -> FlowSet {
     flows
         .into_iter()
-        .map(|mut f| {
-            f.matches = normalize_match(&f.matches);
+        .map(|f| {
+            let f = normalize_flow(&f);
             (f.key(), f)
         })
         .collect()
+}
+
+/// Whether two flows are the same apart from the round in their cookies: replacing one by the
+/// other would change nothing but the round (and reset its counters), so it is not done.
+fn same_but_round(a: &Flow, b: &Flow) -> bool {
+    a.cookie & !ROUND_MASK == b.cookie & !ROUND_MASK
+        && Flow {
+            cookie: b.cookie,
+            ..a.clone()
+        } == *b
 }
 
 /// Everything the flow installer owns for the given state.
@@ -47,11 +57,13 @@ pub fn desired_flows(
 
 /// The flow_mods that change `installed` into `desired`: ADD for new or changed flows (an ADD
 /// replaces a flow with the same identity in place, so traffic never sees a gap), DELETE_STRICT
-/// for flows no longer wanted. Unchanged flows produce nothing.
+/// for flows no longer wanted. Unchanged flows produce nothing, also when only the round in
+/// their cookie differs (their counters are kept). `installed` may be a decoded dump of the
+/// switch: this is how the agent takes over what an earlier run installed.
 pub fn diff(installed: &FlowSet, desired: &FlowSet) -> Vec<FlowMod> {
     let mut mods = Vec::new();
     for (key, flow) in desired {
-        if installed.get(key) != Some(flow) {
+        if !installed.get(key).is_some_and(|have| same_but_round(have, flow)) {
             mods.push(FlowMod::add(flow.clone()));
         }
     }
@@ -127,6 +139,44 @@ mod tests {
         let back = diff(&after, &before);
         assert_eq!(back.len(), 6);
         assert!(back.iter().all(|m| m.command == FlowModCommand::DeleteStrict));
+    }
+
+    #[test]
+    fn a_new_round_alone_changes_nothing_but_other_changes_do() {
+        let before = desired_flows(
+            PipelineOptions {
+                round: 1,
+                meters: true,
+            },
+            &[],
+            &[iface("eth0", 1, 2)],
+        );
+        let after = desired_flows(
+            PipelineOptions {
+                round: 2,
+                meters: true,
+            },
+            &[],
+            &[iface("eth0", 1, 2)],
+        );
+        assert!(
+            diff(&before, &after).is_empty(),
+            "same flows at a new round: nothing to do"
+        );
+        let moved = desired_flows(
+            PipelineOptions {
+                round: 2,
+                meters: true,
+            },
+            &[],
+            &[iface("eth0", 1, 3)],
+        );
+        let mods = diff(&before, &moved);
+        assert!(!mods.is_empty());
+        assert!(mods
+            .iter()
+            .filter(|m| m.command == FlowModCommand::Add)
+            .all(|m| m.flow.cookie >> 48 == 2));
     }
 
     #[test]
