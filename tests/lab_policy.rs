@@ -52,6 +52,11 @@ fn attached_with_policies(lab: &Lab) -> AgentProcess {
 
 /// `antrea-vm-agent compile` for the lab's interface and the given controlplane objects.
 fn compile_flows(lab: &Lab, objects: &[&str]) -> Vec<String> {
+    compile_flows_with(lab, objects, serde_json::json!([]))
+}
+
+/// [`compile_flows`] with `policyBypassRules`.
+fn compile_flows_with(lab: &Lab, objects: &[&str], bypass: serde_json::Value) -> Vec<String> {
     let ofport = |iface: &str| -> u32 {
         lab.ovs_vsctl(&["get", "Interface", iface, "ofport"])
             .trim()
@@ -65,6 +70,7 @@ fn compile_flows(lab: &Lab, objects: &[&str]) -> Vec<String> {
             "externalEntity": {"namespace": EN_NAMESPACE, "name": "vm1-3e616"},
         }],
         "networkPolicies": [], "addressGroups": [], "appliedToGroups": [],
+        "policyBypassRules": bypass,
     });
     for text in objects {
         let obj: serde_json::Value = serde_norway::from_str(text).expect("object yaml");
@@ -160,7 +166,34 @@ rules:
         lab.tcp_from_ext(VM_IP4, 5201),
         "TCP to 5201 passes again after the delete"
     );
+    assert_ovs_equals_compile(&lab, serde_json::json!([]));
     agent.stop();
+}
+
+/// Every object in the policy directory.
+fn policy_files(lab: &Lab) -> Vec<String> {
+    let mut files: Vec<_> = std::fs::read_dir(policy_dir(lab))
+        .expect("policy dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|p| std::fs::read_to_string(p).expect("read policy"))
+        .collect()
+}
+
+/// OVS holds exactly what `compile` prints for the current state.
+fn assert_ovs_equals_compile(lab: &Lab, bypass: serde_json::Value) {
+    let files = policy_files(lab);
+    let objects: Vec<&str> = files.iter().map(String::as_str).collect();
+    assert_eq!(
+        lab.dump_flows(),
+        compile_flows_with(lab, &objects, bypass),
+        "OVS holds what compile prints"
+    );
 }
 
 /// A NetworkPolicy object applied to the lab VM, in YAML.
@@ -220,6 +253,7 @@ fn port_range_priorities_tiers_and_pass() {
         lab.tcp_from_ext(VM_IP4, 6004),
         "Pass skips the application tier's Drop"
     );
+    assert_ovs_equals_compile(&lab, serde_json::json!([]));
     agent.stop();
 }
 
@@ -255,6 +289,7 @@ fn ip_block_except_icmp_from_one_source_and_egress_drop() {
         lab.tcp_from_vm(EXT_IP4, 6201),
         "egress TCP to another port passes"
     );
+    assert_ovs_equals_compile(&lab, serde_json::json!([]));
     agent.stop();
 }
 
@@ -337,6 +372,10 @@ fn bypass_beats_deny_all_established_connections_survive_and_updates_apply() {
         lab.ping_from_ext(VM_IP4, 1).all_received()
     });
     assert!(lab.tcp_from_ext(VM_IP4, 6301), "allowed after the update");
+    assert_ovs_equals_compile(
+        &lab,
+        serde_json::json!([{"direction": "ingress", "protocol": "tcp", "cidr": "10.99.0.0/24", "port": 6300}]),
+    );
     agent.stop();
 }
 
@@ -427,5 +466,6 @@ fn reject_answers_tcp_with_rst_and_udp_with_one_icmp_error_and_logs() {
         line.contains("vm-ns/vm1-3e616"),
         "names the applied-to ExternalEntity: {line}"
     );
+    assert_ovs_equals_compile(&lab, serde_json::json!([]));
     agent.stop();
 }
