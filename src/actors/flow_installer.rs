@@ -88,6 +88,8 @@ pub struct FlowInstaller {
     packet_in_stats: Arc<PacketInStats>,
     /// Removed rules hold their conjunction ids until a grace period after the flows are gone.
     reclaim_pending: bool,
+    /// When the oldest rule change not yet committed arrived (for the realization latency).
+    rules_changed_at: Option<std::time::Instant>,
     installed: FlowSet,
     reconnect_delay: Duration,
     connecting: bool,
@@ -119,6 +121,7 @@ impl FlowInstaller {
             audit,
             packet_in_stats: PacketInStats::new(),
             reclaim_pending: false,
+            rules_changed_at: None,
             installed: FlowSet::new(),
             reconnect_delay,
             connecting: false,
@@ -346,6 +349,8 @@ impl Handler<Sync> for FlowInstaller {
             Some(flowset::diff(&self.installed, &desired))
         };
         if known_mods.as_ref().is_some_and(Vec::is_empty) {
+            // A rule change that needs no flow change is realized already.
+            self.rules_changed_at = None;
             return noop();
         }
         let switch = session.switch.clone();
@@ -355,6 +360,7 @@ impl Handler<Sync> for FlowInstaller {
         let ovsdb = self.deps.ovsdb.clone();
         let bridge = self.deps.config.ovs_bridge.clone();
         let wanted = desired.clone();
+        let changed_at = self.rules_changed_at.take();
         let fut = async move {
             let mods = match known_mods {
                 Some(mods) => mods,
@@ -380,7 +386,15 @@ impl Handler<Sync> for FlowInstaller {
             };
             match res {
                 Ok(count) => {
-                    info!(flow_mods = count, full = first, round, "flows committed");
+                    // Realization latency: from the rule change's arrival to the bundle's commit.
+                    let realization_ms = changed_at.map(|t| t.elapsed().as_secs_f64() * 1000.0);
+                    info!(
+                        flow_mods = count,
+                        full = first,
+                        round,
+                        ?realization_ms,
+                        "flows committed"
+                    );
                     session.synced = true;
                     act.installed = desired;
                     act.last_error = None;
@@ -427,6 +441,7 @@ impl Handler<RulesChanged> for FlowInstaller {
         if self.rules.as_ref() != Some(&msg.rules) {
             debug!(rules = msg.rules.len(), "rule view changed");
             self.rules = Some(msg.rules);
+            self.rules_changed_at.get_or_insert_with(std::time::Instant::now);
         }
         ctx.notify(Sync);
     }
