@@ -408,16 +408,16 @@ async fn flows_are_replayed_after_the_switch_reconnects() {
     let _ = w.supervisor.send(Shutdown).await;
 }
 
-/// A failure after the addresses were already moved (upstream leaves the host without them,
-/// D11) rolls everything back: name, MTU, addresses, routes, no ports, no record.
-#[actix_rt::test]
-async fn a_failed_attach_is_rolled_back_with_addresses_and_routes() {
-    use antrea_vm_agent::actors::interface_manager::procedures::{self, Env};
+/// The fakes without the actors, and the interface manager's procedures' environment over them
+/// (a bridge made, records in the returned directory): for tests of single procedures.
+async fn procedure_world() -> (
+    World,
+    antrea_vm_agent::actors::interface_manager::procedures::Env,
+    tempfile::TempDir,
+) {
+    use antrea_vm_agent::actors::interface_manager::procedures::Env;
     use antrea_vm_agent::actors::interface_manager::store::RecordStore;
-    use antrea_vm_agent::host::HostNet;
-    use antrea_vm_agent::messages::EntityRef;
     use antrea_vm_agent::ovs::ovsdb::{BridgeSpec, Ovsdb};
-
     let w = start_world();
     let _ = w.supervisor.send(Shutdown).await;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -434,6 +434,19 @@ async fn a_failed_attach_is_rolled_back_with_addresses_and_routes() {
         table_names: vec![],
     };
     w.ovsdb.ensure_bridge(&spec).await.expect("bridge");
+    (w, env, dir)
+}
+
+/// A failure after the addresses were already moved (upstream leaves the host without them,
+/// D11) rolls everything back: name, MTU, addresses, routes, no ports, no record.
+#[actix_rt::test]
+async fn a_failed_attach_is_rolled_back_with_addresses_and_routes() {
+    use antrea_vm_agent::actors::interface_manager::procedures;
+    use antrea_vm_agent::actors::interface_manager::store::RecordStore;
+    use antrea_vm_agent::host::HostNet;
+    use antrea_vm_agent::messages::EntityRef;
+
+    let (w, env, dir) = procedure_world().await;
     let before = w.host.snapshot().link("eth0").cloned().expect("eth0");
     let link = w.host.link_by_name("eth0").await.expect("netlink").expect("eth0");
     // The first route added is on the internal port, after every address moved there.
@@ -596,29 +609,13 @@ async fn an_interface_vanishing_mid_attach_fails_alone() {
 /// not only at the next start.
 #[actix_rt::test]
 async fn an_interrupted_detach_is_finished_by_the_next_pass() {
-    use antrea_vm_agent::actors::interface_manager::procedures::{self, Env};
+    use antrea_vm_agent::actors::interface_manager::procedures;
     use antrea_vm_agent::actors::interface_manager::store::{Phase, RecordStore, Step};
     use antrea_vm_agent::host::HostNet;
     use antrea_vm_agent::messages::EntityRef;
-    use antrea_vm_agent::ovs::ovsdb::{BridgeSpec, Ovsdb};
 
-    let w = start_world();
-    let _ = w.supervisor.send(Shutdown).await;
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (w, env, dir) = procedure_world().await;
     let store = RecordStore::new(dir.path());
-    let env = Env {
-        ovsdb: w.ovsdb.clone(),
-        host: w.host.clone(),
-        bridge: "br-int".into(),
-        store: store.clone(),
-        port_wait: Duration::from_secs(1),
-    };
-    let spec = BridgeSpec {
-        name: "br-int".into(),
-        datapath_type: "netdev".into(),
-        table_names: vec![],
-    };
-    w.ovsdb.ensure_bridge(&spec).await.expect("bridge");
     let link = w.host.link_by_name("eth0").await.expect("netlink").expect("eth0");
     let entity = EntityRef {
         namespace: "vm-ns".into(),
