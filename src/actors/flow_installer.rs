@@ -152,7 +152,7 @@ impl FlowInstaller {
         };
         let opts = PipelineOptions { round, meters };
         let mut flows = flowset::desired_flows(opts, &self.deps.config.policy_bypass_rules, interfaces);
-        let compiled = self.compiler.compile(rules, round);
+        let compiled = self.compiler.compile_or_rebuild(rules, round);
         for skipped in &compiled.skipped {
             warn!("rule {:?} not installed: {:?}", skipped.id, skipped.reason);
         }

@@ -304,6 +304,27 @@ impl Compiler {
 
     /// Compiles the complete current rule set. Rules that cannot be compiled are reported in
     /// [`CompileOutput::skipped`]; the others are unaffected.
+    /// [`Compiler::compile`], but when one-rule-at-a-time priority registration cannot place a
+    /// rule (many policies arriving after the first compilation can exhaust a table's priority
+    /// space where registering them all at once would not), the state is dropped and everything
+    /// is compiled from scratch: every rule installed beats a minimal diff.
+    pub fn compile_or_rebuild(&mut self, rules: &[CompiledRuleInput], round: u16) -> CompileOutput {
+        let out = self.compile(rules, round);
+        if !out
+            .skipped
+            .iter()
+            .any(|s| matches!(s.reason, CompileError::Priority(_)))
+        {
+            return out;
+        }
+        tracing::warn!(
+            skipped = out.skipped.len(),
+            "rule priorities ran out of room incrementally; compiling every rule from scratch"
+        );
+        *self = Compiler::new(self.opts);
+        self.compile(rules, round)
+    }
+
     pub fn compile(&mut self, rules: &[CompiledRuleInput], round: u16) -> CompileOutput {
         let mut out = CompileOutput::default();
 

@@ -1259,3 +1259,35 @@ fn ten_thousand_rules_compile_time() {
     assert!(out.skipped.is_empty());
     assert_eq!(out.conjunctions.len(), 10_000);
 }
+
+/// Many policies with distinct priorities in one tier, arriving after an empty first compile,
+/// can exhaust what one-rule-at-a-time registration can place (found by the end-to-end bench);
+/// `compile_or_rebuild` then compiles from scratch (batch registration) and places them all.
+#[test]
+fn rules_that_do_not_fit_incrementally_are_placed_by_a_rebuild() {
+    let rules: Vec<CompiledRuleInput> = many_rules(N_LATE)
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut r)| {
+            r.policy_priority = (i / 5 + 1) as f64;
+            r
+        })
+        .collect();
+    let mut plain = Compiler::new(CompileOptions::default());
+    assert!(plain.compile(&[], 1).skipped.is_empty());
+    let late = plain.compile(&rules, 1);
+    assert!(
+        late.skipped
+            .iter()
+            .any(|s| matches!(s.reason, CompileError::Priority(_))),
+        "the incremental path runs out of room for this set"
+    );
+    let mut rebuilding = Compiler::new(CompileOptions::default());
+    assert!(rebuilding.compile_or_rebuild(&[], 1).skipped.is_empty());
+    let out = rebuilding.compile_or_rebuild(&rules, 1);
+    assert!(out.skipped.is_empty(), "every rule placed after the rebuild");
+    assert_eq!(out.conjunctions.len(), N_LATE);
+}
+
+/// Large enough that one-at-a-time registration runs out of room in one tier.
+const N_LATE: usize = 10_000;
