@@ -319,36 +319,30 @@ pub fn meter_config_request(xid: u32) -> Vec<u8> {
 
 /// The group ids in an OpenFlow 1.5 group description reply body.
 pub fn decode_group_desc_ids(body: &[u8]) -> Result<Vec<u32>, CodecError> {
-    let mut r = Reader::new(body, "group desc");
-    let mut ids = Vec::new();
-    while !r.is_empty() {
-        let len = usize::from(r.u16()?);
-        if len < 16 {
-            return Err(CodecError::BadLength {
-                what: "group desc entry",
-                len,
-            });
-        }
-        let mut e = r.sub(len - 2, "group desc entry")?;
-        e.skip(2)?;
-        ids.push(e.u32()?);
-    }
-    Ok(ids)
+    decode_entry_ids(body, "group desc", "group desc entry", 16)
 }
 
 /// The meter ids in a meter configuration reply body.
 pub fn decode_meter_config_ids(body: &[u8]) -> Result<Vec<u32>, CodecError> {
-    let mut r = Reader::new(body, "meter config");
+    decode_entry_ids(body, "meter config", "meter config entry", 8)
+}
+
+/// The ids of a multipart reply body made of entries that start with a 16-bit length, 2 bytes
+/// of padding/flags and a 32-bit id (group descriptions, meter configurations).
+fn decode_entry_ids(
+    body: &[u8],
+    what: &'static str,
+    entry: &'static str,
+    min_len: usize,
+) -> Result<Vec<u32>, CodecError> {
+    let mut r = Reader::new(body, what);
     let mut ids = Vec::new();
     while !r.is_empty() {
         let len = usize::from(r.u16()?);
-        if len < 8 {
-            return Err(CodecError::BadLength {
-                what: "meter config entry",
-                len,
-            });
+        if len < min_len {
+            return Err(CodecError::BadLength { what: entry, len });
         }
-        let mut e = r.sub(len - 2, "meter config entry")?;
+        let mut e = r.sub(len - 2, entry)?;
         e.skip(2)?;
         ids.push(e.u32()?);
     }
