@@ -373,6 +373,18 @@ impl Host {
     }
 }
 
+/// Sets whether a daemon runs, with the evidence: its processes when /proc can be read, else
+/// the presence of `state_file` (a pid or state file it keeps while running).
+fn mark_running(f: &mut ManagerFinding, host: &Host, procs: &[&Proc], state_file: &str) {
+    f.evidence = evidence_of_procs(procs);
+    if host.procs.is_some() {
+        f.active = !procs.is_empty();
+    } else if host.exists(state_file) {
+        f.active = true;
+        f.evidence.push(format!("{state_file} exists"));
+    }
+}
+
 fn evidence_of_procs(procs: &[&Proc]) -> Vec<String> {
     procs
         .iter()
@@ -725,14 +737,7 @@ fn detect_networkmanager(host: &Host, nics: &[Nic]) -> Option<ManagerFinding> {
     if !installed {
         return None;
     }
-    f.evidence = evidence_of_procs(&procs);
-    let pid_file = "/run/NetworkManager/NetworkManager.pid";
-    if host.procs.is_some() {
-        f.active = !procs.is_empty();
-    } else if host.exists(pid_file) {
-        f.active = true;
-        f.evidence.push(format!("{pid_file} exists"));
-    }
+    mark_running(&mut f, host, &procs, "/run/NetworkManager/NetworkManager.pid");
     f.dropin_installed = host.exists(NETWORKMANAGER_DROPIN.install_as);
     let files = nm_config_files(host);
     for nic in nics {
@@ -956,14 +961,7 @@ fn detect_networkd(host: &Host, nics: &[Nic]) -> Option<ManagerFinding> {
     if !installed {
         return None;
     }
-    f.evidence = evidence_of_procs(&procs);
-    let state = "/run/systemd/netif/state";
-    if host.procs.is_some() {
-        f.active = !procs.is_empty();
-    } else if host.exists(state) {
-        f.active = true;
-        f.evidence.push(format!("{state} exists"));
-    }
+    mark_running(&mut f, host, &procs, "/run/systemd/netif/state");
     f.dropin_installed = host.exists(NETWORKD_DROPIN.install_as);
     let files = networkd_files(host);
     for nic in nics {
