@@ -216,41 +216,10 @@ fn flow_count(lab: &Lab) -> usize {
 /// `antrea-vm-agent compile --state` for the lab's interface and these controlplane objects:
 /// the flows, one per line, and the compile time.
 fn compile_flows(lab: &Lab, objects: &[String]) -> (String, Duration) {
-    let ofport = |iface: &str| -> u32 {
-        lab.ovs_vsctl(&["get", "Interface", iface, "ofport"])
-            .trim()
-            .parse()
-            .expect("ofport")
-    };
-    let mut state = serde_json::json!({
-        "interfaces": [{
-            "name": NIC, "ofport": ofport(NIC), "uplinkOfport": ofport(UPLINK),
-            "ips": [VM_IP4, VM_IP6],
-            "externalEntity": {"namespace": EN_NAMESPACE, "name": "vm1-3e616"},
-        }],
-        "networkPolicies": [], "addressGroups": [], "appliedToGroups": [],
-        "policyBypassRules": [],
-    });
-    for text in objects {
-        let obj: serde_json::Value = serde_norway::from_str(text).expect("object yaml");
-        let key = match obj["kind"].as_str() {
-            Some("NetworkPolicy") => "networkPolicies",
-            Some("AppliedToGroup") => "appliedToGroups",
-            other => panic!("unexpected kind {other:?}"),
-        };
-        state[key].as_array_mut().expect("list").push(obj);
-    }
-    let path = lab.unique_path("state", "json");
-    std::fs::write(&path, state.to_string()).expect("write state");
+    let objects: Vec<&str> = objects.iter().map(String::as_str).collect();
     let t = Instant::now();
-    let out = Command::new(agent_binary())
-        .args(["compile", "--state"])
-        .arg(&path)
-        .output()
-        .expect("run compile");
-    let took = t.elapsed();
-    assert!(out.status.success(), "compile failed: {}", out.describe());
-    (out.stdout_text(), took)
+    let flows = lab.compile_state(&objects, serde_json::json!([]));
+    (flows, t.elapsed())
 }
 
 /// `(VmRSS, VmHWM)` of a process, in MB.

@@ -55,46 +55,10 @@ fn compile_flows(lab: &Lab, objects: &[&str]) -> Vec<String> {
     compile_flows_with(lab, objects, serde_json::json!([]))
 }
 
-/// [`compile_flows`] with `policyBypassRules`.
+/// [`compile_flows`] with `policyBypassRules`, sorted like [`Lab::dump_flows`].
 fn compile_flows_with(lab: &Lab, objects: &[&str], bypass: serde_json::Value) -> Vec<String> {
-    let ofport = |iface: &str| -> u32 {
-        lab.ovs_vsctl(&["get", "Interface", iface, "ofport"])
-            .trim()
-            .parse()
-            .expect("ofport")
-    };
-    let mut state = serde_json::json!({
-        "interfaces": [{
-            "name": NIC, "ofport": ofport(NIC), "uplinkOfport": ofport(UPLINK),
-            "ips": [VM_IP4, VM_IP6],
-            "externalEntity": {"namespace": EN_NAMESPACE, "name": "vm1-3e616"},
-        }],
-        "networkPolicies": [], "addressGroups": [], "appliedToGroups": [],
-        "policyBypassRules": bypass,
-    });
-    for text in objects {
-        let obj: serde_json::Value = serde_norway::from_str(text).expect("object yaml");
-        let key = match obj["kind"].as_str() {
-            Some("NetworkPolicy") => "networkPolicies",
-            Some("AddressGroup") => "addressGroups",
-            Some("AppliedToGroup") => "appliedToGroups",
-            other => panic!("unexpected kind {other:?}"),
-        };
-        state[key].as_array_mut().expect("list").push(obj);
-    }
-    let path = lab.unique_path("state", "json");
-    std::fs::write(&path, state.to_string()).expect("write state");
-    let out = std::process::Command::new(agent_binary())
-        .args(["compile", "--state"])
-        .arg(&path)
-        .output()
-        .expect("run compile");
-    assert!(
-        out.status.success(),
-        "compile failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut flows: Vec<String> = String::from_utf8_lossy(&out.stdout)
+    let mut flows: Vec<String> = lab
+        .compile_state(objects, bypass)
         .lines()
         .map(str::to_string)
         .collect();

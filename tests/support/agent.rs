@@ -70,6 +70,51 @@ impl Lab {
         c
     }
 
+    /// `antrea-vm-agent compile --state` for this lab's attached `eth0` (ofports read from OVS,
+    /// ExternalEntity `vm1-3e616`), the given controlplane objects (YAML, one per string) and
+    /// `policyBypassRules`: the flows it prints, one per line.
+    pub fn compile_state(&self, objects: &[&str], bypass: serde_json::Value) -> String {
+        use super::lab::{EN_NAMESPACE, NIC, UPLINK, VM_IP4, VM_IP6};
+        let ofport = |iface: &str| -> u32 {
+            self.ovs_vsctl(&["get", "Interface", iface, "ofport"])
+                .trim()
+                .parse()
+                .expect("ofport")
+        };
+        let mut state = serde_json::json!({
+            "interfaces": [{
+                "name": NIC, "ofport": ofport(NIC), "uplinkOfport": ofport(UPLINK),
+                "ips": [VM_IP4, VM_IP6],
+                "externalEntity": {"namespace": EN_NAMESPACE, "name": "vm1-3e616"},
+            }],
+            "networkPolicies": [], "addressGroups": [], "appliedToGroups": [],
+            "policyBypassRules": bypass,
+        });
+        for text in objects {
+            let obj: serde_json::Value = serde_norway::from_str(text).expect("object yaml");
+            let key = match obj["kind"].as_str() {
+                Some("NetworkPolicy") => "networkPolicies",
+                Some("AddressGroup") => "addressGroups",
+                Some("AppliedToGroup") => "appliedToGroups",
+                other => panic!("unexpected kind {other:?}"),
+            };
+            state[key].as_array_mut().expect("list").push(obj);
+        }
+        let path = self.unique_path("state", "json");
+        std::fs::write(&path, state.to_string()).expect("write state");
+        let out = Command::new(agent_binary())
+            .args(["compile", "--state"])
+            .arg(&path)
+            .output()
+            .expect("run compile");
+        assert!(
+            out.status.success(),
+            "compile failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Runs the agent binary to completion (e.g. `check-config`), bounded by 60 s.
     pub fn run_agent(&self, args: &[&str]) -> Output {
         let mut c = cmd("timeout");
