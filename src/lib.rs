@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod actors;
+pub mod api;
 pub mod config;
 pub mod failpoint;
 pub mod host;

@@ -14,6 +14,7 @@ use tracing::{error, info, warn};
 
 use antrea_vm_agent::actors::supervisor::Shutdown;
 use antrea_vm_agent::actors::{Deps, Supervisor, Timing};
+use antrea_vm_agent::api::metrics::AgentMetrics;
 use antrea_vm_agent::config::{node_name, Config};
 use antrea_vm_agent::host::netlink::NetlinkHost;
 use antrea_vm_agent::ovs::openflow::conn::OfConnector;
@@ -21,6 +22,8 @@ use antrea_vm_agent::ovs::ovsdb::client::OvsdbClient;
 use antrea_vm_agent::policy::pipeline::CONTROLLER_ID;
 use antrea_vm_agent::policy::state_file::compile_state;
 use antrea_vm_agent::sources::file::FileSource;
+use antrea_vm_agent::sources::policy_dir::PolicyDirSource;
+use antrea_vm_agent::sources::PolicySource;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -209,6 +212,11 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
                 &standalone.external_node_file,
                 Duration::from_millis(500),
             )),
+            policy_source: standalone.policy_dir.clone().map(|dir| {
+                Arc::new(PolicyDirSource::new(dir, Duration::from_millis(500))) as Arc<dyn PolicySource>
+            }),
+            cluster: None,
+            metrics: AgentMetrics::new(),
             agent_info_path: Some(config.state_dir.join("agent-info.json")),
             timing: Timing::default(),
             config: Arc::new(config),

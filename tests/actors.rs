@@ -148,6 +148,9 @@ fn start_world() -> World {
         host: host.clone(),
         switch: switch.clone(),
         source: Arc::new(source.clone()),
+        policy_source: None,
+        cluster: None,
+        metrics: antrea_vm_agent::api::metrics::AgentMetrics::new(),
         agent_info_path: Some(dir.path().join("agent-info.json")),
         timing: test_timing(),
     };

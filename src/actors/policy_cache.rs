@@ -1,9 +1,13 @@
 //! The policy cache: owns the NetworkPolicy state (policies, address groups, applied-to groups)
 //! and the set of local ExternalEntities, resolves which rules apply on this node, and tells the
-//! flow installer. Policies come from `standalone.policyDir` (the antrea-controller watch is
-//! another source to come); without a policy source the node has no policies.
+//! flow installer. Policies come from a [`PolicySource`]: `standalone.policyDir`, or the
+//! antrea-controller watches in Kubernetes mode; without a policy source the node has no policies.
+//!
+//! Like the Go agent, rules are first published only once every kind has been synced (all three
+//! watches delivered their snapshot, or the directory was read), so a partial view never replaces
+//! the switch's last rules.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use actix::{Actor, AsyncContext, Context, Handler, StreamHandler};
 use serde_json::json;
@@ -11,22 +15,30 @@ use tracing::{info, warn};
 
 use super::{common_handlers, Deps, Lifeline, Peers};
 use crate::messages::{
-    ActorKind, ActorStatus, AttachedInterface, EntityRef, InterfacesChanged, Resync, RulesChanged,
-    StatusQuery,
+    ActorKind, ActorStatus, AttachedInterface, EntityRef, InterfacesChanged, PolicyGeneration, Resync,
+    RulesChanged, StatusQuery,
 };
 use crate::policy::controlplane::store::PolicyStore;
+use crate::policy::controlplane::{Kind, ValidObject};
 use crate::policy::resolve::{resolve, Resolved};
-use crate::sources::policy_dir::{PolicyDirSource, PolicySnapshot};
+use crate::sources::policy_dir::PolicySnapshot;
+use crate::sources::PolicyUpdate;
 
-/// How often the policy directory is read.
-const POLICY_DIR_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+/// The kinds a policy source must sync before rules are published.
+const SYNCED_KINDS: [Kind; 3] = [Kind::NetworkPolicy, Kind::AddressGroup, Kind::AppliedToGroup];
 
 pub struct PolicyCache {
     deps: Deps,
     peers: Peers,
     store: PolicyStore,
-    /// Whether the policy source has delivered its first snapshot.
+    /// Whether the policy source has delivered its first complete view.
     policies_known: bool,
+    /// Kinds whose first snapshot arrived (the Go agent's 3-count barrier).
+    synced_kinds: BTreeSet<Kind>,
+    /// Watch connection state per kind (`None` for a source without connections).
+    connections: BTreeMap<Kind, bool>,
+    /// Bumped on every full resync of the policies (see `PoliciesRealized`).
+    sync_epoch: u64,
     /// Local ExternalEntities and their interfaces; `None` until the interface manager reports.
     interfaces: Option<BTreeMap<EntityRef, AttachedInterface>>,
     resolved: Option<Resolved>,
@@ -41,6 +53,9 @@ impl PolicyCache {
             peers,
             store: PolicyStore::new(),
             policies_known: false,
+            synced_kinds: BTreeSet::new(),
+            connections: BTreeMap::new(),
+            sync_epoch: 0,
             interfaces: None,
             resolved: None,
             source_errors: Vec::new(),
@@ -74,10 +89,30 @@ impl PolicyCache {
             if let Some(flows) = &self.peers.flows {
                 flows.do_send(RulesChanged {
                     rules: next.rules.clone(),
+                    policies: self.policies_of(&next),
+                    sync_epoch: self.sync_epoch,
                 });
             }
         }
         self.resolved = Some(next);
+    }
+
+    /// The policies with at least one rule in `resolved`, with their generations.
+    fn policies_of(&self, resolved: &Resolved) -> Vec<PolicyGeneration> {
+        let uids: BTreeSet<&str> = resolved.rules.iter().map(|r| r.policy.uid.as_str()).collect();
+        self.store
+            .policies()
+            .filter(|p| uids.contains(p.uid.as_str()))
+            .map(|p| PolicyGeneration {
+                name: p.name.clone(),
+                uid: p.uid.clone(),
+                generation: p.generation,
+                antrea_native: p
+                    .source_ref
+                    .as_ref()
+                    .is_some_and(|r| r.policy_type.is_antrea_native()),
+            })
+            .collect()
     }
 
     fn apply_snapshot(&mut self, snapshot: PolicySnapshot) {
@@ -90,7 +125,83 @@ impl PolicyCache {
             snapshot.address_groups,
             snapshot.applied_to_groups,
         );
-        self.policies_known = true;
+        self.synced_kinds.extend(SYNCED_KINDS);
+        self.sync_epoch += 1;
+    }
+
+    /// Applies one update to the store.
+    fn apply_update(&mut self, update: PolicyUpdate) {
+        match update {
+            PolicyUpdate::Snapshot(snapshot) => self.apply_snapshot(snapshot),
+            PolicyUpdate::Replace { kind, objects } => {
+                let mut policies = Vec::new();
+                let mut groups = Vec::new();
+                for object in objects {
+                    match object {
+                        ValidObject::NetworkPolicy(p) => policies.push(*p),
+                        ValidObject::AddressGroup(g) | ValidObject::AppliedToGroup(g) => groups.push(g),
+                        other => warn!(kind = %kind, "ignoring {other:?} in a snapshot"),
+                    }
+                }
+                match kind {
+                    Kind::NetworkPolicy => {
+                        self.store.replace_policies(policies);
+                        self.sync_epoch += 1;
+                    }
+                    Kind::AddressGroup => {
+                        self.store.replace_address_groups(groups);
+                    }
+                    Kind::AppliedToGroup => {
+                        self.store.replace_applied_to_groups(groups);
+                    }
+                    other => warn!("ignoring a snapshot of kind {other}"),
+                }
+                self.synced_kinds.insert(kind);
+            }
+            PolicyUpdate::Upsert(object) => {
+                if let Err(e) = self.store.apply(object) {
+                    warn!("{e}");
+                }
+            }
+            PolicyUpdate::Patch { kind, patch } => {
+                let result = match kind {
+                    Kind::AddressGroup | Kind::AddressGroupPatch => self.store.patch_address_group(patch),
+                    _ => self.store.patch_applied_to_group(patch),
+                };
+                if let Err(e) = result {
+                    warn!("{e}");
+                }
+            }
+            PolicyUpdate::Delete { kind, name } => {
+                self.store.delete(kind, &name);
+            }
+            PolicyUpdate::Connection { kind, connected } => {
+                if self.connections.insert(kind, connected) != Some(connected) {
+                    info!(kind = %kind, connected, "antrea-controller watch connection changed");
+                }
+            }
+            PolicyUpdate::Error(e) => {
+                warn!("{e}");
+                if !self.source_errors.contains(&e) {
+                    self.source_errors.push(e);
+                }
+            }
+        }
+        if SYNCED_KINDS.iter().all(|k| self.synced_kinds.contains(k)) {
+            self.policies_known = true;
+        }
+    }
+
+    /// True iff every watch is connected; `None` for a source without connections.
+    fn controller_connected(&self) -> Option<bool> {
+        if self.connections.is_empty() {
+            return None;
+        }
+        Some(
+            SYNCED_KINDS
+                .iter()
+                .all(|k| self.connections.get(k) == Some(&true)),
+        )
     }
 }
 
@@ -98,15 +209,8 @@ impl Actor for PolicyCache {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        match self
-            .deps
-            .config
-            .standalone
-            .as_ref()
-            .and_then(|s| s.policy_dir.clone())
-        {
-            Some(dir) => {
-                let source = PolicyDirSource::new(dir, POLICY_DIR_POLL);
+        match self.deps.policy_source.clone() {
+            Some(source) => {
                 info!(source = %source.describe(), "watching NetworkPolicies");
                 ctx.add_stream(source.subscribe());
             }
@@ -118,9 +222,9 @@ impl Actor for PolicyCache {
     }
 }
 
-impl StreamHandler<PolicySnapshot> for PolicyCache {
-    fn handle(&mut self, snapshot: PolicySnapshot, _: &mut Context<Self>) {
-        self.apply_snapshot(snapshot);
+impl StreamHandler<PolicyUpdate> for PolicyCache {
+    fn handle(&mut self, update: PolicyUpdate, _: &mut Context<Self>) {
+        self.apply_update(update);
         self.update(false);
     }
 
@@ -166,6 +270,10 @@ impl Handler<StatusQuery> for PolicyCache {
             last_error: self.source_errors.first().cloned(),
             detail: json!({
                 "policiesKnown": self.policies_known,
+                "controllerConnected": self.controller_connected(),
+                "addressGroups": self.store.address_groups().count(),
+                "appliedToGroups": self.store.applied_to_groups().count(),
+                "syncEpoch": self.sync_epoch,
                 "interfacesKnown": self.interfaces.is_some(),
                 "localEntities": entities,
                 "networkPolicies": self.store.policies().count(),

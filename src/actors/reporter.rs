@@ -162,3 +162,10 @@ impl Handler<StatusQuery> for AgentInfoReporter {
 }
 
 common_handlers!(AgentInfoReporter);
+
+impl Handler<crate::messages::PoliciesRealized> for AgentInfoReporter {
+    type Result = ();
+    fn handle(&mut self, _: crate::messages::PoliciesRealized, _: &mut Context<Self>) {
+        // NetworkPolicyStatus reporting arrives with the Kubernetes writers.
+    }
+}

@@ -67,6 +67,11 @@ pub struct Deps {
     pub host: Arc<dyn HostNet>,
     pub switch: Arc<dyn SwitchConnector>,
     pub source: Arc<dyn ExternalNodeSource>,
+    /// Where NetworkPolicies come from; `None` = no policies.
+    pub policy_source: Option<Arc<dyn crate::sources::PolicySource>>,
+    /// Kubernetes mode: the API connections the reporter writes through; `None` in standalone mode.
+    pub cluster: Option<crate::k8s::ClusterClients>,
+    pub metrics: crate::api::metrics::AgentMetrics,
     /// Where the reporter writes the agent info snapshot (standalone mode).
     pub agent_info_path: Option<PathBuf>,
     pub timing: Timing,

@@ -1,4 +1,26 @@
 //! Kubernetes-facing types. For now the ExternalNode CRD (crd.antrea.io/v1alpha1), which the
 //! standalone mode also reads from a local file.
 
+pub mod api;
 pub mod external_node;
+
+use std::sync::Arc;
+
+/// The two connections of Kubernetes mode.
+#[derive(Clone)]
+pub struct ClusterClients {
+    /// kube-apiserver (`clientConnection.kubeconfig`): ExternalNode, AntreaAgentInfo.
+    pub kube: Arc<dyn api::ApiClient>,
+    /// antrea-controller (`antreaClientConnection.kubeconfig`): controlplane watches, statuses,
+    /// stats.
+    pub controller: Arc<dyn api::ApiClient>,
+}
+
+impl std::fmt::Debug for ClusterClients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterClients")
+            .field("kube", &self.kube.describe())
+            .field("controller", &self.controller.describe())
+            .finish()
+    }
+}

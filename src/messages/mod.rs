@@ -5,11 +5,13 @@
 pub mod external_node;
 pub mod interfaces;
 pub mod rules;
+pub mod stats;
 pub mod status;
 pub mod supervision;
 
 pub use external_node::ExternalNodeChanged;
 pub use interfaces::{AttachedInterface, EntityRef, InterfacesChanged};
 pub use rules::RulesChanged;
+pub use stats::{GetRuleStats, PoliciesRealized, PolicyGeneration, RuleStats, RuleStatsSnapshot};
 pub use status::{ActorKind, ActorStatus, StatusQuery};
 pub use supervision::{Crash, Resync, Stop};

@@ -2,6 +2,7 @@
 
 use actix::Message;
 
+use super::stats::PolicyGeneration;
 use crate::policy::rule::CompiledRuleInput;
 
 /// Every NetworkPolicy rule that applies on this node, resolved (full view, sorted by rule id).
@@ -11,4 +12,9 @@ use crate::policy::rule::CompiledRuleInput;
 #[rtype(result = "()")]
 pub struct RulesChanged {
     pub rules: Vec<CompiledRuleInput>,
+    /// Every NetworkPolicy in the cache that has at least one rule effective on this node (so its
+    /// status can be reported once these rules are in the switch), sorted by name.
+    pub policies: Vec<PolicyGeneration>,
+    /// Increases on every full resync of the policy source (see [`super::PoliciesRealized`]).
+    pub sync_epoch: u64,
 }

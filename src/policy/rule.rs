@@ -23,7 +23,7 @@ pub const BANP_TIER_PRIORITY: i32 = 254;
 pub const DEFAULT_TIER_PRIORITY: i32 = 250;
 
 /// Traffic direction of a rule, as in the controlplane API.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub enum Direction {
     /// Ingress: `from` peers to the applied-to interfaces.
     In,
@@ -32,7 +32,7 @@ pub enum Direction {
 }
 
 /// What a rule does with the traffic it matches.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub enum RuleAction {
     Allow,
     Drop,
@@ -41,7 +41,7 @@ pub enum RuleAction {
 }
 
 /// The kind of policy a rule comes from (controlplane `NetworkPolicyType`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub enum PolicyType {
     K8sNetworkPolicy,
     AntreaClusterNetworkPolicy,
@@ -64,7 +64,8 @@ impl PolicyType {
 }
 
 /// The policy a rule belongs to.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PolicyRef {
     pub policy_type: PolicyType,
     /// Empty for cluster-scoped policies.

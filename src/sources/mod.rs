@@ -29,3 +29,51 @@ pub trait ExternalNodeSource: Send + Sync {
     /// Human description for logs, e.g. `file /etc/antrea/external-node.yaml`.
     fn describe(&self) -> String;
 }
+
+// === policies ===
+
+use crate::policy::controlplane::{Kind, MembersPatch, ValidObject};
+use policy_dir::PolicySnapshot;
+
+/// One thing a policy source tells the policy cache. A standalone directory sends whole
+/// [`PolicyUpdate::Snapshot`]s; the antrea-controller watch sends per-kind replaces and deltas.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PolicyUpdate {
+    /// The complete state of every kind (a policy directory, or the on-disk fallback store).
+    Snapshot(PolicySnapshot),
+    /// The complete current set of one kind (a watch's initial snapshot, ended by its BOOKMARK):
+    /// objects absent from it are deleted. `kind` is NetworkPolicy, AddressGroup or AppliedToGroup.
+    Replace { kind: Kind, objects: Vec<ValidObject> },
+    /// An object added or replaced (NetworkPolicy, AddressGroup or AppliedToGroup).
+    Upsert(ValidObject),
+    /// Members added to / removed from a known group (`kind` is AddressGroup or AppliedToGroup).
+    Patch { kind: Kind, patch: MembersPatch },
+    /// An object deleted, or no longer relevant to this node.
+    Delete { kind: Kind, name: String },
+    /// The watch of `kind` is connected (its snapshot arrived) or not.
+    Connection { kind: Kind, connected: bool },
+    /// A problem naming the object and field; the last good state stays in force.
+    Error(String),
+}
+
+/// A source of controlplane policy objects.
+pub trait PolicySource: Send + Sync {
+    /// A new stream of updates. Its first items bring the current state (a `Snapshot`, or one
+    /// `Replace` per kind); each call starts independently (a restarted policy cache subscribes
+    /// again and gets everything again).
+    fn subscribe(&self) -> BoxStream<'static, PolicyUpdate>;
+    /// Human description for logs, e.g. `antrea-controller https://10.0.0.1:443`.
+    fn describe(&self) -> String;
+}
+
+impl PolicySource for policy_dir::PolicyDirSource {
+    fn subscribe(&self) -> BoxStream<'static, PolicyUpdate> {
+        use futures::StreamExt;
+        policy_dir::PolicyDirSource::subscribe(self)
+            .map(PolicyUpdate::Snapshot)
+            .boxed()
+    }
+    fn describe(&self) -> String {
+        policy_dir::PolicyDirSource::describe(self)
+    }
+}
