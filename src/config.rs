@@ -16,12 +16,14 @@
 //!
 //! Deliberate differences from Antrea: only `nodeType: externalNode` is accepted; `ovsDatapathType:
 //! netdev` is accepted (the userspace datapath, used by the lab); IPv6 CIDRs in `policyBypassRules` are
-//! kept and produce IPv6 flows. Our additions: `standalone.externalNodeFile`, `standalone.policyDir`
-//! and `stateDir`.
+//! kept and produce IPv6 flows. Our additions: `standalone.externalNodeFile`, `standalone.policyDir`,
+//! `stateDir`, `metricsServer` (the TCP listener of `/metrics`, `/livez`, `/readyz`) and
+//! `agentAPI.socket` (the unix socket of the `get` commands).
 
 use std::{
     collections::BTreeMap,
     fmt,
+    net::SocketAddr,
     path::{Path, PathBuf},
 };
 
@@ -40,6 +42,11 @@ pub const DEFAULT_API_PORT: u16 = 10350;
 pub const DEFAULT_PACKET_IN_RATE: u32 = 5000;
 /// Default directory for the agent's own persistent state (`stateDir`).
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/antrea-vm-agent";
+/// Default address of the metrics and health listener (`metricsServer.bindAddress`): loopback,
+/// next to upstream's agent API port 10350 (which we leave free for it).
+pub const DEFAULT_METRICS_BIND_ADDRESS: &str = "127.0.0.1:10351";
+/// Default unix socket of the agent API used by `antrea-vm-agent get` (`agentAPI.socket`).
+pub const DEFAULT_AGENT_API_SOCKET: &str = "/var/run/antrea/antrea-vm-agent.sock";
 
 /// Feature gates that Antrea supports on external Nodes (`supportedFeaturesOnExternalNode`).
 pub const SUPPORTED_FEATURES_ON_EXTERNAL_NODE: [&str; 6] = [
@@ -196,6 +203,35 @@ pub struct Standalone {
     pub policy_dir: Option<PathBuf>,
 }
 
+/// A certificate chain and its private key, both PEM files.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+}
+
+/// `metricsServer` (our addition): the TCP listener serving `/metrics`, `/livez` and `/readyz`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetricsServer {
+    /// `bindAddress` (`IP:port`); `None` when set to `""` (no listener).
+    pub bind_address: Option<SocketAddr>,
+    /// `tlsCertFile` + `tlsKeyFile`: serve HTTPS instead of HTTP.
+    pub tls: Option<TlsFiles>,
+    /// `bearerTokenFile`: `/metrics` then requires `Authorization: Bearer <file contents>`
+    /// (the health paths stay open, as upstream's always-allow paths).
+    pub bearer_token_file: Option<PathBuf>,
+}
+
+impl Default for MetricsServer {
+    fn default() -> Self {
+        MetricsServer {
+            bind_address: DEFAULT_METRICS_BIND_ADDRESS.parse().ok(),
+            tls: None,
+            bearer_token_file: None,
+        }
+    }
+}
+
 /// The validated agent configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -224,6 +260,9 @@ pub struct Config {
     pub standalone: Option<Standalone>,
     /// Directory for the agent's persistent state (journals, round number).
     pub state_dir: PathBuf,
+    pub metrics_server: MetricsServer,
+    /// `agentAPI.socket`: the unix socket of the agent API (mode 0600).
+    pub agent_api_socket: PathBuf,
     /// Dotted paths of the keys that were accepted but are not used, sorted.
     pub ignored_keys: Vec<String>,
 }
@@ -299,6 +338,8 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "packetInRate",
     "standalone",
     "stateDir",
+    "metricsServer",
+    "agentAPI",
 ];
 
 fn parse(yaml: &str, base: &Path, source: &str) -> Result<Config, ConfigErrors> {
@@ -391,6 +432,11 @@ fn parse(yaml: &str, base: &Path, source: &str) -> Result<Config, ConfigErrors> 
     let state_dir = p
         .path(&top, "stateDir", "")
         .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    let metrics_server = p.metrics_server(&top);
+    let agent_api = p.section(&top, "agentAPI", &["socket"]);
+    let agent_api_socket = p
+        .path(&agent_api, "socket", "agentAPI")
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_AGENT_API_SOCKET));
 
     // Validation, in Antrea's order where Antrea validates.
     let node_type = match node_type_raw.as_deref() {
@@ -593,6 +639,8 @@ fn parse(yaml: &str, base: &Path, source: &str) -> Result<Config, ConfigErrors> 
         packet_in_rate,
         standalone,
         state_dir,
+        metrics_server,
+        agent_api_socket,
         ignored_keys,
     })
 }
@@ -867,6 +915,59 @@ impl Parser<'_> {
             }
         }
         gates
+    }
+
+    /// The `metricsServer` section: types, the address syntax, and cert and key given together.
+    fn metrics_server(&mut self, top: &Fields<'_>) -> MetricsServer {
+        const SECTION: &str = "metricsServer";
+        let f = self.section(
+            top,
+            SECTION,
+            &["bindAddress", "tlsCertFile", "tlsKeyFile", "bearerTokenFile"],
+        );
+        let mut server = MetricsServer::default();
+        if let Some(text) = self.string(&f, "bindAddress", SECTION) {
+            let text = text.trim();
+            server.bind_address = if text.is_empty() {
+                None
+            } else {
+                match text.parse::<SocketAddr>() {
+                    Ok(addr) => Some(addr),
+                    Err(_) => {
+                        self.problem(
+                            "metricsServer.bindAddress",
+                            format!(
+                                "{text:?} is not an address: expected IP:port, e.g. 127.0.0.1:10351 or [::1]:10351, \
+                                 or \"\" for no listener"
+                            ),
+                        );
+                        None
+                    }
+                }
+            };
+        }
+        let cert = self.path(&f, "tlsCertFile", SECTION);
+        let key = self.path(&f, "tlsKeyFile", SECTION);
+        server.tls = match (cert, key) {
+            (Some(cert_file), Some(key_file)) => Some(TlsFiles { cert_file, key_file }),
+            (None, None) => None,
+            (Some(_), None) => {
+                self.problem(
+                    "metricsServer.tlsKeyFile",
+                    "metricsServer.tlsCertFile is set: tlsKeyFile is required too",
+                );
+                None
+            }
+            (None, Some(_)) => {
+                self.problem(
+                    "metricsServer.tlsCertFile",
+                    "metricsServer.tlsKeyFile is set: tlsCertFile is required too",
+                );
+                None
+            }
+        };
+        server.bearer_token_file = self.path(&f, "bearerTokenFile", SECTION);
+        server
     }
 
     fn bypass_rules(&mut self, v: Option<&&Value>) -> Vec<RawBypassRule> {
@@ -1499,6 +1600,71 @@ externalNode:
     fn yaml_11_booleans_are_accepted_for_bool_fields() {
         let c = parse_ok(&format!("{MINIMAL}disableTXChecksumOffload: yes\n"));
         assert!(c.disable_tx_checksum_offload);
+    }
+
+    #[test]
+    fn metrics_server_and_agent_api_defaults() {
+        let c = parse_ok(MINIMAL);
+        assert_eq!(
+            c.metrics_server.bind_address,
+            Some("127.0.0.1:10351".parse().expect("addr"))
+        );
+        assert_eq!(c.metrics_server.tls, None);
+        assert_eq!(c.metrics_server.bearer_token_file, None);
+        assert_eq!(
+            c.agent_api_socket,
+            PathBuf::from("/var/run/antrea/antrea-vm-agent.sock")
+        );
+    }
+
+    #[test]
+    fn metrics_server_and_agent_api_are_read() {
+        let c = parse_ok(&format!(
+            "{MINIMAL}metricsServer:\n  bindAddress: \"[::1]:9100\"\n  tlsCertFile: tls/m.crt\n  \
+             tlsKeyFile: /etc/m.key\n  bearerTokenFile: token\nagentAPI:\n  socket: run/a.sock\n"
+        ));
+        assert_eq!(
+            c.metrics_server.bind_address,
+            Some("[::1]:9100".parse().expect("addr"))
+        );
+        assert_eq!(
+            c.metrics_server.tls,
+            Some(TlsFiles {
+                cert_file: PathBuf::from("/base/tls/m.crt"),
+                key_file: PathBuf::from("/etc/m.key"),
+            })
+        );
+        assert_eq!(
+            c.metrics_server.bearer_token_file,
+            Some(PathBuf::from("/base/token"))
+        );
+        assert_eq!(c.agent_api_socket, PathBuf::from("/base/run/a.sock"));
+        assert!(c.ignored_keys.is_empty(), "{:?}", c.ignored_keys);
+    }
+
+    #[test]
+    fn metrics_server_empty_address_means_no_listener() {
+        let c = parse_ok(&format!("{MINIMAL}metricsServer: {{bindAddress: \"\"}}\n"));
+        assert_eq!(c.metrics_server.bind_address, None);
+    }
+
+    #[test]
+    fn metrics_server_problems_name_the_key() {
+        let p = only_problem(&format!("{MINIMAL}metricsServer: {{bindAddress: localhost}}\n"));
+        assert_eq!(p.path, "metricsServer.bindAddress");
+        assert!(
+            p.message.contains("\"localhost\" is not an address"),
+            "{}",
+            p.message
+        );
+        let p = only_problem(&format!("{MINIMAL}metricsServer: {{tlsCertFile: /c.pem}}\n"));
+        assert_eq!(p.path, "metricsServer.tlsKeyFile");
+        let p = only_problem(&format!("{MINIMAL}metricsServer: {{tlsKeyFile: /k.pem}}\n"));
+        assert_eq!(p.path, "metricsServer.tlsCertFile");
+        let p = only_problem(&format!("{MINIMAL}agentAPI: [x]\n"));
+        assert_eq!(p.path, "agentAPI");
+        let p = only_problem(&format!("{MINIMAL}metricsServer: {{bindAddress: [1]}}\n"));
+        assert_eq!(p.path, "metricsServer.bindAddress");
     }
 
     #[test]

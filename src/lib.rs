@@ -7,7 +7,9 @@
 
 pub mod actors;
 pub mod api;
+pub mod cli;
 pub mod config;
+pub mod emulator;
 pub mod failpoint;
 pub mod host;
 pub mod k8s;

@@ -6,24 +6,25 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix::Actor;
 use clap::{Parser, Subcommand};
 use tracing::{error, info, warn};
 
+use antrea_vm_agent::actors::interface_manager::offline::{self, AgentLock, LockError};
 use antrea_vm_agent::actors::supervisor::Shutdown;
 use antrea_vm_agent::actors::{Deps, Supervisor, Timing};
+use antrea_vm_agent::api::handlers::ApiState;
 use antrea_vm_agent::api::metrics::AgentMetrics;
+use antrea_vm_agent::api::server::{self as api_server, ServerOptions};
+use antrea_vm_agent::cli::{run_get, GetArgs, OutputFormat, Resource};
 use antrea_vm_agent::config::{node_name, Config};
 use antrea_vm_agent::host::netlink::NetlinkHost;
 use antrea_vm_agent::ovs::openflow::conn::OfConnector;
 use antrea_vm_agent::ovs::ovsdb::client::OvsdbClient;
 use antrea_vm_agent::policy::pipeline::CONTROLLER_ID;
 use antrea_vm_agent::policy::state_file::compile_state;
-use antrea_vm_agent::sources::file::FileSource;
-use antrea_vm_agent::sources::policy_dir::PolicyDirSource;
-use antrea_vm_agent::sources::PolicySource;
+use antrea_vm_agent::sources;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -73,6 +74,28 @@ enum Command {
         #[arg(long)]
         state: PathBuf,
     },
+    /// Restore every interface the agent attached, with no agent running (refused while one
+    /// runs): NIC renamed back with its MAC, MTU, addresses and routes; its OVS ports deleted.
+    DetachAll {
+        /// Path of antrea-agent.conf.
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Show what the running agent holds, through its agent API socket (like `antctl get`).
+    Get {
+        #[arg(value_enum)]
+        resource: Resource,
+        /// A policy, group or interface name (for ovsflows: the policy, like --policy).
+        name: Option<String>,
+        #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+        output: OutputFormat,
+        /// ovsflows: only the flows of this NetworkPolicy (name, UID or namespace/name).
+        #[arg(long)]
+        policy: Option<String>,
+        /// The agent API socket (`agentAPI.socket` in the configuration).
+        #[arg(long, default_value = antrea_vm_agent::config::DEFAULT_AGENT_API_SOCKET)]
+        socket: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -81,6 +104,29 @@ fn main() -> ExitCode {
         Command::CheckConfig { config } => check_config(&config),
         Command::Run { config, log } => run(&config, &log),
         Command::Compile { state } => compile(&state),
+        Command::DetachAll { config } => offline::command(&config),
+        Command::Get {
+            resource,
+            name,
+            output,
+            policy,
+            socket,
+        } => match run_get(&GetArgs {
+            resource,
+            name,
+            output,
+            policy,
+            socket,
+        }) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("Error: {e}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 
@@ -180,26 +226,35 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Held until `run` returns; tells `detach-all` (and a second agent) that this one runs.
+    let _lock = match AgentLock::acquire(&config.state_dir, "run") {
+        Ok(lock) => Some(lock),
+        Err(e @ LockError::Held { .. }) => {
+            error!("{e}; refusing to start a second agent on the same state");
+            return ExitCode::FAILURE;
+        }
+        Err(e) => {
+            warn!("{e}; running without it (detach-all cannot tell that this agent runs)");
+            None
+        }
+    };
     if !config.ignored_keys.is_empty() {
         info!(keys = %config.ignored_keys.join(", "), "configuration keys not used by this agent are ignored");
     }
-    let Some(standalone) = config.standalone.clone() else {
-        error!(
-            "Kubernetes mode (clientConnection.kubeconfig) is not available in this build yet; \
-             set standalone.externalNodeFile to run with a local ExternalNode"
-        );
-        return ExitCode::from(2);
-    };
     let node = node_name();
     info!(node = %node, bridge = %config.ovs_bridge, datapath = %config.ovs_datapath_type.as_str(),
         run_dir = %config.ovs_run_dir.display(), "starting antrea-vm-agent {}", env!("CARGO_PKG_VERSION"));
 
+    let api_options = ServerOptions::from_config(&config);
+    let metrics = AgentMetrics::new();
     let system = actix::System::new();
     let result = system.block_on(async move {
         let host = match NetlinkHost::new() {
             Ok(h) => Arc::new(h),
             Err(e) => return Err(format!("cannot open netlink: {e}")),
         };
+        let selected = sources::select::select(&config, &node)?;
+        let timing = Timing::from_env()?;
         let deps = Deps {
             node_name: node,
             ovsdb: Arc::new(OvsdbClient::new(config.ovsdb_socket())),
@@ -208,25 +263,37 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
                 path: config.openflow_socket(),
                 controller_id: CONTROLLER_ID,
             }),
-            source: Arc::new(FileSource::new(
-                &standalone.external_node_file,
-                Duration::from_millis(500),
-            )),
-            policy_source: standalone.policy_dir.clone().map(|dir| {
-                Arc::new(PolicyDirSource::new(dir, Duration::from_millis(500))) as Arc<dyn PolicySource>
-            }),
-            cluster: None,
-            metrics: AgentMetrics::new(),
+            source: selected.external_node,
+            policy_source: selected.policies,
+            cluster: selected.cluster,
+            metrics: metrics.clone(),
             agent_info_path: Some(config.state_dir.join("agent-info.json")),
-            timing: Timing::default(),
+            timing,
             config: Arc::new(config),
         };
+        let (node_name, namespace, ovs_bridge) = (
+            deps.node_name.clone(),
+            deps.config.external_node_namespace.clone(),
+            deps.config.ovs_bridge.clone(),
+        );
         let supervisor = Supervisor::new(deps).start();
+        let api = api_server::serve(
+            &api_options,
+            ApiState {
+                supervisor: supervisor.clone(),
+                metrics,
+                node_name,
+                namespace,
+                ovs_bridge,
+            },
+        );
+        api_server::start_systemd_notifier(supervisor.clone());
         let signal = wait_for_signal().await;
         info!("received {signal}; stopping (attached interfaces and flows stay in place)");
         if supervisor.send(Shutdown).await.is_err() {
             warn!("supervisor already gone");
         }
+        api.stop().await;
         Ok(())
     });
     match result {

@@ -79,6 +79,8 @@ fn test_timing() -> Timing {
         reconnect_max: Duration::from_millis(200),
         port_wait: Duration::from_secs(2),
         report_interval: Duration::from_millis(100),
+        stats_interval: Duration::from_millis(100),
+        status_retry_min: Duration::from_millis(20),
     }
 }
 

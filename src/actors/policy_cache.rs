@@ -18,11 +18,15 @@ use crate::messages::{
     ActorKind, ActorStatus, AttachedInterface, EntityRef, InterfacesChanged, PolicyGeneration, Resync,
     RulesChanged, StatusQuery,
 };
-use crate::policy::controlplane::store::PolicyStore;
+use crate::policy::controlplane::store::{Changes, PolicyStore};
 use crate::policy::controlplane::{Kind, ValidObject};
-use crate::policy::resolve::{resolve, Resolved};
+use crate::policy::resolve::ResolvedView;
+use crate::policy::rule::CompiledRuleInput;
 use crate::sources::policy_dir::PolicySnapshot;
 use crate::sources::PolicyUpdate;
+
+/// Read-only queries for the agent API and `/metrics` (`GetNetworkPolicies`, `GetGroups`, ...).
+pub mod query;
 
 /// The kinds a policy source must sync before rules are published.
 const SYNCED_KINDS: [Kind; 3] = [Kind::NetworkPolicy, Kind::AddressGroup, Kind::AppliedToGroup];
@@ -41,7 +45,11 @@ pub struct PolicyCache {
     sync_epoch: u64,
     /// Local ExternalEntities and their interfaces; `None` until the interface manager reports.
     interfaces: Option<BTreeMap<EntityRef, AttachedInterface>>,
-    resolved: Option<Resolved>,
+    resolved: Option<ResolvedView>,
+    /// What changed in the store since the last resolution: only the policies it affects are
+    /// resolved again (all of them when `resolve_all`, e.g. after an interface change).
+    changes: Changes,
+    resolve_all: bool,
     source_errors: Vec<String>,
     _lifeline: Lifeline,
 }
@@ -58,6 +66,8 @@ impl PolicyCache {
             sync_epoch: 0,
             interfaces: None,
             resolved: None,
+            changes: Changes::default(),
+            resolve_all: true,
             source_errors: Vec::new(),
             _lifeline: lifeline,
         }
@@ -69,37 +79,38 @@ impl PolicyCache {
             return;
         };
         let interfaces: Vec<AttachedInterface> = interfaces.values().cloned().collect();
-        let next = resolve(&self.store, &interfaces);
-        let previous_warnings = self
-            .resolved
-            .as_ref()
-            .map(|r| r.warnings.clone())
-            .unwrap_or_default();
-        for w in next.warnings.iter().filter(|w| !previous_warnings.contains(w)) {
+        let changes = std::mem::take(&mut self.changes);
+        let affected = (!std::mem::take(&mut self.resolve_all)).then(|| self.store.affected_policies(&changes));
+        let first = self.resolved.is_none();
+        let view = self.resolved.get_or_insert_with(ResolvedView::new);
+        let previous_warnings = view.warnings.clone();
+        let changed = view.update(&self.store, &interfaces, affected.as_ref().filter(|_| !first)) || first;
+        for w in view.warnings.iter().filter(|w| !previous_warnings.contains(w)) {
             warn!("{w}");
         }
-        let changed = self.resolved.as_ref().map(|r| &r.rules) != Some(&next.rules);
+        let rules = view.rules.clone();
         if changed {
-            info!(
-                rules = next.rules.len(),
-                "NetworkPolicy rules for this node changed"
-            );
+            info!(rules = rules.len(), "NetworkPolicy rules for this node changed");
         }
         if changed || force {
             if let Some(flows) = &self.peers.flows {
                 flows.do_send(RulesChanged {
-                    rules: next.rules.clone(),
-                    policies: self.policies_of(&next),
+                    policies: self.policies_of(&rules),
+                    rules,
                     sync_epoch: self.sync_epoch,
                 });
             }
         }
-        self.resolved = Some(next);
     }
 
-    /// The policies with at least one rule in `resolved`, with their generations.
-    fn policies_of(&self, resolved: &Resolved) -> Vec<PolicyGeneration> {
-        let uids: BTreeSet<&str> = resolved.rules.iter().map(|r| r.policy.uid.as_str()).collect();
+    /// Notes what an operation on the store changed, for the next resolution.
+    fn note(&mut self, changes: Changes) {
+        self.changes.merge(changes);
+    }
+
+    /// The policies with at least one rule in `rules`, with their generations.
+    fn policies_of(&self, rules: &[std::sync::Arc<CompiledRuleInput>]) -> Vec<PolicyGeneration> {
+        let uids: BTreeSet<&str> = rules.iter().map(|r| r.policy.uid.as_str()).collect();
         self.store
             .policies()
             .filter(|p| uids.contains(p.uid.as_str()))
@@ -120,11 +131,12 @@ impl PolicyCache {
             warn!("{e}");
         }
         self.source_errors = snapshot.errors;
-        self.store.replace_all(
+        let changes = self.store.replace_all(
             snapshot.network_policies,
             snapshot.address_groups,
             snapshot.applied_to_groups,
         );
+        self.note(changes);
         self.synced_kinds.extend(SYNCED_KINDS);
         self.sync_epoch += 1;
     }
@@ -145,35 +157,39 @@ impl PolicyCache {
                 }
                 match kind {
                     Kind::NetworkPolicy => {
-                        self.store.replace_policies(policies);
+                        let changes = self.store.replace_policies(policies);
+                        self.note(changes);
                         self.sync_epoch += 1;
                     }
                     Kind::AddressGroup => {
-                        self.store.replace_address_groups(groups);
+                        let changes = self.store.replace_address_groups(groups);
+                        self.note(changes);
                     }
                     Kind::AppliedToGroup => {
-                        self.store.replace_applied_to_groups(groups);
+                        let changes = self.store.replace_applied_to_groups(groups);
+                        self.note(changes);
                     }
                     other => warn!("ignoring a snapshot of kind {other}"),
                 }
                 self.synced_kinds.insert(kind);
             }
-            PolicyUpdate::Upsert(object) => {
-                if let Err(e) = self.store.apply(object) {
-                    warn!("{e}");
-                }
-            }
+            PolicyUpdate::Upsert(object) => match self.store.apply(object) {
+                Ok(changes) => self.note(changes),
+                Err(e) => warn!("{e}"),
+            },
             PolicyUpdate::Patch { kind, patch } => {
                 let result = match kind {
                     Kind::AddressGroup | Kind::AddressGroupPatch => self.store.patch_address_group(patch),
                     _ => self.store.patch_applied_to_group(patch),
                 };
-                if let Err(e) = result {
-                    warn!("{e}");
+                match result {
+                    Ok(changes) => self.note(changes),
+                    Err(e) => warn!("{e}"),
                 }
             }
             PolicyUpdate::Delete { kind, name } => {
-                self.store.delete(kind, &name);
+                let changes = self.store.delete(kind, &name);
+                self.note(changes);
             }
             PolicyUpdate::Connection { kind, connected } => {
                 if self.connections.insert(kind, connected) != Some(connected) {
@@ -237,12 +253,14 @@ impl StreamHandler<PolicyUpdate> for PolicyCache {
 impl Handler<InterfacesChanged> for PolicyCache {
     type Result = ();
     fn handle(&mut self, msg: InterfacesChanged, _: &mut Context<Self>) {
-        self.interfaces = Some(
-            msg.interfaces
-                .into_iter()
-                .map(|i| (i.entity.clone(), i))
-                .collect(),
-        );
+        let interfaces: BTreeMap<EntityRef, AttachedInterface> = msg
+            .interfaces
+            .into_iter()
+            .map(|i| (i.entity.clone(), i))
+            .collect();
+        // Which rules apply, and their ports and IPs, depend on every interface.
+        self.resolve_all |= self.interfaces.as_ref() != Some(&interfaces);
+        self.interfaces = Some(interfaces);
         self.update(false);
     }
 }

@@ -1,17 +1,46 @@
-//! The AntreaAgentInfo reporter: every `report_interval` it asks every actor for its status and
-//! publishes one agent-info snapshot (version, node, OVS, interfaces, conditions). In standalone
-//! mode the snapshot is written atomically as JSON to the state directory; the Kubernetes writer
-//! arrives with the Kubernetes issue.
+//! The reporter: everything the agent writes back about itself.
+//!
+//! * Every `report_interval` (first one at start) it asks every actor for its status, probes
+//!   OVSDB, decides the four AntreaAgentInfo conditions (see [`agent_info::conditions`]) and
+//!   publishes one [`AgentInfo`] snapshot: written atomically as JSON to the state directory when
+//!   a path is configured, kept for [`GetAgentInfo`] (the local API), and — in Kubernetes mode —
+//!   sent as the AntreaAgentInfo heartbeat (GET/PUT with a cached copy, §5.3 of the API
+//!   reference; never created by us).
+//! * On every [`PoliciesRealized`] from the flow installer (Kubernetes mode, `AntreaPolicy` on)
+//!   it posts a NetworkPolicyStatus for each Antrea-native policy not yet posted at that
+//!   generation in this sync epoch, at most four at a time, retrying failures with exponential
+//!   back-off without ever blocking the actor.
+//! * Every `stats_interval` (Kubernetes mode, `NetworkPolicyStats` on) it reads the rule counters
+//!   from the flow installer and posts the deltas as a NodeStatsSummary; the first reading is a
+//!   baseline, taken as soon as the first policies are realized.
+//!
+//! Failures are logged once per change of error (a recovery is logged too), never stop the actor,
+//! and show in the status detail (`agentInfo`, `policyStatus`, `stats`).
 
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, ResponseActFuture, WrapFuture};
+use chrono::Utc;
 use serde::Serialize;
-use tracing::{debug, warn};
+use serde_json::json;
+use tracing::{debug, info, warn};
 
 use super::{common_handlers, Deps, Lifeline, Peers};
-use crate::messages::{ActorKind, ActorStatus, Resync, StatusQuery};
+use crate::k8s::agent_info::{
+    self, AgentInfoInputs, AntreaAgentInfo, ConditionReport, ConditionTracker, OvsdbProbe,
+};
+use crate::k8s::api::{ApiClient, ApiError, Method};
+use crate::k8s::policy_status::{self, Post, PosterSummary, StatusPoster};
+use crate::k8s::stats_summary::{self, Collection, StatsBaseline, StatsStep};
+use crate::k8s::ClusterClients;
+use crate::messages::{ActorKind, ActorStatus, GetRuleStats, PoliciesRealized, Resync, StatusQuery};
+use crate::ovs::ovsdb::{Ovsdb, OvsdbError};
+
+/// Bound on one status query, the OVSDB probe and the rule-counter read.
+const ASK_TIMEOUT: Duration = Duration::from_secs(5);
+const STATS_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The agent info as the reporter last assembled it.
 #[derive(Clone, Debug, Serialize)]
@@ -27,6 +56,14 @@ pub struct AgentInfo {
     pub actors: Vec<ActorStatus>,
     /// Actors that did not answer the status query.
     pub unresponsive: Vec<ActorKind>,
+    /// The four AntreaAgentInfo conditions, with when each last changed status.
+    pub conditions: Vec<ConditionReport>,
+    /// The AntreaAgentInfo this agent would write (all fields, built locally); the local API
+    /// serves it, in standalone mode too.
+    pub antrea_agent_info: AntreaAgentInfo,
+    /// Results of the writes to the Kubernetes API (absent in standalone mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<serde_json::Value>,
 }
 
 /// "Refresh and publish now."
@@ -34,26 +71,275 @@ pub struct AgentInfo {
 #[rtype(result = "()")]
 pub struct Report;
 
+/// "Read the rule counters and post their deltas now."
+#[derive(Clone, Copy, Debug, Message)]
+#[rtype(result = "()")]
+pub struct CollectStats;
+
 /// Returns the last snapshot.
 #[derive(Clone, Copy, Debug, Message)]
 #[rtype(result = "Option<AgentInfo>")]
 pub struct GetAgentInfo;
 
+/// The outcome of one kind of write, for reports; logs each new error once.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteLog {
+    /// RFC 3339.
+    pub last_attempt: Option<String>,
+    pub last_success: Option<String>,
+    /// What the last success did (e.g. `partial`, `full`, `baseline`, `posted`).
+    pub last_result: Option<String>,
+    /// The current error; cleared by the next success.
+    pub last_error: Option<String>,
+    pub successes: u64,
+    pub failures: u64,
+}
+
+impl WriteLog {
+    fn ok(&mut self, what: &str, result: impl Into<String>) {
+        let now = agent_info::rfc3339(Utc::now());
+        let result = result.into();
+        if let Some(e) = self.last_error.take() {
+            info!("{what}: working again ({result}; last error: {e})");
+        } else if self.successes == 0 {
+            info!("{what}: first write done ({result})");
+        }
+        self.last_attempt = Some(now.clone());
+        self.last_success = Some(now);
+        self.last_result = Some(result);
+        self.successes += 1;
+    }
+
+    fn err(&mut self, what: &str, error: String) {
+        if self.last_error.as_deref() == Some(error.as_str()) {
+            debug!("{what}: {error}");
+        } else {
+            warn!("{what}: {error}");
+        }
+        self.last_attempt = Some(agent_info::rfc3339(Utc::now()));
+        self.last_error = Some(error);
+        self.failures += 1;
+    }
+}
+
+/// Kubernetes-mode state.
+struct Writers {
+    clients: ClusterClients,
+    post_statuses: bool,
+    collect_stats: bool,
+    /// The server's answer to our last successful PUT.
+    agent_info_cache: Option<AntreaAgentInfo>,
+    agent_info_busy: bool,
+    agent_info: WriteLog,
+    statuses: StatusPoster,
+    status_log: WriteLog,
+    baseline: StatsBaseline,
+    stats_busy: bool,
+    stats: WriteLog,
+}
+
+impl Writers {
+    fn report(&self) -> serde_json::Value {
+        let summary: PosterSummary = self.statuses.summary();
+        json!({
+            "agentInfo": {
+                "log": self.agent_info,
+                "cached": self.agent_info_cache.is_some(),
+                "resourceVersion": self.agent_info_cache.as_ref().map(|c| c.metadata.resource_version.clone()),
+            },
+            "policyStatus": {
+                "enabled": self.post_statuses,
+                "log": self.status_log,
+                "state": summary,
+            },
+            "stats": {
+                "enabled": self.collect_stats,
+                "log": self.stats,
+                "baseline": self.baseline.has_baseline(),
+            },
+        })
+    }
+
+    fn first_error(&self) -> Option<String> {
+        [&self.agent_info, &self.status_log, &self.stats]
+            .iter()
+            .find_map(|l| l.last_error.clone())
+    }
+}
+
 pub struct AgentInfoReporter {
     deps: Deps,
     peers: Peers,
     last: Option<AgentInfo>,
+    conditions: ConditionTracker,
+    k8s: Option<Writers>,
     _lifeline: Lifeline,
+}
+
+/// A feature gate that Antrea turns on by default (`AntreaPolicy`, `NetworkPolicyStats`): on
+/// unless the configuration says `false`.
+fn gate_on_by_default(deps: &Deps, gate: &str) -> bool {
+    deps.config.feature_gates.get(gate).copied().unwrap_or(true)
 }
 
 impl AgentInfoReporter {
     pub fn new(deps: Deps, peers: Peers, lifeline: Lifeline) -> Self {
+        let k8s = deps.cluster.clone().map(|clients| Writers {
+            clients,
+            post_statuses: gate_on_by_default(&deps, "AntreaPolicy"),
+            collect_stats: gate_on_by_default(&deps, "NetworkPolicyStats"),
+            agent_info_cache: None,
+            agent_info_busy: false,
+            agent_info: WriteLog::default(),
+            statuses: StatusPoster::new(deps.timing.status_retry_min),
+            status_log: WriteLog::default(),
+            baseline: StatsBaseline::default(),
+            stats_busy: false,
+            stats: WriteLog::default(),
+        });
         AgentInfoReporter {
             deps,
             peers,
             last: None,
+            conditions: ConditionTracker::default(),
+            k8s,
             _lifeline: lifeline,
         }
+    }
+
+    /// Starts one AntreaAgentInfo heartbeat unless the previous one is still running.
+    fn start_heartbeat(&mut self, inputs: AgentInfoInputs, ctx: &mut Context<Self>) {
+        let Some(w) = self.k8s.as_mut() else {
+            return;
+        };
+        if w.agent_info_busy {
+            debug!("previous AntreaAgentInfo update still running; skipping this one");
+            return;
+        }
+        w.agent_info_busy = true;
+        let api: Arc<dyn ApiClient> = w.clients.kube.clone();
+        let cached = w.agent_info_cache.take();
+        let fut = async move { agent_info::heartbeat(api.as_ref(), cached, &inputs).await };
+        ctx.spawn(fut.into_actor(self).map(|(cache, result), act, _| {
+            let Some(w) = act.k8s.as_mut() else {
+                return;
+            };
+            w.agent_info_busy = false;
+            w.agent_info_cache = cache;
+            match result {
+                Ok(kind) => w.agent_info.ok(
+                    "AntreaAgentInfo",
+                    match kind {
+                        agent_info::UpdateKind::Partial => "partial",
+                        agent_info::UpdateKind::Full => "full",
+                    },
+                ),
+                Err(e) => w.agent_info.err("AntreaAgentInfo", e.to_string()),
+            }
+        }));
+    }
+
+    /// Starts the status posts that are due (never more than four in flight); each completion
+    /// pumps again, and a failure also schedules a pump for when its back-off ends.
+    fn pump_statuses(&mut self, ctx: &mut Context<Self>) {
+        let Some(w) = self.k8s.as_mut() else {
+            return;
+        };
+        if !w.post_statuses {
+            return;
+        }
+        let node_key =
+            policy_status::node_key(&self.deps.config.external_node_namespace, &self.deps.node_name);
+        let posts = w.statuses.due(Instant::now());
+        let controller: Arc<dyn ApiClient> = w.clients.controller.clone();
+        for post in posts {
+            let api = controller.clone();
+            let body = policy_status::status_body(&post.name, &node_key, post.generation);
+            let path = policy_status::status_path(&post.name);
+            let fut = async move { api.request(Method::Post, &path, Some(&body)).await };
+            ctx.spawn(fut.into_actor(self).map(move |result, act, ctx| {
+                act.status_posted(&post, result.map(|_| ()).map_err(|e| without_path(&e)), ctx);
+            }));
+        }
+    }
+
+    fn status_posted(&mut self, post: &Post, result: Result<(), String>, ctx: &mut Context<Self>) {
+        let Some(w) = self.k8s.as_mut() else {
+            return;
+        };
+        let retry = w.statuses.finished(post, result.is_ok(), Instant::now());
+        match result {
+            Ok(()) => {
+                debug!(policy = %post.name, generation = post.generation, "NetworkPolicyStatus posted");
+                w.status_log.ok("NetworkPolicyStatus", "posted");
+            }
+            Err(e) => {
+                // The error is logged once per kind, not once per policy: after a controller
+                // restart every policy fails the same way.
+                debug!(policy = %post.name, generation = post.generation, "NetworkPolicyStatus post failed: {e}");
+                w.status_log.err("NetworkPolicyStatus posts", e);
+            }
+        }
+        if let Some(delay) = retry {
+            ctx.run_later(delay, |act, ctx| act.pump_statuses(ctx));
+        }
+        self.pump_statuses(ctx);
+    }
+
+    fn stats_done(&mut self, result: Result<&'static str, String>) {
+        let Some(w) = self.k8s.as_mut() else {
+            return;
+        };
+        w.stats_busy = false;
+        match result {
+            Ok(what) => w.stats.ok("NodeStatsSummary", what),
+            Err(e) => w.stats.err("NodeStatsSummary", e),
+        }
+    }
+
+    /// A fresh collection: baseline, nothing, or POST (the baseline advances only on success).
+    fn stats_collected(&mut self, cur: Collection, ctx: &mut Context<Self>) {
+        let node_name = self.deps.node_name.clone();
+        let Some(w) = self.k8s.as_mut() else {
+            return;
+        };
+        match w.baseline.step(&node_name, &cur) {
+            StatsStep::Baseline => self.stats_done(Ok("baseline")),
+            StatsStep::Nothing => self.stats_done(Ok("nothing to report")),
+            StatsStep::Post(summary) => {
+                let api: Arc<dyn ApiClient> = w.clients.controller.clone();
+                let body = match serde_json::to_value(&*summary) {
+                    Ok(b) => b,
+                    Err(e) => return self.stats_done(Err(format!("cannot encode the summary: {e}"))),
+                };
+                let fut = async move { api.request(Method::Post, stats_summary::PATH, Some(&body)).await };
+                ctx.spawn(fut.into_actor(self).map(move |result, act, _| match result {
+                    Ok(_) => {
+                        if let Some(w) = act.k8s.as_mut() {
+                            w.baseline.reported(cur);
+                        }
+                        act.stats_done(Ok("posted"));
+                    }
+                    Err(e) => act.stats_done(Err(e.to_string())),
+                }));
+            }
+        }
+    }
+}
+
+/// An API error without the request path (which names the policy), so that the same failure
+/// of many posts reads the same.
+fn without_path(e: &ApiError) -> String {
+    match e {
+        ApiError::Status {
+            code,
+            reason,
+            message,
+            ..
+        } => format!("HTTP {code} {reason}: {message}"),
+        ApiError::Transport { message, .. } => message.clone(),
+        ApiError::Decode { message, .. } => format!("bad response body: {message}"),
     }
 }
 
@@ -63,9 +349,19 @@ where
     A::Context: actix::dev::ToEnvelope<A, StatusQuery>,
 {
     let addr = addr.ok_or(kind)?;
-    match tokio::time::timeout(Duration::from_secs(5), addr.send(StatusQuery)).await {
+    match tokio::time::timeout(ASK_TIMEOUT, addr.send(StatusQuery)).await {
         Ok(Ok(status)) => Ok(status),
         _ => Err(kind),
+    }
+}
+
+/// Whether OVSDB answers: a read of the bridge's ports. A missing bridge still means the server
+/// answered. (The OVS version is not read yet: the `Ovsdb` trait has no query for it.)
+async fn probe_ovsdb(ovsdb: Arc<dyn Ovsdb>, bridge: String) -> OvsdbProbe {
+    match tokio::time::timeout(ASK_TIMEOUT, ovsdb.list_ports(&bridge)).await {
+        Ok(Ok(_)) | Ok(Err(OvsdbError::NoBridge(_))) => OvsdbProbe::Up { version: None },
+        Ok(Err(e)) => OvsdbProbe::Down(e.to_string()),
+        Err(_) => OvsdbProbe::Down(format!("no answer within {} s", ASK_TIMEOUT.as_secs())),
     }
 }
 
@@ -83,7 +379,12 @@ impl Actor for AgentInfoReporter {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        // `run_interval` first fires after one interval; the heartbeat starts at once.
+        ctx.notify(Report);
         ctx.run_interval(self.deps.timing.report_interval, |_, ctx| ctx.notify(Report));
+        if self.k8s.as_ref().is_some_and(|w| w.collect_stats) {
+            ctx.run_interval(self.deps.timing.stats_interval, |_, ctx| ctx.notify(CollectStats));
+        }
     }
 }
 
@@ -92,6 +393,8 @@ impl Handler<Report> for AgentInfoReporter {
 
     fn handle(&mut self, _: Report, _: &mut Context<Self>) -> Self::Result {
         let p = self.peers.clone();
+        let ovsdb = self.deps.ovsdb.clone();
+        let bridge = self.deps.config.ovs_bridge.clone();
         let fut = async move {
             let answers = vec![
                 ask(p.watcher, ActorKind::ExternalNodeWatcher).await,
@@ -99,9 +402,9 @@ impl Handler<Report> for AgentInfoReporter {
                 ask(p.policy, ActorKind::PolicyCache).await,
                 ask(p.flows, ActorKind::FlowInstaller).await,
             ];
-            answers
+            (answers, probe_ovsdb(ovsdb, bridge).await)
         };
-        Box::pin(fut.into_actor(self).map(|answers, act, _| {
+        Box::pin(fut.into_actor(self).map(|(answers, probe), act, ctx| {
             let mut actors = Vec::new();
             let mut unresponsive = Vec::new();
             for a in answers {
@@ -111,6 +414,24 @@ impl Handler<Report> for AgentInfoReporter {
                 }
             }
             let healthy = unresponsive.is_empty() && actors.iter().all(|s| s.healthy);
+            let conditions = agent_info::conditions(&actors, &unresponsive, &probe, Utc::now());
+            let reports = act.conditions.update(&conditions);
+            let inputs = AgentInfoInputs {
+                node_name: act.deps.node_name.clone(),
+                version: agent_info::agent_version(),
+                bridge_name: act.deps.config.ovs_bridge.clone(),
+                api_port: act.deps.config.api_port,
+                ovs_version: match &probe {
+                    OvsdbProbe::Up { version } => version.clone(),
+                    OvsdbProbe::Down(_) => None,
+                },
+                flow_table: agent_info::flow_table(&actors),
+                policy_info: agent_info::policy_info(&actors),
+                conditions,
+                api_ca_bundle: None,
+            };
+            let mut local = AntreaAgentInfo::named(&act.deps.node_name);
+            local.apply_full(&inputs);
             let info = AgentInfo {
                 version: env!("CARGO_PKG_VERSION").to_string(),
                 node_name: act.deps.node_name.clone(),
@@ -123,6 +444,9 @@ impl Handler<Report> for AgentInfoReporter {
                 healthy,
                 actors,
                 unresponsive,
+                conditions: reports,
+                antrea_agent_info: local,
+                kubernetes: act.k8s.as_ref().map(Writers::report),
             };
             if let Some(path) = &act.deps.agent_info_path {
                 match write_atomically(path, &info) {
@@ -131,14 +455,73 @@ impl Handler<Report> for AgentInfoReporter {
                 }
             }
             act.last = Some(info);
+            act.start_heartbeat(inputs, ctx);
         }))
+    }
+}
+
+impl Handler<CollectStats> for AgentInfoReporter {
+    type Result = ();
+
+    fn handle(&mut self, _: CollectStats, ctx: &mut Context<Self>) {
+        let Some(w) = self.k8s.as_mut() else {
+            return;
+        };
+        if !w.collect_stats || w.stats_busy {
+            return;
+        }
+        let Some(flows) = self.peers.flows.clone() else {
+            w.stats
+                .err("NodeStatsSummary", "the flow installer is not running".into());
+            return;
+        };
+        w.stats_busy = true;
+        let fut = async move {
+            match tokio::time::timeout(STATS_READ_TIMEOUT, flows.send(GetRuleStats)).await {
+                Ok(Ok(Ok(snapshot))) => Ok(snapshot),
+                Ok(Ok(Err(e))) => Err(format!("reading rule counters: {e}")),
+                Ok(Err(e)) => Err(format!("reading rule counters: {e}")),
+                Err(_) => Err(format!(
+                    "reading rule counters: no answer within {} s",
+                    STATS_READ_TIMEOUT.as_secs()
+                )),
+            }
+        };
+        ctx.spawn(fut.into_actor(self).map(|result, act, ctx| match result {
+            Ok(snapshot) => act.stats_collected(Collection::from_snapshot(&snapshot), ctx),
+            Err(e) => act.stats_done(Err(e)),
+        }));
+    }
+}
+
+impl Handler<PoliciesRealized> for AgentInfoReporter {
+    type Result = ();
+
+    fn handle(&mut self, msg: PoliciesRealized, ctx: &mut Context<Self>) {
+        let Some(w) = self.k8s.as_mut() else {
+            return;
+        };
+        if w.post_statuses {
+            w.statuses.realized(&msg, Instant::now());
+        }
+        // The flows are in: the earliest moment a counter baseline means something.
+        let take_baseline = w.collect_stats && !w.baseline.has_baseline() && !w.stats_busy;
+        self.pump_statuses(ctx);
+        if take_baseline {
+            ctx.notify(CollectStats);
+        }
     }
 }
 
 impl Handler<GetAgentInfo> for AgentInfoReporter {
     type Result = actix::MessageResult<GetAgentInfo>;
     fn handle(&mut self, _: GetAgentInfo, _: &mut Context<Self>) -> Self::Result {
-        actix::MessageResult(self.last.clone())
+        let mut last = self.last.clone();
+        // The write results move on between reports: give the current ones.
+        if let (Some(info), Some(w)) = (last.as_mut(), self.k8s.as_ref()) {
+            info.kubernetes = Some(w.report());
+        }
+        actix::MessageResult(last)
     }
 }
 
@@ -152,20 +535,18 @@ impl Handler<Resync> for AgentInfoReporter {
 impl Handler<StatusQuery> for AgentInfoReporter {
     type Result = actix::MessageResult<StatusQuery>;
     fn handle(&mut self, _: StatusQuery, _: &mut Context<Self>) -> Self::Result {
+        let last_error = self.k8s.as_ref().and_then(Writers::first_error);
         actix::MessageResult(ActorStatus {
             actor: ActorKind::AgentInfoReporter,
-            healthy: true,
-            last_error: None,
-            detail: serde_json::json!({ "lastReport": self.last.as_ref().map(|i| i.updated_at) }),
+            healthy: last_error.is_none(),
+            last_error,
+            detail: json!({
+                "lastReport": self.last.as_ref().map(|i| i.updated_at),
+                "mode": if self.k8s.is_some() { "kubernetes" } else { "standalone" },
+                "kubernetes": self.k8s.as_ref().map(Writers::report),
+            }),
         })
     }
 }
 
 common_handlers!(AgentInfoReporter);
-
-impl Handler<crate::messages::PoliciesRealized> for AgentInfoReporter {
-    type Result = ();
-    fn handle(&mut self, _: crate::messages::PoliciesRealized, _: &mut Context<Self>) {
-        // NetworkPolicyStatus reporting arrives with the Kubernetes writers.
-    }
-}

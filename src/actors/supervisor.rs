@@ -40,6 +40,11 @@ pub struct Timing {
     pub port_wait: Duration,
     /// How often the reporter refreshes the agent info.
     pub report_interval: Duration,
+    /// How often the reporter reads the rule counters and posts a NodeStatsSummary (Kubernetes
+    /// mode); also the delay before the first reading, which is only a baseline.
+    pub stats_interval: Duration,
+    /// First retry delay of a failed NetworkPolicyStatus post; doubles per failure up to 300 s.
+    pub status_retry_min: Duration,
 }
 
 impl Default for Timing {
@@ -53,6 +58,8 @@ impl Default for Timing {
             reconnect_max: Duration::from_secs(8),
             port_wait: Duration::from_secs(5),
             report_interval: Duration::from_secs(60),
+            stats_interval: Duration::from_secs(60),
+            status_retry_min: Duration::from_secs(5),
         }
     }
 }
@@ -75,6 +82,60 @@ pub struct Deps {
     /// Where the reporter writes the agent info snapshot (standalone mode).
     pub agent_info_path: Option<PathBuf>,
     pub timing: Timing,
+}
+
+/// Environment variables overriding the reporting periods (e.g. `2s`, `500ms`, `5m`): used by the
+/// lab tests to see several reports quickly; operators normally keep upstream's 60 s.
+pub const REPORT_INTERVAL_ENV: &str = "ANTREA_VM_AGENT_REPORT_INTERVAL";
+pub const STATS_INTERVAL_ENV: &str = "ANTREA_VM_AGENT_STATS_INTERVAL";
+
+impl Timing {
+    /// The defaults with the overrides of [`REPORT_INTERVAL_ENV`] and [`STATS_INTERVAL_ENV`]
+    /// applied; an unparsable value is an error naming the variable.
+    pub fn from_env() -> Result<Timing, String> {
+        let mut timing = Timing::default();
+        for (var, field) in [
+            (REPORT_INTERVAL_ENV, &mut timing.report_interval),
+            (STATS_INTERVAL_ENV, &mut timing.stats_interval),
+        ] {
+            if let Ok(text) = std::env::var(var) {
+                *field = parse_period(&text).ok_or_else(|| {
+                    format!("{var}={text:?} is not a period such as 30s, 500ms or 5m")
+                })?;
+            }
+        }
+        Ok(timing)
+    }
+}
+
+/// `500ms`, `30s` or `5m`, greater than zero.
+fn parse_period(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let (number, unit): (&str, fn(u64) -> Duration) = if let Some(n) = text.strip_suffix("ms") {
+        (n, Duration::from_millis)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, Duration::from_secs)
+    } else if let Some(n) = text.strip_suffix('m') {
+        (n, |m| Duration::from_secs(m.saturating_mul(60)))
+    } else {
+        return None;
+    };
+    number.parse::<u64>().ok().filter(|n| *n > 0).map(unit)
+}
+
+#[cfg(test)]
+mod timing_tests {
+    use super::*;
+
+    #[test]
+    fn periods_parse_with_units_and_refuse_the_rest() {
+        assert_eq!(parse_period("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_period("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_period(" 5m "), Some(Duration::from_secs(300)));
+        for bad in ["", "0s", "10", "s", "-1s", "1h", "1.5s"] {
+            assert_eq!(parse_period(bad), None, "{bad:?}");
+        }
+    }
 }
 
 /// Restart bookkeeping for one actor.

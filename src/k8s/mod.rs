@@ -1,8 +1,15 @@
 //! Kubernetes-facing types. For now the ExternalNode CRD (crd.antrea.io/v1alpha1), which the
 //! standalone mode also reads from a local file.
 
+pub mod agent_info;
 pub mod api;
+pub mod client;
+pub mod controlplane_watch;
 pub mod external_node;
+pub mod fake_api;
+pub mod fallback;
+pub mod policy_status;
+pub mod stats_summary;
 
 use std::sync::Arc;
 

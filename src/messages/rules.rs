@@ -1,5 +1,7 @@
 //! Policy cache → flow installer.
 
+use std::sync::Arc;
+
 use actix::Message;
 
 use super::stats::PolicyGeneration;
@@ -8,10 +10,13 @@ use crate::policy::rule::CompiledRuleInput;
 /// Every NetworkPolicy rule that applies on this node, resolved (full view, sorted by rule id).
 /// Sent once both the policies and the attached interfaces are known, and after every change;
 /// never while either is unknown, so the switch keeps its last rules meanwhile (fail closed).
+///
+/// The view is shared, not copied: unchanged rules keep their `Arc` from one message to the
+/// next, so the flow installer finds the changed ones by pointer comparison.
 #[derive(Clone, Debug, PartialEq, Message)]
 #[rtype(result = "()")]
 pub struct RulesChanged {
-    pub rules: Vec<CompiledRuleInput>,
+    pub rules: Arc<[Arc<CompiledRuleInput>]>,
     /// Every NetworkPolicy in the cache that has at least one rule effective on this node (so its
     /// status can be reported once these rules are in the switch), sorted by name.
     pub policies: Vec<PolicyGeneration>,

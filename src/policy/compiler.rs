@@ -55,16 +55,17 @@
 //! release build on the 2-core lab VM; most of it is building the `BTreeMap` flow set.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use ipnet::IpNet;
 
 use crate::ovs::openflow::{
-    ct_state, eth_type, ip_proto, Action, CtAction, CtStateMatch, CtZone, Flow, FlowKey, Masked, Match,
-    SetField,
+    ct_state, eth_type, ip_proto, Action, CtAction, CtStateMatch, CtZone, Flow, FlowMod, FlowModCommand,
+    Masked, Match, SetField,
 };
-use crate::policy::flowset::FlowSet;
+use crate::policy::flowset::{self, FlowSet};
 use crate::policy::pipeline::{self, cookie, table, CookieCategory, Family, CT_ZONE_V4, CT_ZONE_V6};
-use crate::policy::priority::{Priority, PriorityError, TablePriorities};
+use crate::policy::priority::{Priority, PriorityAssigner, PriorityError, TablePriorities};
 use crate::policy::rule::{
     is_egress_table, rule_table, CompiledRuleInput, Direction, Peer, PolicyRef, Protocol, RuleAction, RuleId,
     Service,
@@ -199,13 +200,15 @@ pub fn compile(rules: &[CompiledRuleInput], round: u16, opts: CompileOptions) ->
     Compiler::new(opts).compile(rules, round)
 }
 
-/// The compiler with the state that keeps flows stable across compilations.
+/// The compiler with the state that keeps flows stable across compilations, and that makes a
+/// change cost what it touches: it holds every rule it placed (shared with the caller through
+/// `Arc`), so a new rule set is compared with the previous one rule by rule, and only the flows
+/// of the rules that changed are rebuilt ([`Compiler::update`]).
 #[derive(Clone, Debug)]
 pub struct Compiler {
     opts: CompileOptions,
     priorities: TablePriorities,
     initialized: bool,
-    ids: BTreeMap<RuleId, u32>,
     free_ids: BTreeSet<u32>,
     next_id: u32,
     live: BTreeMap<u32, ConjunctionInfo>,
@@ -213,8 +216,63 @@ pub struct Compiler {
     released: BTreeMap<u32, (ConjunctionInfo, u64)>,
     released_by_rule: BTreeMap<RuleId, u32>,
     generation: u64,
-    /// Priorities used by the rules of the previous compilation, per table.
-    used: BTreeMap<u8, BTreeSet<Priority>>,
+    /// Every accepted rule of the current set (placed or not), by id.
+    held: BTreeMap<RuleId, Held>,
+    /// The rules using each (table, priority): a priority is released when its last user goes,
+    /// and the rules of a priority that moved are found here.
+    users: BTreeMap<(u8, Priority), BTreeSet<RuleId>>,
+    /// Number of accepted rules per (table, policy zone): a zone's spare priorities are released
+    /// with its last rule.
+    zones: BTreeMap<(u8, Priority), usize>,
+    /// Placed rules (by conjunction id) per (table, OpenFlow priority). Shared match flows only
+    /// merge rules of one such group, so the flows of a set of whole groups do not depend on any
+    /// other rule: a change rebuilds the groups it touches, before and after, and diffs them.
+    groups: BTreeMap<(u8, u16), BTreeSet<u32>>,
+    /// Conjunction id → rule, for the placed rules.
+    placed: BTreeMap<u32, RuleId>,
+    /// Conjunction ids whose [`Compiler::conjunction`] changed since the last
+    /// [`Compiler::take_conjunction_changes`]; `None`: assume every one did.
+    conj_changes: Option<BTreeSet<u32>>,
+    /// NetworkPolicy flows per table, as of the last [`Compiler::update`] or
+    /// [`Compiler::flows`].
+    flow_counts: BTreeMap<u8, usize>,
+}
+
+/// A rule the compiler holds.
+#[derive(Clone, Debug)]
+struct Held {
+    rule: Arc<CompiledRuleInput>,
+    table: u8,
+    prio: Priority,
+    /// Conjunction id and OpenFlow priority, once the rule has a priority.
+    placed: Option<(u32, u16)>,
+}
+
+/// What one incremental compilation changed ([`Compiler::update`]).
+#[derive(Clone, Debug, Default)]
+pub struct Update {
+    /// The flow_mods that turn the previous rule set's flows into this one's: ADD for new and
+    /// changed flows, DELETE_STRICT for flows no longer wanted. Empty if `full`.
+    pub mods: Vec<FlowMod>,
+    /// The compiler had to start from scratch ([`Compiler::update_or_rebuild`]): no delta is
+    /// known, every NetworkPolicy flow must be resynced from [`Compiler::flows`].
+    pub full: bool,
+    pub skipped: Vec<SkippedRule>,
+    /// Per table, OpenFlow priorities of earlier rules that moved (old → new) to make room.
+    pub priority_updates: BTreeMap<u8, BTreeMap<u16, u16>>,
+    /// Whether rules went away in this pass (their ids are held until reclaimed).
+    pub released_any: bool,
+}
+
+/// The result of [`Compiler::apply`].
+#[derive(Default)]
+struct Pass {
+    skipped: Vec<SkippedRule>,
+    priority_updates: BTreeMap<u8, BTreeMap<u16, u16>>,
+    released_any: bool,
+    /// Flows of the touched groups before and after, sorted by identity (if asked for).
+    before: Vec<Flow>,
+    after: Vec<Flow>,
 }
 
 /// (tier, policy priority) of a priority: the rules of one policy.
@@ -226,20 +284,29 @@ fn priority_of(rule: &CompiledRuleInput) -> Priority {
     Priority::new(rule.tier_priority, rule.policy_priority, rule.rule_priority)
 }
 
+fn is_priority_skip(s: &SkippedRule) -> bool {
+    matches!(s.reason, CompileError::Priority(_))
+}
+
 impl Compiler {
     pub fn new(opts: CompileOptions) -> Self {
         Compiler {
             opts,
             priorities: TablePriorities::new(),
             initialized: false,
-            ids: BTreeMap::new(),
             free_ids: BTreeSet::new(),
             next_id: FIRST_CONJ_ID,
             live: BTreeMap::new(),
             released: BTreeMap::new(),
             released_by_rule: BTreeMap::new(),
             generation: 0,
-            used: BTreeMap::new(),
+            held: BTreeMap::new(),
+            users: BTreeMap::new(),
+            zones: BTreeMap::new(),
+            groups: BTreeMap::new(),
+            placed: BTreeMap::new(),
+            conj_changes: None,
+            flow_counts: BTreeMap::new(),
         }
     }
 
@@ -260,12 +327,49 @@ impl Compiler {
             .or_else(|| self.released.get(&conj_id).map(|(info, _)| info))
     }
 
+    /// Every conjunction [`Compiler::conjunction`] knows (current and held back).
+    pub fn known_conjunctions(&self) -> BTreeMap<u32, ConjunctionInfo> {
+        let mut known: BTreeMap<u32, ConjunctionInfo> = self
+            .released
+            .iter()
+            .map(|(&c, (info, _))| (c, info.clone()))
+            .collect();
+        known.extend(self.live.iter().map(|(&c, info)| (c, info.clone())));
+        known
+    }
+
+    /// The conjunction ids whose [`Compiler::conjunction`] changed since the previous call
+    /// (`None`: all of them may have).
+    pub fn take_conjunction_changes(&mut self) -> Option<BTreeSet<u32>> {
+        self.conj_changes.replace(BTreeSet::new())
+    }
+
+    fn conj_changed(&mut self, c: u32) {
+        if let Some(set) = &mut self.conj_changes {
+            set.insert(c);
+        }
+    }
+
+    /// Number of placed rules.
+    pub fn rule_count(&self) -> usize {
+        self.live.len()
+    }
+
+    /// NetworkPolicy flows per table, as of the last [`Compiler::update`] or
+    /// [`Compiler::flows`].
+    pub fn flow_counts(&self) -> &BTreeMap<u8, usize> {
+        &self.flow_counts
+    }
+
     /// Makes the ids of removed rules available again. Call it once their flows have been
     /// gone long enough that no packet-in or statistic can still name them (upstream: 5 s).
     pub fn reclaim_released_ids(&mut self) {
         let released = std::mem::take(&mut self.released);
         self.released_by_rule.clear();
-        self.free_ids.extend(released.into_keys());
+        for c in released.into_keys() {
+            self.conj_changed(c);
+            self.free_ids.insert(c);
+        }
     }
 
     /// Reclaims the oldest held ids beyond [`MAX_HELD_IDS`].
@@ -280,41 +384,31 @@ impl Compiler {
             if let Some((info, _)) = self.released.remove(&c) {
                 self.released_by_rule.remove(&info.rule_id);
             }
+            self.conj_changed(c);
             self.free_ids.insert(c);
         }
     }
 
     fn allocate_id(&mut self, id: &RuleId) -> u32 {
-        if let Some(&c) = self.ids.get(id) {
+        if let Some(c) = self.released_by_rule.remove(id) {
+            self.released.remove(&c);
             return c;
         }
-        let c = if let Some(c) = self.released_by_rule.remove(id) {
-            self.released.remove(&c);
-            c
-        } else if let Some(c) = self.free_ids.pop_first() {
-            c
-        } else {
-            let c = self.next_id;
-            self.next_id = self.next_id.saturating_add(1);
-            c
-        };
-        self.ids.insert(id.clone(), c);
+        if let Some(c) = self.free_ids.pop_first() {
+            return c;
+        }
+        let c = self.next_id;
+        self.next_id = self.next_id.saturating_add(1);
         c
     }
 
-    /// Compiles the complete current rule set. Rules that cannot be compiled are reported in
-    /// [`CompileOutput::skipped`]; the others are unaffected.
     /// [`Compiler::compile`], but when one-rule-at-a-time priority registration cannot place a
     /// rule (many policies arriving after the first compilation can exhaust a table's priority
     /// space where registering them all at once would not), the state is dropped and everything
     /// is compiled from scratch: every rule installed beats a minimal diff.
     pub fn compile_or_rebuild(&mut self, rules: &[CompiledRuleInput], round: u16) -> CompileOutput {
         let out = self.compile(rules, round);
-        if !out
-            .skipped
-            .iter()
-            .any(|s| matches!(s.reason, CompileError::Priority(_)))
-        {
+        if !out.skipped.iter().any(is_priority_skip) {
             return out;
         }
         tracing::warn!(
@@ -325,181 +419,581 @@ impl Compiler {
         self.compile(rules, round)
     }
 
+    /// Compiles the complete current rule set. Rules that cannot be compiled are reported in
+    /// [`CompileOutput::skipped`]; the others are unaffected.
     pub fn compile(&mut self, rules: &[CompiledRuleInput], round: u16) -> CompileOutput {
-        let mut out = CompileOutput::default();
+        let rules: Vec<Arc<CompiledRuleInput>> = rules.iter().cloned().map(Arc::new).collect();
+        let pass = self.apply(&rules, round, false);
+        CompileOutput {
+            flows: self.flows(round),
+            conjunctions: self.live.clone(),
+            priority_updates: pass.priority_updates,
+            skipped: pass.skipped,
+            released: self
+                .released
+                .iter()
+                .map(|(&c, (info, _))| (c, info.clone()))
+                .collect(),
+        }
+    }
+
+    /// Moves to the complete rule set `rules` (best sorted by [`RuleId`], as the policy cache
+    /// sends them) and returns the flow_mods from the previous set's flows to this one's. Rules
+    /// are compared by pointer first, so unchanged rules shared with the caller cost next to
+    /// nothing; only the flows of changed rules (and of rules whose OpenFlow priority moved)
+    /// are rebuilt.
+    pub fn update(&mut self, rules: &[Arc<CompiledRuleInput>], round: u16) -> Update {
+        let pass = self.apply(rules, round, true);
+        let mods = self.diff_flows(pass.before, pass.after);
+        Update {
+            mods,
+            full: false,
+            skipped: pass.skipped,
+            priority_updates: pass.priority_updates,
+            released_any: pass.released_any,
+        }
+    }
+
+    /// [`Compiler::update`], but if some rule finds no priority, a fresh compiler (one batch
+    /// registration, as at start-up) is tried; if it places more rules it replaces this one and
+    /// the result is [`Update::full`]. See [`Compiler::compile_or_rebuild`].
+    pub fn update_or_rebuild(&mut self, rules: &[Arc<CompiledRuleInput>], round: u16) -> Update {
+        let up = self.update(rules, round);
+        let unplaced = up.skipped.iter().filter(|s| is_priority_skip(s)).count();
+        if unplaced == 0 {
+            return up;
+        }
+        let mut fresh = Compiler::new(self.opts);
+        let pass = fresh.apply(rules, round, false);
+        let fresh_unplaced = pass.skipped.iter().filter(|s| is_priority_skip(s)).count();
+        if fresh_unplaced >= unplaced {
+            return up;
+        }
+        tracing::warn!(
+            unplaced,
+            fresh_unplaced,
+            "rule priorities ran out of room incrementally; compiling every rule from scratch"
+        );
+        *self = fresh;
+        Update {
+            mods: Vec::new(),
+            full: true,
+            skipped: pass.skipped,
+            priority_updates: pass.priority_updates,
+            released_any: false,
+        }
+    }
+
+    /// Every NetworkPolicy flow of the current rule set, keyed by identity.
+    pub fn flows(&mut self, round: u16) -> FlowSet {
+        let resolved: Vec<ResolvedRule<'_>> = self
+            .held
+            .values()
+            .filter_map(|h| {
+                h.placed.map(|(conj_id, priority)| ResolvedRule {
+                    rule: &h.rule,
+                    conj_id,
+                    table: h.table,
+                    priority,
+                })
+            })
+            .collect();
+        let flows = build_sorted(&resolved, round, &self.opts);
+        let mut counts = BTreeMap::new();
+        for f in &flows {
+            *counts.entry(f.table).or_insert(0) += 1;
+        }
+        self.flow_counts = counts;
+        // Sorted input makes the map's bulk build linear.
+        flows.into_iter().map(|f| (f.key(), f)).collect()
+    }
+
+    /// The flow_mods from `before` to `after` (both sorted by identity, see [`build_sorted`]),
+    /// keeping the flow counts per table.
+    fn diff_flows(&mut self, before: Vec<Flow>, after: Vec<Flow>) -> Vec<FlowMod> {
+        let mut mods = Vec::new();
+        let mut old = before.into_iter().peekable();
+        let mut new = after.into_iter().peekable();
+        loop {
+            let order = match (old.peek(), new.peek()) {
+                (None, None) => break,
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (Some(o), Some(n)) => identity(o).cmp(&identity(n)),
+            };
+            match order {
+                std::cmp::Ordering::Less => {
+                    if let Some(o) = old.next() {
+                        *self.flow_counts.entry(o.table).or_insert(1) -= 1;
+                        mods.push(FlowMod::delete_strict(o));
+                    }
+                }
+                std::cmp::Ordering::Greater => {
+                    if let Some(n) = new.next() {
+                        *self.flow_counts.entry(n.table).or_insert(0) += 1;
+                        mods.push(FlowMod::add(n));
+                    }
+                }
+                std::cmp::Ordering::Equal => {
+                    if let (Some(o), Some(n)) = (old.next(), new.next()) {
+                        if !flowset::same_but_round(&o, &n) {
+                            mods.push(FlowMod::add(n));
+                        }
+                    }
+                }
+            }
+        }
+        // Adds first, then deletes: nothing else is needed inside an atomic bundle.
+        mods.sort_by_key(|m| m.command != FlowModCommand::Add);
+        mods
+    }
+
+    /// Moves the compiler's state to the rule set `rules`; with `delta`, also returns the flows
+    /// of every touched group before and after.
+    fn apply(&mut self, rules: &[Arc<CompiledRuleInput>], round: u16, delta: bool) -> Pass {
+        let mut pass = Pass::default();
 
         // 1. Accept rules in RuleId order (the first of duplicates wins).
-        let mut order: Vec<&CompiledRuleInput> = rules.iter().collect();
-        order.sort_by(|a, b| a.id.cmp(&b.id));
-        let mut accepted: Vec<(&CompiledRuleInput, u8, Priority)> = Vec::with_capacity(order.len());
+        let sorted = rules.windows(2).all(|w| w[0].id <= w[1].id);
+        let mut order: Vec<&Arc<CompiledRuleInput>> = rules.iter().collect();
+        if !sorted {
+            order.sort_by(|a, b| a.id.cmp(&b.id));
+        }
+        let mut accepted: Vec<&Arc<CompiledRuleInput>> = Vec::with_capacity(order.len());
         for (i, r) in order.iter().enumerate() {
             if i > 0 && order[i - 1].id == r.id {
-                out.skipped.push(SkippedRule {
+                pass.skipped.push(SkippedRule {
                     id: r.id.clone(),
                     reason: CompileError::DuplicateRule,
                 });
                 continue;
             }
             if !r.is_antrea_native() {
-                out.skipped.push(SkippedRule {
+                pass.skipped.push(SkippedRule {
                     id: r.id.clone(),
                     reason: CompileError::NotAntreaNative,
                 });
                 continue;
             }
-            accepted.push((r, rule_table(r), priority_of(r)));
+            accepted.push(r);
         }
 
-        // 2. Release priorities nobody uses any more, then register the new ones.
-        let mut used_now: BTreeMap<u8, BTreeSet<Priority>> = BTreeMap::new();
-        let mut zones_now: BTreeMap<u8, BTreeSet<Priority>> = BTreeMap::new();
-        for &(_, t, p) in &accepted {
-            used_now.entry(t).or_default().insert(p);
-            zones_now.entry(t).or_default().insert(zone(&p));
-        }
-        let tables: Vec<u8> = self.priorities.tables().collect();
-        for &t in &tables {
-            let empty = BTreeSet::new();
-            let now = used_now.get(&t).unwrap_or(&empty);
-            let zones = zones_now.get(&t).unwrap_or(&empty);
-            let prev = self.used.get(&t).unwrap_or(&empty);
-            if let Some(pa) = self.priorities.table_mut(t) {
-                let stale: Vec<Priority> = pa
-                    .registered()
-                    .map(|(p, _)| *p)
-                    .filter(|p| !now.contains(p) && (prev.contains(p) || !zones.contains(&zone(p))))
-                    .collect();
-                for p in &stale {
-                    pa.release_priority(p);
-                }
-            }
-        }
-        let mut failed: BTreeMap<u8, BTreeMap<Priority, PriorityError>> = BTreeMap::new();
-        for &t in &tables {
-            let Some(pa) = self.priorities.table_mut(t) else {
-                continue;
-            };
-            let before: BTreeMap<Priority, u16> = pa.registered().map(|(p, of)| (*p, of)).collect();
-            let table_rules: Vec<&(&CompiledRuleInput, u8, Priority)> =
-                accepted.iter().filter(|(_, rt, _)| *rt == t).collect();
-            let failed_here = failed.entry(t).or_default();
-            if !self.initialized {
-                // Start-up: every rule's own priority in one batch (BatchReconcile); if the
-                // table overflows, zone by zone so one policy cannot block the others.
-                let all: Vec<Priority> = table_rules.iter().map(|(_, _, p)| *p).collect();
-                if pa.register(&all).is_err() {
-                    let mut by_zone: BTreeMap<Priority, Vec<Priority>> = BTreeMap::new();
-                    for p in all {
-                        by_zone.entry(zone(&p)).or_default().push(p);
+        // 2. What changed: a merge of the sorted input with the held rules.
+        let mut removed: Vec<RuleId> = Vec::new();
+        let mut changed: Vec<Arc<CompiledRuleInput>> = Vec::new();
+        {
+            let mut held = self.held.iter_mut().peekable();
+            let mut input = accepted.iter().peekable();
+            loop {
+                let order = match (held.peek(), input.peek()) {
+                    (None, None) => break,
+                    (Some(_), None) => std::cmp::Ordering::Less,
+                    (None, Some(_)) => std::cmp::Ordering::Greater,
+                    (Some((id, _)), Some(r)) => (*id).cmp(&r.id),
+                };
+                match order {
+                    std::cmp::Ordering::Less => {
+                        if let Some((id, _)) = held.next() {
+                            removed.push(id.clone());
+                        }
                     }
-                    for (_, ps) in by_zone.into_iter().rev() {
-                        if let Err(e) = pa.register(&ps) {
-                            for p in ps {
-                                failed_here.insert(p, e.clone());
+                    std::cmp::Ordering::Greater => {
+                        if let Some(r) = input.next() {
+                            changed.push(Arc::clone(r));
+                        }
+                    }
+                    std::cmp::Ordering::Equal => {
+                        if let (Some((_, h)), Some(r)) = (held.next(), input.next()) {
+                            if Arc::ptr_eq(&h.rule, r) {
+                                continue;
+                            }
+                            if *h.rule == ***r {
+                                // Same rule, another allocation: share the caller's.
+                                h.rule = Arc::clone(r);
+                            } else {
+                                changed.push(Arc::clone(r));
                             }
                         }
                     }
                 }
-            } else {
-                // Later: a new policy registers its whole zone at once (getOFPriority).
-                for (r, _, p) in &table_rules {
-                    if pa.get(p).is_some() || failed_here.contains_key(p) {
-                        continue;
-                    }
-                    let max = r.max_rule_priority.max(r.rule_priority).max(0);
-                    let mut zone_ps: Vec<Priority> =
-                        (0..=max).map(|i| Priority::new(p.tier, p.policy, i)).collect();
-                    if p.rule < 0 {
-                        zone_ps.push(*p);
-                    }
-                    if let Err(e) = pa.register(&zone_ps).or_else(|_| pa.register(&[*p])) {
-                        failed_here.insert(*p, e);
-                    }
-                }
             }
-            // Report earlier priorities that had to move.
-            let moved: BTreeMap<u16, u16> = before
-                .iter()
-                .filter_map(|(p, &old)| pa.get(p).filter(|&new| new != old).map(|new| (old, new)))
-                .collect();
-            if !moved.is_empty() {
-                out.priority_updates.insert(t, moved);
+        }
+        if removed.is_empty() && changed.is_empty() && self.initialized {
+            // Rules that found no priority earlier are retried below all the same.
+            if !self.held.values().any(|h| h.placed.is_none()) {
+                return pass;
             }
         }
 
-        // 3. Conjunction ids and the resolved rules.
-        let mut resolved: Vec<ResolvedRule<'_>> = Vec::with_capacity(accepted.len());
-        let mut live_ids: BTreeSet<RuleId> = BTreeSet::new();
-        for &(r, t, p) in &accepted {
-            let of = self.priorities.table(t).and_then(|pa| pa.get(&p));
-            let Some(of) = of else {
-                let reason = failed
-                    .get(&t)
-                    .and_then(|f| f.get(&p))
-                    .cloned()
-                    .unwrap_or(PriorityError::NoRoom);
-                out.skipped.push(SkippedRule {
-                    id: r.id.clone(),
-                    reason: CompileError::Priority(reason),
-                });
+        // 3. The touched groups, before: removed and changed rules where they are now.
+        let mut dirty: BTreeSet<(u8, u16)> = BTreeSet::new();
+        for id in removed.iter().chain(changed.iter().map(|r| &r.id)) {
+            if let Some((t, (_, of))) = self.held.get(id).and_then(|h| h.placed.map(|p| (h.table, p))) {
+                dirty.insert((t, of));
+            }
+        }
+
+        // 4. Priority users: drop the old uses, add the new ones, release what nobody uses.
+        let mut stale: BTreeSet<(u8, Priority)> = BTreeSet::new();
+        let mut gone_zones: BTreeSet<(u8, Priority)> = BTreeSet::new();
+        for id in removed.iter().chain(changed.iter().map(|r| &r.id)) {
+            let Some(h) = self.held.get(id) else { continue };
+            let (t, p) = (h.table, h.prio);
+            if let Some(set) = self.users.get_mut(&(t, p)) {
+                set.remove(id);
+                if set.is_empty() {
+                    self.users.remove(&(t, p));
+                    stale.insert((t, p));
+                }
+            }
+            if let Some(n) = self.zones.get_mut(&(t, zone(&p))) {
+                *n -= 1;
+                if *n == 0 {
+                    self.zones.remove(&(t, zone(&p)));
+                    gone_zones.insert((t, zone(&p)));
+                }
+            }
+        }
+        for r in &changed {
+            let (t, p) = (rule_table(r), priority_of(r));
+            self.users.entry((t, p)).or_default().insert(r.id.clone());
+            *self.zones.entry((t, zone(&p))).or_insert(0) += 1;
+        }
+        for (t, z) in gone_zones {
+            if self.zones.contains_key(&(t, z)) {
                 continue;
+            }
+            if let Some(pa) = self.priorities.table(t) {
+                stale.extend(pa.registered_in_zone(&z).map(|(p, _)| (t, *p)));
+            }
+        }
+        for (t, p) in stale {
+            if self.users.contains_key(&(t, p)) {
+                continue;
+            }
+            if let Some(pa) = self.priorities.table_mut(t) {
+                pa.release_priority(&p);
+            }
+        }
+
+        // 5. Register the priorities of new rules (and of rules that found none before).
+        let mut failed: BTreeMap<(u8, Priority), PriorityError> = BTreeMap::new();
+        let mut moved: BTreeMap<(u8, Priority), u16> = BTreeMap::new();
+        let mut record = |t: u8, pa: &PriorityAssigner, moves: BTreeMap<u16, u16>| {
+            for (original, updated) in moves {
+                if let Some(p) = pa.priority_at(updated) {
+                    moved.entry((t, *p)).or_insert(original);
+                }
+            }
+        };
+        if !self.initialized {
+            // Start-up: every rule's own priority in one batch per table (BatchReconcile); if
+            // a table overflows, zone by zone so one policy cannot block the others.
+            let mut per_table: BTreeMap<u8, Vec<Priority>> = BTreeMap::new();
+            for r in &accepted {
+                per_table.entry(rule_table(r)).or_default().push(priority_of(r));
+            }
+            for (t, all) in per_table {
+                let Some(pa) = self.priorities.table_mut(t) else {
+                    continue;
+                };
+                match pa.register(&all) {
+                    Ok(moves) => record(t, pa, moves),
+                    Err(_) => {
+                        let mut by_zone: BTreeMap<Priority, Vec<Priority>> = BTreeMap::new();
+                        for p in all {
+                            by_zone.entry(zone(&p)).or_default().push(p);
+                        }
+                        for (_, ps) in by_zone.into_iter().rev() {
+                            match pa.register(&ps) {
+                                Ok(moves) => record(t, pa, moves),
+                                Err(e) => {
+                                    for p in ps {
+                                        failed.insert((t, p), e.clone());
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        } else {
+            // Later: a new policy registers its whole zone at once (getOFPriority), one rule
+            // at a time in RuleId order.
+            let mut todo: Vec<Arc<CompiledRuleInput>> = changed.clone();
+            let retry: Vec<Arc<CompiledRuleInput>> = self
+                .held
+                .values()
+                .filter(|h| h.placed.is_none())
+                .map(|h| Arc::clone(&h.rule))
+                .collect();
+            todo.extend(retry);
+            todo.sort_by(|a, b| a.id.cmp(&b.id));
+            todo.dedup_by(|a, b| a.id == b.id);
+            for r in &todo {
+                let (t, p) = (rule_table(r), priority_of(r));
+                let Some(pa) = self.priorities.table_mut(t) else {
+                    continue;
+                };
+                if pa.get(&p).is_some() || failed.contains_key(&(t, p)) {
+                    continue;
+                }
+                let max = r.max_rule_priority.max(r.rule_priority).max(0);
+                let mut zone_ps: Vec<Priority> =
+                    (0..=max).map(|i| Priority::new(p.tier, p.policy, i)).collect();
+                if p.rule < 0 {
+                    zone_ps.push(p);
+                }
+                match pa.register(&zone_ps).or_else(|_| pa.register(&[p])) {
+                    Ok(moves) => record(t, pa, moves),
+                    Err(e) => {
+                        failed.insert((t, p), e);
+                    }
+                }
+            }
+        }
+        for (&(t, p), &original) in &moved {
+            if let Some(now) = self.priorities.table(t).and_then(|pa| pa.get(&p)) {
+                if now != original {
+                    pass.priority_updates.entry(t).or_default().insert(original, now);
+                }
+            }
+        }
+
+        // 6. The rules to (re)place: changed ones, unplaced ones, and those whose priority moved.
+        let mut replace: BTreeMap<RuleId, Arc<CompiledRuleInput>> =
+            changed.into_iter().map(|r| (r.id.clone(), r)).collect();
+        for h in self.held.values().filter(|h| h.placed.is_none()) {
+            replace
+                .entry(h.rule.id.clone())
+                .or_insert_with(|| Arc::clone(&h.rule));
+        }
+        for key in moved.keys() {
+            for id in self.users.get(key).into_iter().flatten() {
+                if let Some(h) = self.held.get(id) {
+                    replace.entry(id.clone()).or_insert_with(|| Arc::clone(&h.rule));
+                }
+            }
+        }
+        for id in replace.keys() {
+            if let Some((t, (_, of))) = self.held.get(id).and_then(|h| h.placed.map(|p| (h.table, p))) {
+                dirty.insert((t, of));
+            }
+        }
+        let placements: Vec<(Arc<CompiledRuleInput>, u8, Priority, Option<u16>)> = replace
+            .into_values()
+            .map(|r| {
+                let (t, p) = (rule_table(&r), priority_of(&r));
+                let of = self.priorities.table(t).and_then(|pa| pa.get(&p));
+                (r, t, p, of)
+            })
+            .collect();
+        for (_, t, _, of) in &placements {
+            if let Some(of) = of {
+                dirty.insert((*t, *of));
+            }
+        }
+
+        // 7. The touched groups' flows before the change.
+        if delta {
+            pass.before = self.group_flows(&dirty, round);
+        }
+
+        // 8. Apply: removed rules release their ids, the others take their new places.
+        for id in &removed {
+            if let Some(h) = self.held.remove(id) {
+                self.unplace(id, &h);
+                pass.released_any |= h.placed.is_some();
+            }
+        }
+        for (r, t, p, of) in placements {
+            let id = r.id.clone();
+            let previous = self.held.remove(&id);
+            let old_conj = previous.as_ref().and_then(|h| h.placed.map(|(c, _)| c));
+            if let (Some(h), Some(_)) = (&previous, old_conj) {
+                self.ungroup(h);
+            }
+            let placed = match of {
+                Some(of) => {
+                    let c = match old_conj {
+                        Some(c) => c,
+                        None => self.allocate_id(&id),
+                    };
+                    self.groups.entry((t, of)).or_default().insert(c);
+                    self.placed.insert(c, id.clone());
+                    self.live.insert(c, conjunction_info(&r, c, t, of));
+                    self.conj_changed(c);
+                    Some((c, of))
+                }
+                None => {
+                    if let Some(h) = &previous {
+                        if h.placed.is_some() {
+                            self.unplace(&id, h);
+                            pass.released_any = true;
+                        }
+                    }
+                    let reason = failed.get(&(t, p)).cloned().unwrap_or(PriorityError::NoRoom);
+                    pass.skipped.push(SkippedRule {
+                        id: id.clone(),
+                        reason: CompileError::Priority(reason),
+                    });
+                    None
+                }
             };
-            let conj_id = self.allocate_id(&r.id);
-            live_ids.insert(r.id.clone());
-            resolved.push(ResolvedRule {
-                rule: r,
-                conj_id,
-                table: t,
-                priority: of,
-            });
-            out.conjunctions.insert(
-                conj_id,
-                ConjunctionInfo {
-                    conj_id,
-                    rule_id: r.id.clone(),
-                    policy: r.policy.clone(),
-                    rule_name: r.rule_name.clone(),
-                    direction: r.direction,
-                    action: r.action,
+            self.held.insert(
+                id,
+                Held {
+                    rule: r,
                     table: t,
-                    priority: of,
-                    enable_logging: r.enable_logging,
-                    log_label: r.log_label.clone(),
+                    prio: p,
+                    placed,
                 },
             );
         }
+        self.bound_released();
+        self.initialized = true;
+        self.generation += 1;
 
-        // 4. Rules that are gone keep their id (and metadata) until reclaimed.
-        let gone: Vec<RuleId> = self
-            .ids
-            .keys()
-            .filter(|id| !live_ids.contains(*id))
-            .cloned()
-            .collect();
-        for id in gone {
-            if let Some(c) = self.ids.remove(&id) {
-                if let Some(info) = self.live.remove(&c) {
-                    self.released_by_rule.insert(id.clone(), c);
-                    self.released.insert(c, (info, self.generation));
-                } else {
-                    self.free_ids.insert(c);
+        // 9. The touched groups' flows after the change.
+        if delta {
+            pass.after = self.group_flows(&dirty, round);
+        }
+        pass
+    }
+
+    /// Takes a placed rule out of its group and releases its conjunction id (held back).
+    fn unplace(&mut self, id: &RuleId, h: &Held) {
+        let Some((c, _)) = h.placed else { return };
+        self.ungroup(h);
+        self.placed.remove(&c);
+        if let Some(info) = self.live.remove(&c) {
+            self.released_by_rule.insert(id.clone(), c);
+            self.released.insert(c, (info, self.generation));
+        } else {
+            self.free_ids.insert(c);
+        }
+        self.conj_changed(c);
+    }
+
+    /// Takes a placed rule out of its group (its id stays allocated).
+    fn ungroup(&mut self, h: &Held) {
+        let Some((c, of)) = h.placed else { return };
+        if let Some(g) = self.groups.get_mut(&(h.table, of)) {
+            g.remove(&c);
+            if g.is_empty() {
+                self.groups.remove(&(h.table, of));
+            }
+        }
+    }
+
+    /// The flows of the placed rules of `groups`, sorted by identity.
+    fn group_flows(&self, groups: &BTreeSet<(u8, u16)>, round: u16) -> Vec<Flow> {
+        let mut resolved: Vec<ResolvedRule<'_>> = Vec::new();
+        for key in groups {
+            for c in self.groups.get(key).into_iter().flatten() {
+                let Some(h) = self.placed.get(c).and_then(|id| self.held.get(id)) else {
+                    continue;
+                };
+                if let Some((conj_id, priority)) = h.placed {
+                    resolved.push(ResolvedRule {
+                        rule: &h.rule,
+                        conj_id,
+                        table: h.table,
+                        priority,
+                    });
                 }
             }
         }
-        self.bound_released();
-        self.live = out.conjunctions.clone();
-        self.used = used_now;
-        self.initialized = true;
-        self.generation += 1;
-        out.released = self
-            .released
-            .iter()
-            .map(|(&c, (info, _))| (c, info.clone()))
-            .collect();
+        build_sorted(&resolved, round, &self.opts)
+    }
+}
 
-        // Sorted input makes the map's bulk build linear.
-        out.flows = build_keyed(&resolved, round, &self.opts).into_iter().collect();
-        out
+/// A flow's identity, borrowed.
+fn identity(f: &Flow) -> (u8, u16, &Match) {
+    (f.table, f.priority, &f.matches)
+}
+
+fn conjunction_info(r: &CompiledRuleInput, conj_id: u32, table: u8, priority: u16) -> ConjunctionInfo {
+    ConjunctionInfo {
+        conj_id,
+        rule_id: r.id.clone(),
+        policy: r.policy.clone(),
+        rule_name: r.rule_name.clone(),
+        direction: r.direction,
+        action: r.action,
+        table,
+        priority,
+        enable_logging: r.enable_logging,
+        log_label: r.log_label.clone(),
+    }
+}
+
+/// Whether two rule views hold the same rules: by pointer first (the policy cache shares
+/// unchanged rules from one view to the next), by value otherwise.
+pub fn same_rules(a: &[Arc<CompiledRuleInput>], b: &[Arc<CompiledRuleInput>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y) || x == y)
+}
+
+/// The conjunctions as the packet-in responder reads them.
+pub type SharedConjunctions = Arc<BTreeMap<u32, ConjunctionInfo>>;
+
+/// Publishes [`Compiler::known_conjunctions`] as a shared map (what the packet-in responder
+/// reads) without copying every entry on each change: it keeps the previous map as a spare and,
+/// once nobody else holds it, brings it up to date with only the entries that changed since.
+#[derive(Debug, Default)]
+pub struct ConjunctionPublisher {
+    current: SharedConjunctions,
+    /// An older map and the ids it is behind `current` on.
+    spare: Option<(SharedConjunctions, BTreeSet<u32>)>,
+}
+
+impl ConjunctionPublisher {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The compiler's current conjunctions. Cheap when little changed and the previous
+    /// publication's readers are gone.
+    pub fn publish(&mut self, compiler: &mut Compiler) -> SharedConjunctions {
+        let Some(changed) = compiler.take_conjunction_changes() else {
+            self.spare = None;
+            self.current = Arc::new(compiler.known_conjunctions());
+            return Arc::clone(&self.current);
+        };
+        if changed.is_empty() {
+            return Arc::clone(&self.current);
+        }
+        let refresh = |map: &mut BTreeMap<u32, ConjunctionInfo>, ids: &BTreeSet<u32>| {
+            for &c in ids {
+                match compiler.conjunction(c) {
+                    Some(info) => {
+                        map.insert(c, info.clone());
+                    }
+                    None => {
+                        map.remove(&c);
+                    }
+                }
+            }
+        };
+        let mut spare = self.spare.take();
+        let updated = spare.as_mut().and_then(|(map, behind)| {
+            let m = Arc::get_mut(map)?;
+            refresh(m, behind);
+            refresh(m, &changed);
+            Some(())
+        });
+        let next = match (updated, spare) {
+            (Some(()), Some((map, _))) => map,
+            _ => {
+                // Someone still reads the spare (or there is none): copy.
+                let mut m = (*self.current).clone();
+                refresh(&mut m, &changed);
+                Arc::new(m)
+            }
+        };
+        let previous = std::mem::replace(&mut self.current, next);
+        self.spare = Some((previous, changed));
+        Arc::clone(&self.current)
     }
 }
 
@@ -780,25 +1274,22 @@ type SharedMatches = HashMap<(u8, u16, Elem), Vec<(u32, u8, u8)>, FxBuild>;
 /// Rules must have distinct conjunction ids. Matches are built in the form OVS stores them
 /// (see [`crate::ovs::openflow::oxm::normalize_match`]). Pure.
 pub fn build_flows(rules: &[ResolvedRule<'_>], round: u16, opts: &CompileOptions) -> Vec<Flow> {
-    build_keyed(rules, round, opts)
-        .into_iter()
-        .map(|(_, f)| f)
-        .collect()
+    build_sorted(rules, round, opts)
 }
 
-/// Sorts `(key, flow)` pairs by key: first by the integers, then each run of one table and
+/// Sorts flows by identity: first by table and priority, then each run of one table and
 /// priority by match. Comparing whole matches is what costs, and the runs are short (one rule's
-/// flows), so this is much cheaper than one sort by [`FlowKey`]. An index is sorted and then
-/// applied in place, cycle by cycle, so the large pairs move once.
-fn sort_by_identity(pairs: &mut [(FlowKey, Flow)]) {
-    let mut order: Vec<usize> = (0..pairs.len()).collect();
-    order.sort_unstable_by_key(|&i| (pairs[i].0.table, pairs[i].0.priority));
-    for run in order.chunk_by_mut(|&a, &b| {
-        (pairs[a].0.table, pairs[a].0.priority) == (pairs[b].0.table, pairs[b].0.priority)
-    }) {
-        run.sort_unstable_by(|&a, &b| pairs[a].0.matches.cmp(&pairs[b].0.matches));
+/// flows), so this is much cheaper than one sort by [`crate::ovs::openflow::FlowKey`]. An index is sorted and then
+/// applied in place, cycle by cycle, so the large flows move once.
+fn sort_by_identity(flows: &mut [Flow]) {
+    let mut order: Vec<usize> = (0..flows.len()).collect();
+    order.sort_unstable_by_key(|&i| (flows[i].table, flows[i].priority));
+    for run in order
+        .chunk_by_mut(|&a, &b| (flows[a].table, flows[a].priority) == (flows[b].table, flows[b].priority))
+    {
+        run.sort_unstable_by(|&a, &b| flows[a].matches.cmp(&flows[b].matches));
     }
-    // Position k receives the pair at order[k].
+    // Position k receives the flow at order[k].
     for i in 0..order.len() {
         let mut cur = i;
         loop {
@@ -807,14 +1298,14 @@ fn sort_by_identity(pairs: &mut [(FlowKey, Flow)]) {
             if next == i || next == cur {
                 break;
             }
-            pairs.swap(cur, next);
+            flows.swap(cur, next);
             cur = next;
         }
     }
 }
 
-/// The flows with their identities, sorted by identity, duplicates merged.
-fn build_keyed(rules: &[ResolvedRule<'_>], round: u16, opts: &CompileOptions) -> Vec<(FlowKey, Flow)> {
+/// The flows, sorted by identity, duplicates merged.
+fn build_sorted(rules: &[ResolvedRule<'_>], round: u16, opts: &CompileOptions) -> Vec<Flow> {
     let c = cookie(round, CookieCategory::NetworkPolicy);
     let families = opts.families();
     let targets = Targets::new();
@@ -850,17 +1341,11 @@ fn build_keyed(rules: &[ResolvedRule<'_>], round: u16, opts: &CompileOptions) ->
         }
         rule_flows(r, c, &families, &targets, &mut flows);
     }
-    let mut pairs: Vec<(FlowKey, Flow)> = Vec::with_capacity(shared.len() + flows.len());
-    pairs.extend(shared.into_iter().map(|((table, priority, e), mut acts)| {
+    flows.reserve_exact(shared.len());
+    flows.extend(shared.into_iter().map(|((table, priority, e), mut acts)| {
         acts.sort_unstable();
         acts.dedup();
-        let matches = e.to_match();
-        let key = FlowKey {
-            table,
-            priority,
-            matches: matches.clone(),
-        };
-        let mut f = Flow::new(table, priority, matches).cookie(c);
+        let mut f = Flow::new(table, priority, e.to_match()).cookie(c);
         f.actions = acts
             .into_iter()
             .map(|(id, clause, n_clauses)| Action::Conjunction {
@@ -869,29 +1354,27 @@ fn build_keyed(rules: &[ResolvedRule<'_>], round: u16, opts: &CompileOptions) ->
                 n_clauses,
             })
             .collect();
-        (key, f)
+        f
     }));
-    pairs.extend(flows.into_iter().map(|f| (f.key(), f)));
-    sort_by_identity(&mut pairs);
+    sort_by_identity(&mut flows);
     // Distinct elements have distinct matches, and action and metric flows match on their own
     // conjunction id, so identities are unique; should two flows still collide, keep one flow
     // with the conjunction actions of both rather than lose one.
-    pairs.dedup_by(|later, kept| {
-        if later.0 != kept.0 {
+    flows.dedup_by(|later, kept| {
+        if identity(later) != identity(kept) {
             return false;
         }
         let extra: Vec<Action> = later
-            .1
             .actions
             .drain(..)
             .filter(|a| matches!(a, Action::Conjunction { .. }))
             .collect();
-        kept.1.actions.extend(extra);
-        kept.1.actions.sort();
-        kept.1.actions.dedup();
+        kept.actions.extend(extra);
+        kept.actions.sort();
+        kept.actions.dedup();
         true
     });
-    pairs
+    flows
 }
 
 /// The action flow(s) of one rule and its metric flows.

@@ -29,7 +29,7 @@ pub fn flow_set(flows: impl IntoIterator<Item = Flow>) -> FlowSet {
 
 /// Whether two flows are the same apart from the round in their cookies: replacing one by the
 /// other would change nothing but the round (and reset its counters), so it is not done.
-fn same_but_round(a: &Flow, b: &Flow) -> bool {
+pub(crate) fn same_but_round(a: &Flow, b: &Flow) -> bool {
     a.cookie & !ROUND_MASK == b.cookie & !ROUND_MASK
         && Flow {
             cookie: b.cookie,

@@ -201,6 +201,20 @@ impl PriorityAssigner {
         self.by_priority.iter().map(|(p, &of)| (p, of))
     }
 
+    /// The registered priorities of one policy zone (same tier and policy priority as `p`), in
+    /// ascending precedence: a range of the ordered map, so releasing a zone costs its size only.
+    pub fn registered_in_zone(&self, p: &Priority) -> impl Iterator<Item = (&Priority, u16)> {
+        // `Ord` puts larger rule numbers first, and a zone's priorities are contiguous.
+        let low = Priority::new(p.tier, p.policy, i32::MAX);
+        let high = Priority::new(p.tier, p.policy, i32::MIN);
+        self.by_priority.range(low..=high).map(|(p, &of)| (p, of))
+    }
+
+    /// The registered priority that holds OpenFlow priority `of`.
+    pub fn priority_at(&self, of: u16) -> Option<&Priority> {
+        self.by_of.get(&of)
+    }
+
     /// Registers `priorities` (already registered ones are skipped). Returns the OpenFlow
     /// priorities of previously registered priorities that had to move (original → updated).
     /// On error nothing changes (upstream's revert function).

@@ -7,6 +7,7 @@
 //! as destinations (pipeline reference §8.1).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crate::messages::{AttachedInterface, EntityRef};
 use crate::policy::controlplane::store::PolicyStore;
@@ -35,6 +36,94 @@ pub fn resolve(store: &PolicyStore, interfaces: &[AttachedInterface]) -> Resolve
     }
     out.rules.sort_by(|a, b| a.id.cmp(&b.id));
     out
+}
+
+/// Incremental resolution, for the policy cache: the resolved rules of every policy are kept
+/// (as shared `Arc`s, which the flow installer's compiler compares by pointer), and a change
+/// re-resolves only the policies it affects
+/// ([`crate::policy::controlplane::store::PolicyStore::affected_policies`]). A re-resolved rule
+/// equal to the one it replaces keeps the old allocation.
+#[derive(Clone, Debug, Default)]
+pub struct ResolvedView {
+    /// Every rule that applies on this node, sorted by rule id (then policy name): what
+    /// [`resolve`] returns, shared.
+    pub rules: Arc<[Arc<CompiledRuleInput>]>,
+    /// What could not be used, policy by policy in name order.
+    pub warnings: Vec<String>,
+    /// Per policy name: its rules and warnings.
+    per_policy: BTreeMap<String, (Vec<Arc<CompiledRuleInput>>, Vec<String>)>,
+}
+
+impl ResolvedView {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Resolves the policies named in `affected` again (every policy if `None`: first use, or
+    /// the attached interfaces changed) and returns whether the rules changed.
+    pub fn update(
+        &mut self,
+        store: &PolicyStore,
+        interfaces: &[AttachedInterface],
+        affected: Option<&BTreeSet<String>>,
+    ) -> bool {
+        let local: BTreeMap<&EntityRef, &AttachedInterface> =
+            interfaces.iter().map(|i| (&i.entity, i)).collect();
+        let names: Vec<String> = match affected {
+            Some(names) => names.iter().cloned().collect(),
+            None => {
+                let mut all: BTreeSet<String> = self.per_policy.keys().cloned().collect();
+                all.extend(store.policies().map(|p| p.name.clone()));
+                all.into_iter().collect()
+            }
+        };
+        let mut changed = false;
+        let mut warnings_changed = false;
+        for name in names {
+            let old = self.per_policy.remove(&name);
+            let mut out = Resolved::default();
+            if let Some(policy) = store.policy(&name) {
+                resolve_policy(store, policy, &local, &mut out);
+            }
+            let (old_rules, old_warnings) = old.unwrap_or_default();
+            warnings_changed |= old_warnings != out.warnings;
+            let mut kept = 0;
+            let rules: Vec<Arc<CompiledRuleInput>> = out
+                .rules
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| match old_rules.get(i) {
+                    Some(o) if **o == r => {
+                        kept += 1;
+                        Arc::clone(o)
+                    }
+                    _ => Arc::new(r),
+                })
+                .collect();
+            changed |= kept != rules.len() || kept != old_rules.len();
+            if !rules.is_empty() || !out.warnings.is_empty() {
+                self.per_policy.insert(name, (rules, out.warnings));
+            }
+        }
+        if changed {
+            let mut all: Vec<(&Arc<CompiledRuleInput>, &str)> = self
+                .per_policy
+                .iter()
+                .flat_map(|(name, (rules, _))| rules.iter().map(move |r| (r, name.as_str())))
+                .collect();
+            // Stable: rules with the same id stay in policy name order, as in `resolve`.
+            all.sort_by(|a, b| a.0.id.cmp(&b.0.id).then_with(|| a.1.cmp(b.1)));
+            self.rules = all.into_iter().map(|(r, _)| Arc::clone(r)).collect();
+        }
+        if warnings_changed {
+            self.warnings = self
+                .per_policy
+                .values()
+                .flat_map(|(_, w)| w.iter().cloned())
+                .collect();
+        }
+        changed
+    }
 }
 
 fn policy_ref(policy: &Policy) -> Result<rule::PolicyRef, String> {
@@ -300,6 +389,7 @@ mod tests {
     use serde::Deserialize;
 
     use super::*;
+    use crate::policy::controlplane::store::Changes;
     use crate::policy::controlplane::ControlplaneObject;
 
     fn store(yaml: &str) -> PolicyStore {
@@ -425,5 +515,71 @@ rules: [{direction: In, from: {ipBlocks: [{cidr: 0.0.0.0/0}]}, action: Drop}]
             "{:?}",
             resolved.warnings
         );
+    }
+
+    fn same(view: &ResolvedView, full: &Resolved) {
+        let rules: Vec<CompiledRuleInput> = view.rules.iter().map(|r| (**r).clone()).collect();
+        assert_eq!(rules, full.rules);
+        assert_eq!(view.warnings, full.warnings);
+    }
+
+    #[test]
+    fn incremental_view_equals_full_resolution() {
+        let mut store = store(OBJECTS);
+        let eth0 = iface("eth0", 3, &["10.99.0.2", "fd00:99::2"], "vm1-3e616");
+        let other = iface("eth1", 4, &["10.99.0.3"], "other");
+        let mut view = ResolvedView::new();
+        assert!(view.update(&store, std::slice::from_ref(&eth0), None));
+        same(&view, &resolve(&store, std::slice::from_ref(&eth0)));
+        let first = view.rules.clone();
+
+        // A new policy that names an unknown group: only it is resolved again.
+        let extra = super::tests::store(
+            "kind: NetworkPolicy\nmetadata: {name: uid-3, uid: uid-3}\nappliedToGroups: [atg-vm1]\n\
+             rules: [{direction: In, from: {addressGroups: [missing]}, action: Drop}]\n",
+        );
+        let mut changes = Changes::default();
+        for p in extra.policies() {
+            changes.merge(store.upsert_policy(p.clone()));
+        }
+        assert!(view.update(
+            &store,
+            std::slice::from_ref(&eth0),
+            Some(&store.affected_policies(&changes))
+        ));
+        same(&view, &resolve(&store, std::slice::from_ref(&eth0)));
+        for r in first.iter() {
+            assert!(
+                view.rules.iter().any(|n| Arc::ptr_eq(n, r)),
+                "unchanged rules keep their allocation"
+            );
+        }
+
+        // A group change reaches the policies using it; nothing else changes.
+        let clients = super::tests::store(
+            "kind: AddressGroup\nmetadata: {name: clients}\n\
+             groupMembers: [{externalEntity: {name: c1, namespace: vm-ns}, ips: [\"10.0.0.8\"]}]\n",
+        );
+        let changes = store.upsert_address_group(clients.address_group("clients").expect("group").clone());
+        let affected = store.affected_policies(&changes);
+        assert_eq!(affected, BTreeSet::from(["uid-1".to_string()]));
+        assert!(view.update(&store, std::slice::from_ref(&eth0), Some(&affected)));
+        same(&view, &resolve(&store, std::slice::from_ref(&eth0)));
+        assert!(
+            !view.update(&store, std::slice::from_ref(&eth0), Some(&affected)),
+            "nothing new"
+        );
+
+        // Deleting a policy, then other interfaces (everything again).
+        let changes = store.delete(crate::policy::controlplane::Kind::NetworkPolicy, "uid-1");
+        assert!(view.update(
+            &store,
+            std::slice::from_ref(&eth0),
+            Some(&store.affected_policies(&changes))
+        ));
+        same(&view, &resolve(&store, std::slice::from_ref(&eth0)));
+        let both = [eth0, other];
+        view.update(&store, &both, None);
+        same(&view, &resolve(&store, &both));
     }
 }

@@ -5,7 +5,9 @@
 
 pub mod fake;
 pub mod file;
+pub mod kube_external_node;
 pub mod policy_dir;
+pub mod select;
 
 use futures::stream::BoxStream;
 

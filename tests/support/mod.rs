@@ -8,6 +8,7 @@
 #![allow(dead_code, unused_imports)]
 
 mod agent;
+pub mod emulator;
 mod lab;
 mod traffic;
 mod util;

@@ -24,10 +24,17 @@ use crate::messages::{
 };
 use crate::ovs::openflow::{FlowFilter, FlowMod, OfError, Switch};
 use crate::packetin::{self, AuditLog, PacketInContext, PacketInStats};
-use crate::policy::compiler::{CompileOptions, Compiler, ConjunctionInfo};
+use crate::policy::compiler::{same_rules, CompileOptions, Compiler, ConjunctionInfo, ConjunctionPublisher, Update};
 use crate::policy::flowset::{self, FlowSet};
 use crate::policy::pipeline::{self, PipelineOptions, ROUND_MASK};
 use crate::policy::rule::CompiledRuleInput;
+
+mod stats;
+/// Read-only queries for the agent API (`GetFlowDump`).
+pub mod query;
+pub use stats::{
+    dump_metric_flows, metric_sample, rule_stats_for, rule_stats_from_flows, GetLastRealized, MetricSample, StatsError,
+};
 
 /// How long a removed rule keeps its conjunction id after its flows were removed.
 const CONJ_ID_GRACE: Duration = Duration::from_secs(5);
@@ -76,9 +83,15 @@ pub struct FlowInstaller {
     /// `None` until the interface manager's first view arrives.
     interfaces: Option<Vec<AttachedInterface>>,
     /// `None` until the policy cache's first view arrives.
-    rules: Option<Vec<CompiledRuleInput>>,
-    /// Keeps conjunction ids and rule priorities stable from one compilation to the next.
+    rules: Option<Arc<[Arc<CompiledRuleInput>]>>,
+    /// Keeps conjunction ids and rule priorities stable from one compilation to the next, and
+    /// knows the NetworkPolicy flows: a rule change is compiled into a delta of flow_mods.
     compiler: Compiler,
+    /// Publishes the compiler's conjunctions to the packet-in responder without copying them all.
+    publisher: ConjunctionPublisher,
+    /// The switch's NetworkPolicy flows may differ from the compiler's (a bundle failed after
+    /// the compiler moved on, or the compiler started over): the next sync takes over again.
+    policy_resync: bool,
     /// What the packet-in responder needs (conjunction → rule, local interfaces), published on
     /// every change so the responder of the current connection always sees the latest.
     conjunctions_tx: watch::Sender<Arc<BTreeMap<u32, ConjunctionInfo>>>,
@@ -90,6 +103,10 @@ pub struct FlowInstaller {
     reclaim_pending: bool,
     /// When the oldest rule change not yet committed arrived (for the realization latency).
     rules_changed_at: Option<std::time::Instant>,
+    /// The policies of the rule view and the last realization notice (see `stats`).
+    realization: stats::Realization,
+    /// The flows installed besides the NetworkPolicy flows (those are the compiler's, see
+    /// [`FlowInstaller::installed_flows`]): init flows, bypass rules, cross-connects.
     installed: FlowSet,
     reconnect_delay: Duration,
     connecting: bool,
@@ -116,12 +133,15 @@ impl FlowInstaller {
             interfaces: None,
             rules: None,
             compiler: Compiler::new(CompileOptions::default()),
+            publisher: ConjunctionPublisher::new(),
+            policy_resync: false,
             conjunctions_tx: watch::channel(Arc::new(BTreeMap::new())).0,
             interfaces_tx: watch::channel(Arc::new(Vec::new())).0,
             audit,
             packet_in_stats: PacketInStats::new(),
             reclaim_pending: false,
             rules_changed_at: None,
+            realization: Default::default(),
             installed: FlowSet::new(),
             reconnect_delay,
             connecting: false,
@@ -144,35 +164,52 @@ impl FlowInstaller {
         self.last_error = Some(msg);
     }
 
-    /// Everything the switch should hold; `None` while the interfaces or the rules are unknown
-    /// (the switch then keeps what it has: fail closed, no gap).
-    fn desired(&mut self, round: u16, meters: bool) -> Option<FlowSet> {
+    /// Everything the switch should hold besides the NetworkPolicy flows, and how the
+    /// NetworkPolicy flows change (the compiler moves to the current rule view); `None` while
+    /// the interfaces or the rules are unknown (the switch then keeps what it has: fail closed,
+    /// no gap).
+    fn desired(&mut self, round: u16, meters: bool) -> Option<(FlowSet, Update)> {
         let (Some(interfaces), Some(rules)) = (self.interfaces.as_ref(), self.rules.as_ref()) else {
             return None;
         };
         let opts = PipelineOptions { round, meters };
-        let mut flows = flowset::desired_flows(opts, &self.deps.config.policy_bypass_rules, interfaces);
-        let compiled = self.compiler.compile_or_rebuild(rules, round);
-        for skipped in &compiled.skipped {
+        let flows = flowset::desired_flows(opts, &self.deps.config.policy_bypass_rules, interfaces);
+        let update = self.compiler.update_or_rebuild(rules, round);
+        for skipped in &update.skipped {
             warn!("rule {:?} not installed: {:?}", skipped.id, skipped.reason);
         }
         // Rules removed a moment ago stay known, so their late packet-ins still name them.
-        let mut known = compiled.released.clone();
-        known.extend(compiled.conjunctions.clone());
-        self.conjunctions_tx.send_replace(Arc::new(known));
-        self.reclaim_pending |= !compiled.released.is_empty();
-        flows.extend(compiled.flows);
-        Some(flows)
+        self.conjunctions_tx
+            .send_replace(self.publisher.publish(&mut self.compiler));
+        self.reclaim_pending |= update.released_any;
+        Some((flows, update))
+    }
+
+    /// Every flow the installer believes the switch holds (NetworkPolicy flows once synced).
+    fn installed_flows(&mut self) -> Vec<crate::ovs::openflow::Flow> {
+        let mut flows: Vec<crate::ovs::openflow::Flow> = self.installed.values().cloned().collect();
+        if let Some(s) = self.session.as_ref().filter(|s| s.synced && !self.policy_resync) {
+            flows.extend(self.compiler.flows(s.round).into_values());
+        }
+        flows
     }
 
     fn flows_per_table(&self) -> BTreeMap<String, usize> {
         let names: BTreeMap<u8, &str> = pipeline::tables().into_iter().map(|t| (t.id, t.name)).collect();
         let mut counts = BTreeMap::new();
-        for key in self.installed.keys() {
+        let policy = self
+            .session
+            .as_ref()
+            .filter(|s| s.synced)
+            .map(|_| self.compiler.flow_counts().iter().map(|(t, n)| (*t, *n)))
+            .into_iter()
+            .flatten();
+        let base = self.installed.keys().map(|k| (k.table, 1));
+        for (table, n) in base.chain(policy) {
             let name = names
-                .get(&key.table)
-                .map_or_else(|| key.table.to_string(), |n| n.to_string());
-            *counts.entry(name).or_insert(0) += 1;
+                .get(&table)
+                .map_or_else(|| table.to_string(), |n| n.to_string());
+            *counts.entry(name).or_insert(0) += n;
         }
         counts
     }
@@ -333,7 +370,7 @@ impl Handler<Sync> for FlowInstaller {
         let Some((round, meters)) = self.session.as_ref().map(|s| (s.round, s.meters)) else {
             return noop();
         };
-        let Some(desired) = self.desired(round, meters) else {
+        let Some((desired, update)) = self.desired(round, meters) else {
             debug!("waiting for the interface and rule views before syncing");
             return noop();
         };
@@ -342,15 +379,27 @@ impl Handler<Sync> for FlowInstaller {
         };
         let first = !session.synced;
         // The first sync of a connection takes over what the switch holds (an earlier run's
-        // flows, or nothing after an OVS restart); later ones diff against what we installed.
-        let known_mods = if first {
-            None
+        // flows, or nothing after an OVS restart), and so does the sync after the NetworkPolicy
+        // flows got out of step; later ones diff against what we installed, the NetworkPolicy
+        // flows by the compiler's delta.
+        let take_over_all = first || update.full || self.policy_resync;
+        let (known_mods, wanted) = if take_over_all {
+            let mut all = desired.clone();
+            all.extend(self.compiler.flows(round));
+            (None, all)
         } else {
-            Some(flowset::diff(&self.installed, &desired))
+            let mut mods = flowset::diff(&self.installed, &desired);
+            mods.extend(update.mods);
+            (Some(mods), FlowSet::new())
         };
+        // From here until a commit, what the switch holds is not known to match the compiler.
+        self.policy_resync = true;
+        let view = self.realization.current();
         if known_mods.as_ref().is_some_and(Vec::is_empty) {
             // A rule change that needs no flow change is realized already.
+            self.policy_resync = false;
             self.rules_changed_at = None;
+            self.notify_realized(view);
             return noop();
         }
         let switch = session.switch.clone();
@@ -359,8 +408,8 @@ impl Handler<Sync> for FlowInstaller {
         let previous_round = session.previous_round;
         let ovsdb = self.deps.ovsdb.clone();
         let bridge = self.deps.config.ovs_bridge.clone();
-        let wanted = desired.clone();
         let changed_at = self.rules_changed_at.take();
+        let metrics = self.deps.metrics.clone();
         let fut = async move {
             let mods = match known_mods {
                 Some(mods) => mods,
@@ -368,7 +417,7 @@ impl Handler<Sync> for FlowInstaller {
             };
             let count = mods.len();
             if !mods.is_empty() {
-                switch.bundle(mods).await?;
+                stats::timed_bundle(switch.as_ref(), mods, &metrics).await?;
             }
             if first {
                 if let Err(e) = ovsdb
@@ -381,6 +430,10 @@ impl Handler<Sync> for FlowInstaller {
             Ok::<_, OfError>(count)
         };
         AtomicResponse::new(Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
+            if res.is_err() {
+                // Not realized: the retry's realization latency still counts from the change.
+                act.rules_changed_at = changed_at.or(act.rules_changed_at);
+            }
             let Some(session) = act.session.as_mut().filter(|s| s.epoch == epoch) else {
                 return;
             };
@@ -396,7 +449,12 @@ impl Handler<Sync> for FlowInstaller {
                         "flows committed"
                     );
                     session.synced = true;
+                    if let Some(ms) = realization_ms {
+                        stats::observe_realization(&act.deps.metrics, ms);
+                    }
+                    act.notify_realized(view);
                     act.installed = desired;
+                    act.policy_resync = false;
                     act.last_error = None;
                     if std::mem::take(&mut act.reclaim_pending) {
                         // Packet-ins of removed rules may still be in flight: free their ids later.
@@ -438,7 +496,8 @@ impl Handler<RulesChanged> for FlowInstaller {
     type Result = ();
 
     fn handle(&mut self, msg: RulesChanged, ctx: &mut Context<Self>) {
-        if self.rules.as_ref() != Some(&msg.rules) {
+        self.realization.set_view(msg.policies, msg.sync_epoch);
+        if !self.rules.as_ref().is_some_and(|r| same_rules(r, &msg.rules)) {
             debug!(rules = msg.rules.len(), "rule view changed");
             self.rules = Some(msg.rules);
             self.rules_changed_at.get_or_insert_with(std::time::Instant::now);
@@ -450,14 +509,15 @@ impl Handler<RulesChanged> for FlowInstaller {
 impl Handler<GetInstalledFlows> for FlowInstaller {
     type Result = actix::MessageResult<GetInstalledFlows>;
     fn handle(&mut self, _: GetInstalledFlows, _: &mut Context<Self>) -> Self::Result {
-        actix::MessageResult(self.installed.values().cloned().collect())
+        actix::MessageResult(self.installed_flows())
     }
 }
 
 impl Handler<crate::messages::Resync> for FlowInstaller {
     type Result = ();
     fn handle(&mut self, _: crate::messages::Resync, _: &mut Context<Self>) {
-        // Nothing downstream of the switch.
+        // Downstream of the switch is only the reporter: tell it again what is realized.
+        self.resend_realized();
     }
 }
 

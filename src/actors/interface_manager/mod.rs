@@ -5,6 +5,7 @@
 //! never blocks the others. It publishes the attached set to the flow installer and the policy
 //! cache — only once it is known, never a guess.
 
+pub mod offline;
 pub mod procedures;
 pub mod store;
 

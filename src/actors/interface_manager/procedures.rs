@@ -229,7 +229,7 @@ async fn move_config(
 
 /// Adds the record's addresses, then its routes, to `dst` (present ones are left alone),
 /// journaling the two steps.
-async fn restore_config(
+pub(crate) async fn restore_config(
     env: &Env,
     record: &mut InterfaceRecord,
     dst: &Link,
@@ -688,7 +688,7 @@ async fn recover_port(
 
 /// An interface attached by an earlier agent that kept no record (e.g. the Go agent): the record
 /// is rebuilt from OVSDB and the internal port's current configuration.
-async fn adopt_without_record(
+pub(crate) async fn adopt_without_record(
     env: &Env,
     port: &PortRecord,
     uplink_name: &str,

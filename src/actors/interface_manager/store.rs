@@ -151,7 +151,8 @@ impl RecordStore {
         }
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    /// The record file of interface `name`.
+    pub fn path(&self, name: &str) -> PathBuf {
         self.dir.join(format!("{name}.json"))
     }
 

@@ -1,0 +1,562 @@
+//! Restoring the host without the agent running (`antrea-vm-agent detach-all`), and the state-dir
+//! lock that tells whether an agent runs.
+//!
+//! The lock is `<stateDir>/agent.lock`, held with `flock` for the whole life of `run` (and of
+//! `detach-all`). The kernel drops it when the holder dies, so a stale file never blocks anything;
+//! the pid written inside only serves the error message. A process-list check would not do: agents
+//! of other network namespaces (labs, containers) would count, and it cannot tell which state dir
+//! an agent uses.
+//!
+//! `detach-all` works from the interface records: every recorded interface is rolled back with the
+//! same procedure the agent uses (ports deleted, NIC renamed back, MTU, promiscuity, addresses and
+//! routes restored), whatever phase or step it was in. Ports of ours that no record explains are
+//! handled too: an attachment without a record (the Go agent's) is adopted first, stale ports are
+//! deleted. The bridge and its flows stay, as upstream leaves them: without uplinks they see no
+//! traffic. When OVSDB cannot be reached the kernel side is still restored; the record is kept at
+//! the `delete-ports` step so that a later `detach-all` (or the agent's next start) removes the
+//! OVS ports, and the run fails saying so.
+
+use std::collections::BTreeSet;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::TryStreamExt;
+use rtnetlink::packet_route::link::{InfoKind, LinkAttribute, LinkInfo};
+
+use super::procedures::{self, ext_id, Env, ProcedureError};
+use super::store::{InterfaceRecord, Phase, RecordStore, Step};
+use crate::config::Config;
+use crate::host::netlink::NetlinkHost;
+use crate::ovs::ovsdb::{OvsdbClient, OvsdbError, PortRecord};
+
+/// File name of the agent lock inside `stateDir`.
+pub const LOCK_FILE: &str = "agent.lock";
+
+/// How long a detach waits for ovs-vswitchd to remove the internal port's netdev.
+const PORT_WAIT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("{} is held by {holder}: {what} is running with state dir {}", path.display(), state_dir.display())]
+    Held {
+        path: PathBuf,
+        state_dir: PathBuf,
+        /// `pid N` when the file says so.
+        holder: String,
+        /// What the holder is doing (`an antrea-vm-agent`, `antrea-vm-agent detach-all`).
+        what: String,
+    },
+    #[error("agent lock {}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+/// An exclusive hold on `<stateDir>/agent.lock`; released when dropped (or when the process dies).
+#[derive(Debug)]
+pub struct AgentLock {
+    _file: File,
+    path: PathBuf,
+}
+
+impl AgentLock {
+    /// Takes the lock for `command` (`run`, `detach-all`), creating the state dir if needed.
+    pub fn acquire(state_dir: &Path, command: &str) -> Result<AgentLock, LockError> {
+        let path = state_dir.join(LOCK_FILE);
+        let io = |source| LockError::Io {
+            path: path.clone(),
+            source,
+        };
+        std::fs::create_dir_all(state_dir).map_err(io)?;
+        // Never truncate on open: the holder's pid is in there until we own the lock.
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                let mut text = String::new();
+                let _ = file.read_to_string(&mut text);
+                let mut words = text.split_whitespace();
+                let holder = match words.next().and_then(|p| p.parse::<u32>().ok()) {
+                    Some(pid) => format!("pid {pid}"),
+                    None => "another process".to_string(),
+                };
+                let what = match words.next() {
+                    Some("detach-all") => "antrea-vm-agent detach-all".to_string(),
+                    _ => "an antrea-vm-agent".to_string(),
+                };
+                return Err(LockError::Held {
+                    path,
+                    state_dir: state_dir.to_path_buf(),
+                    holder,
+                    what,
+                });
+            }
+            Err(TryLockError::Error(e)) => return Err(io(e)),
+        }
+        file.set_len(0).map_err(io)?;
+        file.rewind().map_err(io)?;
+        writeln!(file, "{} {command}", std::process::id()).map_err(io)?;
+        Ok(AgentLock { _file: file, path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// What became of a netdev that sits on the NIC's name while OVS is down.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Orphan {
+    /// It was the internal port's tap, held by no process: deleted.
+    Removed,
+    /// Something else (why): left alone.
+    Kept(String),
+}
+
+/// Removes the internal port's netdev that a dead ovs-vswitchd leaves behind: with the userspace
+/// datapath an internal port is a persistent tap, which keeps the NIC's name (and addresses)
+/// after ovs-vswitchd exits.
+#[async_trait]
+pub trait OrphanPorts: Send + Sync {
+    /// Deletes link `name` only if it is a tap with MAC `mac` and no carrier (no process has it
+    /// open, so no ovs-vswitchd uses it).
+    async fn remove_orphan_tap(&self, name: &str, mac: &str) -> Result<Orphan, String>;
+}
+
+/// [`OrphanPorts`] over rtnetlink.
+pub struct NetlinkOrphans {
+    handle: rtnetlink::Handle,
+}
+
+impl NetlinkOrphans {
+    /// Opens a netlink socket; needs a tokio runtime (the connection task is spawned on it).
+    pub fn new() -> Result<Self, std::io::Error> {
+        let (connection, handle, _) = rtnetlink::new_connection()?;
+        tokio::spawn(connection);
+        Ok(NetlinkOrphans { handle })
+    }
+}
+
+#[async_trait]
+impl OrphanPorts for NetlinkOrphans {
+    async fn remove_orphan_tap(&self, name: &str, mac: &str) -> Result<Orphan, String> {
+        let msg = self
+            .handle
+            .link()
+            .get()
+            .match_name(name.to_string())
+            .execute()
+            .try_next()
+            .await
+            .map_err(|e| format!("look up link {name}: {e}"))?;
+        let Some(msg) = msg else {
+            return Ok(Orphan::Removed);
+        };
+        let (mut is_tap, mut carrier, mut link_mac) = (false, None, None);
+        for attr in &msg.attributes {
+            match attr {
+                LinkAttribute::LinkInfo(infos) => {
+                    is_tap = infos.iter().any(|i| matches!(i, LinkInfo::Kind(InfoKind::Tun)));
+                }
+                LinkAttribute::Carrier(c) => carrier = Some(*c),
+                LinkAttribute::Address(a) => {
+                    link_mac = Some(a.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"))
+                }
+                _ => {}
+            }
+        }
+        if !is_tap {
+            return Ok(Orphan::Kept(format!(
+                "{name} is not a tap (with the kernel datapath the internal port lives in the \
+                 datapath; only OVS can remove it)"
+            )));
+        }
+        if link_mac.as_deref() != Some(&mac.to_ascii_lowercase()) {
+            return Ok(Orphan::Kept(format!(
+                "{name} is a tap with MAC {}, not the internal port's {mac}",
+                link_mac.unwrap_or_default()
+            )));
+        }
+        if carrier != Some(0) {
+            return Ok(Orphan::Kept(format!(
+                "the tap {name} is in use (ovs-vswitchd still runs?)"
+            )));
+        }
+        self.handle
+            .link()
+            .del(msg.header.index)
+            .execute()
+            .await
+            .map_err(|e| format!("delete the orphaned internal port {name}: {e}"))?;
+        Ok(Orphan::Removed)
+    }
+}
+
+/// What `detach-all` did: one line per interface or finding, and whether everything is restored.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Done and fine.
+    pub done: Vec<String>,
+    /// Not (completely) restored; each line says why and what to do.
+    pub problems: Vec<String>,
+    /// Set when OVSDB could not be reached (only the kernel side was looked at).
+    pub ovs_unreachable: Option<String>,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+    pub fn nothing_to_do(&self) -> bool {
+        self.done.is_empty() && self.problems.is_empty()
+    }
+}
+
+fn is_ours(port: &PortRecord) -> bool {
+    matches!(
+        port.external_ids.get(ext_id::ANTREA_TYPE).map(String::as_str),
+        Some(ext_id::TYPE_HOST | ext_id::TYPE_UPLINK)
+    )
+}
+
+fn summary(r: &InterfaceRecord) -> String {
+    format!(
+        "MAC {}, MTU {}, {} address(es), {} route(s)",
+        r.mac,
+        r.mtu,
+        r.addresses.len(),
+        r.routes.len()
+    )
+}
+
+/// Restores every interface of `env`'s records and removes our ports from `env.bridge`.
+pub async fn detach_all(env: &Env, orphans: &dyn OrphanPorts) -> Report {
+    let mut report = Report::default();
+    let (mut records, store_errors) = env.store.load_all();
+    for e in store_errors {
+        report
+            .problems
+            .push(format!("{e}; nothing restored from it (fix or remove the file)"));
+    }
+    let ports = match env.ovsdb.list_ports(&env.bridge).await {
+        Ok(p) => Ok(p),
+        // No bridge, no ports: nothing of ours in OVS.
+        Err(OvsdbError::NoBridge(_)) => Ok(Vec::new()),
+        Err(e) => Err(e),
+    };
+    let ports = match ports {
+        Ok(p) => p,
+        Err(e) => {
+            report.ovs_unreachable = Some(e.to_string());
+            for record in records.values() {
+                restore_kernel_only(env, orphans, record, &e, &mut report).await;
+            }
+            return report;
+        }
+    };
+
+    // Ports of ours that no record explains: an attachment made without a record (adopted, then
+    // detached like the others), or leftovers the kernel no longer matches (deleted).
+    let recorded: BTreeSet<String> = records
+        .values()
+        .flat_map(|r| [r.name.clone(), r.uplink_name.clone()])
+        .collect();
+    let mut explained = recorded.clone();
+    let mut adopted = Vec::new();
+    for port in ports.iter().filter(|p| is_ours(p) && !recorded.contains(&p.name)) {
+        if port.external_ids.get(ext_id::ANTREA_TYPE).map(String::as_str) != Some(ext_id::TYPE_HOST) {
+            continue;
+        }
+        let uplink = port
+            .external_ids
+            .get(ext_id::UPLINK_NAME)
+            .cloned()
+            .unwrap_or_else(|| format!("{}~", port.name));
+        match env.host.link_by_name(&uplink).await {
+            Ok(Some(_)) => match procedures::adopt_without_record(env, port, &uplink).await {
+                Ok(record) => {
+                    explained.insert(record.name.clone());
+                    explained.insert(record.uplink_name.clone());
+                    adopted.push(record.name.clone());
+                    records.insert(record.name.clone(), record);
+                }
+                Err(e) => {
+                    explained.insert(port.name.clone());
+                    explained.insert(uplink);
+                    report.problems.push(format!(
+                        "{}: attached without a record and cannot be adopted: {e}",
+                        port.name
+                    ));
+                }
+            },
+            Ok(None) => {}
+            Err(e) => {
+                report
+                    .problems
+                    .push(format!("{}: cannot look up its uplink {uplink}: {e}", port.name));
+                explained.insert(port.name.clone());
+                explained.insert(uplink);
+            }
+        }
+    }
+    for port in ports
+        .iter()
+        .filter(|p| is_ours(p) && !explained.contains(&p.name))
+    {
+        match env.ovsdb.delete_port(&env.bridge, &port.name).await {
+            Ok(()) => report.done.push(format!(
+                "{}: stale OVS port deleted from {} (no interface of the host is attached through it)",
+                port.name, env.bridge
+            )),
+            Err(e) => report
+                .problems
+                .push(format!("{}: cannot delete stale OVS port: {e}", port.name)),
+        }
+    }
+
+    for record in records.values() {
+        let how = if adopted.contains(&record.name) {
+            " (attached without a record, e.g. by the Go agent; rebuilt from OVS and the internal port)"
+        } else if record.phase != Phase::Attached {
+            // Say which interrupted step was finished by the roll back.
+            match record.phase {
+                Phase::Attaching => " (an attach had stopped at this step: rolled back)",
+                _ => " (a detach had stopped part way: finished)",
+            }
+        } else {
+            ""
+        };
+        match procedures::roll_back(env, record).await {
+            Ok(()) => report.done.push(format!(
+                "{}: restored{how}: {} renamed back to {}, {}; OVS ports {} and {} deleted from {}",
+                record.name,
+                record.uplink_name,
+                record.name,
+                summary(record),
+                record.name,
+                record.uplink_name,
+                env.bridge
+            )),
+            Err(e) => report.problems.push(format!(
+                "{}: not restored: {e} (its record {} is kept; fix the cause and run detach-all again)",
+                record.name,
+                env.store.path(&record.name).display()
+            )),
+        }
+    }
+    report
+}
+
+/// OVSDB is unreachable: puts the NIC back in the kernel (the internal port's netdev is gone with
+/// ovs-vswitchd in the userspace datapath) and keeps the record for the ports.
+async fn restore_kernel_only(
+    env: &Env,
+    orphans: &dyn OrphanPorts,
+    record: &InterfaceRecord,
+    ovs: &OvsdbError,
+    report: &mut Report,
+) {
+    let name = record.name.as_str();
+    match kernel_restore(env, orphans, record).await {
+        Ok(()) => report.problems.push(format!(
+            "{name}: kernel side restored ({} renamed back to {name}, {}), but OVS is unreachable \
+             ({ovs}): its ports {name} and {} may still be on bridge {}. Its record {} is kept: \
+             start OVS and run detach-all again (or start the agent, which removes them)",
+            record.uplink_name,
+            summary(record),
+            record.uplink_name,
+            env.bridge,
+            env.store.path(name).display()
+        )),
+        Err(e) => report.problems.push(format!(
+            "{name}: not restored: {e}; OVS is unreachable ({ovs}). Start OVS and run detach-all again"
+        )),
+    }
+}
+
+async fn kernel_restore(
+    env: &Env,
+    orphans: &dyn OrphanPorts,
+    record: &InterfaceRecord,
+) -> Result<(), ProcedureError> {
+    let name = record.name.as_str();
+    let uplink = record.uplink_name.as_str();
+    let host_err = |step: &'static str| {
+        move |source| ProcedureError::Host {
+            iface: name.to_string(),
+            step,
+            source,
+        }
+    };
+    let mut r = record.clone();
+    r.phase = Phase::Detaching;
+    journal(env, &mut r, Step::RenameBack)?;
+    if let Some(up) = env
+        .host
+        .link_by_name(uplink)
+        .await
+        .map_err(host_err("look up uplink"))?
+    {
+        if env
+            .host
+            .link_by_name(name)
+            .await
+            .map_err(host_err("look up internal port"))?
+            .is_some()
+        {
+            // The internal port still holds the name; its addresses and routes go with it.
+            let invalid = |message: String| ProcedureError::Invalid {
+                iface: name.into(),
+                message,
+            };
+            match orphans.remove_orphan_tap(name, &r.mac).await.map_err(&invalid)? {
+                Orphan::Removed => {}
+                Orphan::Kept(why) => {
+                    return Err(invalid(format!(
+                        "the OVS internal port {name} still exists ({why}), so {uplink} cannot be \
+                         renamed back"
+                    )))
+                }
+            }
+        }
+        env.host
+            .rename(up.index, name)
+            .await
+            .map_err(host_err("rename back"))?;
+    }
+    let nic = env
+        .host
+        .link_by_name(name)
+        .await
+        .map_err(host_err("look up NIC"))?
+        .ok_or_else(|| ProcedureError::Invalid {
+            iface: name.into(),
+            message: "neither the NIC nor its uplink exists".into(),
+        })?;
+    journal(env, &mut r, Step::RestoreLink)?;
+    env.host
+        .set_mtu(nic.index, r.mtu)
+        .await
+        .map_err(host_err("restore MTU"))?;
+    env.host
+        .set_up(nic.index, true)
+        .await
+        .map_err(host_err("set link up"))?;
+    if nic.promisc != r.promisc {
+        env.host
+            .set_promisc(nic.index, r.promisc)
+            .await
+            .map_err(host_err("restore promiscuity"))?;
+    }
+    procedures::restore_config(env, &mut r, &nic, (Step::RestoreAddresses, Step::RestoreRoutes)).await?;
+    // What is left is deleting the ports: a roll back from this step is idempotent on the kernel.
+    journal(env, &mut r, Step::DeletePorts)
+}
+
+fn journal(env: &Env, r: &mut InterfaceRecord, step: Step) -> Result<(), ProcedureError> {
+    r.step = step;
+    env.store.save(r).map_err(|source| ProcedureError::Store {
+        iface: r.name.clone(),
+        step: "journal step",
+        source,
+    })
+}
+
+/// `antrea-vm-agent detach-all --config F`: prints what it did per interface on stdout, problems
+/// on stderr; exit 0 when everything is restored, 1 otherwise.
+pub fn command(config_path: &Path) -> ExitCode {
+    let config = match Config::load(config_path) {
+        Ok(c) => c,
+        Err(problems) => {
+            eprintln!("{}: invalid configuration", config_path.display());
+            eprintln!("{problems}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let state_dir = config.state_dir.clone();
+    let _lock = match AgentLock::acquire(&state_dir, "detach-all") {
+        Ok(l) => l,
+        Err(e @ LockError::Held { .. }) => {
+            eprintln!(
+                "antrea-vm-agent detach-all: refusing: {e}. Stop it first (systemctl stop antrea-vm-agent): \
+                 a running agent re-attaches what is detached under it"
+            );
+            return ExitCode::FAILURE;
+        }
+        Err(e) => {
+            eprintln!("antrea-vm-agent detach-all: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("antrea-vm-agent detach-all: cannot start a runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = runtime.block_on(async {
+        let host = NetlinkHost::new().map_err(|e| format!("cannot open netlink: {e}"))?;
+        let orphans = NetlinkOrphans::new().map_err(|e| format!("cannot open netlink: {e}"))?;
+        let env = Env {
+            ovsdb: Arc::new(OvsdbClient::new(config.ovsdb_socket())),
+            host: Arc::new(host),
+            bridge: config.ovs_bridge.clone(),
+            store: RecordStore::new(&state_dir),
+            port_wait: PORT_WAIT,
+        };
+        Ok::<_, String>(detach_all(&env, &orphans).await)
+    });
+    let report = match report {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("antrea-vm-agent detach-all: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if report.nothing_to_do() {
+        let records = state_dir.join("interfaces");
+        match &report.ovs_unreachable {
+            None => println!(
+                "nothing to detach: no interface records in {} and no ports of the agent on bridge {}",
+                records.display(),
+                config.ovs_bridge
+            ),
+            // No record means no NIC of ours is renamed; ports in OVS (if any) are harmless.
+            Some(e) => println!(
+                "nothing to detach: no interface records in {} (OVS is unreachable, {e}: its ports \
+                 were not checked)",
+                records.display()
+            ),
+        }
+        return ExitCode::SUCCESS;
+    }
+    for line in &report.done {
+        println!("{line}");
+    }
+    for line in &report.problems {
+        eprintln!("antrea-vm-agent detach-all: {line}");
+    }
+    if report.ok() {
+        println!(
+            "every interface is restored; bridge {} and its flows are left in place (harmless without uplinks)",
+            config.ovs_bridge
+        );
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "antrea-vm-agent detach-all: {} problem(s); not everything is restored",
+            report.problems.len()
+        );
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,372 @@
+//! NetworkPolicyStatus write-back to antrea-controller: the POST body (node key `NS/NAME`), and
+//! [`StatusPoster`], the pure bookkeeping of which Antrea-native policies still need their
+//! realization posted in the current sync epoch, which posts are in flight, and when a failed post
+//! may be retried (exponential back-off from `retry_min`, capped at 300 s). The reporter actor
+//! does the I/O and feeds the results back.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::messages::{PoliciesRealized, PolicyGeneration};
+
+/// Back-off ceiling of a failing status post (Antrea's status queue).
+pub const RETRY_MAX: Duration = Duration::from_secs(300);
+/// At most this many posts in flight at once (Antrea runs four status workers).
+pub const MAX_IN_FLIGHT: usize = 4;
+
+/// `POST` path of one policy's status; `name` is the controlplane object's name (its UID for
+/// Antrea-native policies), which never contains `/`.
+pub fn status_path(name: &str) -> String {
+    format!("/apis/controlplane.antrea.io/v1beta2/networkpolicies/{name}/status")
+}
+
+/// The node key the controller counts realizations by: `NS/NAME`.
+pub fn node_key(namespace: &str, node_name: &str) -> String {
+    format!("{namespace}/{node_name}")
+}
+
+/// The body: this node realized the policy at `generation`. `realizationFailure` is always
+/// present; the agent never reports a failure (as the Go agent).
+pub fn status_body(name: &str, node_key: &str, generation: i64) -> Value {
+    json!({
+        "kind": "NetworkPolicyStatus",
+        "apiVersion": "controlplane.antrea.io/v1beta2",
+        "metadata": {"name": name},
+        "nodes": [{"nodeName": node_key, "generation": generation, "realizationFailure": false}],
+    })
+}
+
+/// One post to make.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Post {
+    pub name: String,
+    pub uid: String,
+    pub generation: i64,
+    pub epoch: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Pending {
+    policy: PolicyGeneration,
+    epoch: u64,
+    failures: u32,
+    not_before: Instant,
+    in_flight: bool,
+}
+
+/// Counters for reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PosterSummary {
+    pub epoch: Option<u64>,
+    /// Policies whose current generation is posted in this epoch.
+    pub posted: usize,
+    /// Policies still to post (waiting, backing off or in flight).
+    pub pending: usize,
+    pub in_flight: usize,
+    pub posts_ok: u64,
+    pub posts_failed: u64,
+}
+
+/// Which statuses need posting. Fed with every [`PoliciesRealized`] (the full set of realized
+/// policies) and with the result of every post.
+#[derive(Clone, Debug)]
+pub struct StatusPoster {
+    retry_min: Duration,
+    epoch: Option<u64>,
+    /// uid → generation posted successfully in the current epoch.
+    posted: HashMap<String, i64>,
+    /// uid → what still has to be posted.
+    pending: BTreeMap<String, Pending>,
+    in_flight: usize,
+    posts_ok: u64,
+    posts_failed: u64,
+}
+
+impl StatusPoster {
+    pub fn new(retry_min: Duration) -> Self {
+        StatusPoster {
+            retry_min,
+            epoch: None,
+            posted: HashMap::new(),
+            pending: BTreeMap::new(),
+            in_flight: 0,
+            posts_ok: 0,
+            posts_failed: 0,
+        }
+    }
+
+    /// Delay before the next attempt after `failures` consecutive failures (1 → `retry_min`).
+    pub fn backoff(&self, failures: u32) -> Duration {
+        let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
+        self.retry_min.saturating_mul(factor).min(RETRY_MAX)
+    }
+
+    /// Takes in the policies now realized. A new `sync_epoch` forgets everything posted (the
+    /// controller may have restarted and lost the statuses). Policies no longer realized are
+    /// dropped; Antrea-native policies whose (uid, generation) is not yet posted in this epoch
+    /// become due now (a policy already waiting at the same generation keeps its back-off).
+    pub fn realized(&mut self, msg: &PoliciesRealized, now: Instant) {
+        if self.epoch != Some(msg.sync_epoch) {
+            self.epoch = Some(msg.sync_epoch);
+            self.posted.clear();
+        }
+        let native: BTreeMap<&str, &PolicyGeneration> = msg
+            .policies
+            .iter()
+            .filter(|p| p.antrea_native)
+            .map(|p| (p.uid.as_str(), p))
+            .collect();
+        self.posted.retain(|uid, _| native.contains_key(uid.as_str()));
+        self.pending.retain(|uid, _| native.contains_key(uid.as_str()));
+        for (uid, p) in native {
+            if self.posted.get(uid) == Some(&p.generation) {
+                continue;
+            }
+            let keep = self
+                .pending
+                .get(uid)
+                .is_some_and(|q| q.policy == *p && q.epoch == msg.sync_epoch);
+            if !keep {
+                self.pending.insert(
+                    uid.to_string(),
+                    Pending {
+                        policy: p.clone(),
+                        epoch: msg.sync_epoch,
+                        failures: 0,
+                        not_before: now,
+                        in_flight: false,
+                    },
+                );
+            }
+        }
+    }
+
+    /// The posts to start now (due, not in flight, within [`MAX_IN_FLIGHT`]); they are marked in
+    /// flight.
+    pub fn due(&mut self, now: Instant) -> Vec<Post> {
+        let mut out = Vec::new();
+        for p in self.pending.values_mut() {
+            if self.in_flight >= MAX_IN_FLIGHT {
+                break;
+            }
+            if p.in_flight || p.not_before > now {
+                continue;
+            }
+            p.in_flight = true;
+            self.in_flight += 1;
+            out.push(Post {
+                name: p.policy.name.clone(),
+                uid: p.policy.uid.clone(),
+                generation: p.generation(),
+                epoch: p.epoch,
+            });
+        }
+        out
+    }
+
+    /// Records the result of a post started by [`Self::due`]. Returns the back-off delay after a
+    /// failure (when the same post is still wanted), so the caller can wake up for the retry.
+    pub fn finished(&mut self, post: &Post, ok: bool, now: Instant) -> Option<Duration> {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if ok {
+            self.posts_ok += 1;
+        } else {
+            self.posts_failed += 1;
+        }
+        // The pending entry may have been replaced meanwhile (new generation or epoch: it stays
+        // and goes out on its own) or dropped (the policy is gone: nothing to remember).
+        let same = self
+            .pending
+            .get(&post.uid)
+            .is_some_and(|q| q.epoch == post.epoch && q.policy.generation == post.generation);
+        if !same {
+            return None;
+        }
+        if ok {
+            self.pending.remove(&post.uid);
+            self.posted.insert(post.uid.clone(), post.generation);
+            return None;
+        }
+        let backoff = {
+            let q = self.pending.get(&post.uid).map_or(1, |q| q.failures + 1);
+            self.backoff(q)
+        };
+        if let Some(q) = self.pending.get_mut(&post.uid) {
+            q.failures += 1;
+            q.in_flight = false;
+            q.not_before = now + backoff;
+        }
+        Some(backoff)
+    }
+
+    /// The earliest moment a waiting (not in flight) post becomes due.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.pending
+            .values()
+            .filter(|p| !p.in_flight)
+            .map(|p| p.not_before)
+            .min()
+    }
+
+    pub fn summary(&self) -> PosterSummary {
+        PosterSummary {
+            epoch: self.epoch,
+            posted: self.posted.len(),
+            pending: self.pending.len(),
+            in_flight: self.in_flight,
+            posts_ok: self.posts_ok,
+            posts_failed: self.posts_failed,
+        }
+    }
+}
+
+impl Pending {
+    fn generation(&self) -> i64 {
+        self.policy.generation
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(uid: &str, generation: i64, native: bool) -> PolicyGeneration {
+        PolicyGeneration {
+            name: uid.into(),
+            uid: uid.into(),
+            generation,
+            antrea_native: native,
+        }
+    }
+
+    fn realized(policies: Vec<PolicyGeneration>, epoch: u64) -> PoliciesRealized {
+        PoliciesRealized {
+            policies,
+            sync_epoch: epoch,
+        }
+    }
+
+    fn uids(posts: &[Post]) -> Vec<(&str, i64)> {
+        posts.iter().map(|p| (p.uid.as_str(), p.generation)).collect()
+    }
+
+    #[test]
+    fn body_and_path_match_the_reference() {
+        assert_eq!(
+            status_path("5d5b6c7e-0f0a-4c43-9d61-2a1f9e3c4b10"),
+            "/apis/controlplane.antrea.io/v1beta2/networkpolicies/5d5b6c7e-0f0a-4c43-9d61-2a1f9e3c4b10/status"
+        );
+        let reference: Value = serde_json::from_str(
+            r#"{
+              "kind": "NetworkPolicyStatus",
+              "apiVersion": "controlplane.antrea.io/v1beta2",
+              "metadata": {"name": "5d5b6c7e-0f0a-4c43-9d61-2a1f9e3c4b10"},
+              "nodes": [
+                {"nodeName": "vm-ns/vm1", "generation": 1, "realizationFailure": false}
+              ]
+            }"#,
+        )
+        .expect("reference json");
+        assert_eq!(
+            status_body(
+                "5d5b6c7e-0f0a-4c43-9d61-2a1f9e3c4b10",
+                &node_key("vm-ns", "vm1"),
+                1
+            ),
+            reference
+        );
+    }
+
+    #[test]
+    fn only_antrea_native_policies_not_yet_posted_are_due() {
+        let now = Instant::now();
+        let mut s = StatusPoster::new(Duration::from_secs(5));
+        s.realized(
+            &realized(vec![policy("a", 1, true), policy("k8s", 3, false)], 1),
+            now,
+        );
+        let posts = s.due(now);
+        assert_eq!(uids(&posts), vec![("a", 1)]);
+        assert!(s.due(now).is_empty(), "in flight is not due again");
+        assert_eq!(s.finished(&posts[0], true, now), None);
+        // Same generation again: nothing to do. New generation: post it.
+        s.realized(&realized(vec![policy("a", 1, true)], 1), now);
+        assert!(s.due(now).is_empty());
+        s.realized(&realized(vec![policy("a", 2, true)], 1), now);
+        assert_eq!(uids(&s.due(now)), vec![("a", 2)]);
+    }
+
+    #[test]
+    fn a_new_epoch_reposts_everything() {
+        let now = Instant::now();
+        let mut s = StatusPoster::new(Duration::from_secs(5));
+        s.realized(
+            &realized(vec![policy("a", 1, true), policy("b", 1, true)], 1),
+            now,
+        );
+        for p in s.due(now) {
+            s.finished(&p, true, now);
+        }
+        assert_eq!(s.summary().posted, 2);
+        s.realized(
+            &realized(vec![policy("a", 1, true), policy("b", 1, true)], 2),
+            now,
+        );
+        assert_eq!(uids(&s.due(now)), vec![("a", 1), ("b", 1)]);
+    }
+
+    #[test]
+    fn a_success_of_the_old_epoch_does_not_count_for_the_new_one() {
+        let now = Instant::now();
+        let mut s = StatusPoster::new(Duration::from_secs(5));
+        s.realized(&realized(vec![policy("a", 1, true)], 1), now);
+        let old = s.due(now);
+        s.realized(&realized(vec![policy("a", 1, true)], 2), now);
+        s.finished(&old[0], true, now);
+        assert_eq!(s.summary().posted, 0);
+        assert_eq!(uids(&s.due(now)), vec![("a", 1)]);
+    }
+
+    #[test]
+    fn failures_back_off_exponentially_up_to_300_s() {
+        let t0 = Instant::now();
+        let mut s = StatusPoster::new(Duration::from_secs(5));
+        s.realized(&realized(vec![policy("a", 1, true)], 1), t0);
+        let mut now = t0;
+        let mut delays = Vec::new();
+        for _ in 0..8 {
+            let posts = s.due(now);
+            assert_eq!(posts.len(), 1);
+            let d = s.finished(&posts[0], false, now).expect("retry wanted");
+            assert!(s.due(now + d - Duration::from_millis(1)).is_empty());
+            delays.push(d.as_secs());
+            now += d;
+        }
+        assert_eq!(delays, vec![5, 10, 20, 40, 80, 160, 300, 300]);
+        let posts = s.due(now);
+        assert_eq!(s.finished(&posts[0], true, now), None);
+        assert_eq!(s.summary().pending, 0);
+        assert_eq!(s.summary().posts_failed, 8);
+    }
+
+    #[test]
+    fn policies_no_longer_realized_are_forgotten_and_in_flight_is_bounded() {
+        let now = Instant::now();
+        let mut s = StatusPoster::new(Duration::from_secs(5));
+        let many: Vec<_> = (0..10).map(|i| policy(&format!("p{i}"), 1, true)).collect();
+        s.realized(&realized(many, 1), now);
+        let first = s.due(now);
+        assert_eq!(first.len(), MAX_IN_FLIGHT);
+        s.realized(&realized(vec![policy("p0", 1, true)], 1), now);
+        assert_eq!(s.summary().pending, 1);
+        for p in &first {
+            s.finished(p, true, now);
+        }
+        assert_eq!(s.summary().posted, 1);
+        assert_eq!(s.summary().in_flight, 0);
+    }
+}

@@ -1,0 +1,359 @@
+//! Shared by tests/api.rs and tests/cli_get.rs: the five actors under the supervisor on fakes
+//! (host, OVSDB, OpenFlow switch, ExternalNode source) with policies from a temporary policy
+//! directory, plus the agent's HTTP listeners (metrics on 127.0.0.1:0, the agent API on a socket
+//! in the temporary directory), and small HTTP helpers.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{Actor, Addr};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use antrea_vm_agent::actors::flow_installer::query::GetFlowDump;
+use antrea_vm_agent::actors::supervisor::{GetPeers, Shutdown};
+use antrea_vm_agent::actors::{Deps, Supervisor, Timing};
+use antrea_vm_agent::api::handlers::ApiState;
+use antrea_vm_agent::api::metrics::AgentMetrics;
+use antrea_vm_agent::api::server::{ApiServer, ServerError, ServerOptions};
+use antrea_vm_agent::cli::client::parse_response;
+use antrea_vm_agent::config::Config;
+use antrea_vm_agent::host::fake::FakeHost;
+use antrea_vm_agent::host::Address;
+use antrea_vm_agent::k8s::external_node::{external_entity_name, ExternalNodeObject};
+use antrea_vm_agent::ovs::openflow::fake::FakeConnector;
+use antrea_vm_agent::ovs::ovsdb::fake::FakeOvsdb;
+use antrea_vm_agent::policy::pipeline::table;
+use antrea_vm_agent::sources::fake::FakeSource;
+use antrea_vm_agent::sources::policy_dir::PolicyDirSource;
+use antrea_vm_agent::sources::{PolicySource, SourceEvent};
+
+pub const MAC: &str = "02:11:22:33:44:55";
+
+/// The policy used by the tests: one AntreaNetworkPolicy `vm-ns/web` applied to the VM's
+/// ExternalEntity, with an Allow rule from an AddressGroup and a Drop rule from a CIDR.
+pub fn policy_yaml(with_drop_rule: bool) -> String {
+    let ee = external_entity_name("vm1", "eth0");
+    let drop = if with_drop_rule {
+        "- {direction: In, name: drop-ssh, from: {ipBlocks: [{cidr: 10.0.0.0/8}]}, \
+         services: [{protocol: TCP, port: 22}], action: Drop, priority: 1}\n"
+    } else {
+        ""
+    };
+    format!(
+        "apiVersion: controlplane.antrea.io/v1beta2\nkind: AppliedToGroup\nmetadata: {{name: atg-vm1}}\n\
+         groupMembers: [{{externalEntity: {{name: {ee}, namespace: vm-ns}}}}]\n---\n\
+         apiVersion: controlplane.antrea.io/v1beta2\nkind: AddressGroup\nmetadata: {{name: ag-clients}}\n\
+         groupMembers: [{{externalEntity: {{name: client-1, namespace: vm-ns}}, ips: [\"10.0.0.9\"]}}]\n---\n\
+         apiVersion: controlplane.antrea.io/v1beta2\nkind: NetworkPolicy\nmetadata: {{name: uid-web, uid: uid-web}}\n\
+         sourceRef: {{type: AntreaNetworkPolicy, namespace: vm-ns, name: web, uid: uid-web}}\n\
+         appliedToGroups: [atg-vm1]\npriority: 5\ntierPriority: 250\nrules:\n\
+         - {{direction: In, name: allow-http, from: {{addressGroups: [ag-clients]}}, \
+         services: [{{protocol: TCP, port: 80}}], action: Allow, priority: 0}}\n{drop}"
+    )
+}
+
+fn address(cidr: &str) -> Address {
+    Address {
+        addr: cidr.parse().expect("test cidr"),
+        flags: 0x80,
+        scope: 0,
+        valid_lft: u32::MAX,
+        preferred_lft: u32::MAX,
+        label: None,
+        broadcast: None,
+        rt_priority: None,
+    }
+}
+
+pub fn external_node() -> SourceEvent {
+    let yaml =
+        "apiVersion: crd.antrea.io/v1alpha1\nkind: ExternalNode\nmetadata: {name: vm1, namespace: vm-ns}\n\
+                spec: {interfaces: [{name: eth0, ips: [\"10.0.0.2\"]}]}\n";
+    let obj: ExternalNodeObject = serde_norway::from_str(yaml).expect("test yaml");
+    SourceEvent::Present(Box::new(obj))
+}
+
+/// Extra configuration of the metrics listener.
+#[derive(Default)]
+pub struct ListenerSetup {
+    pub token: Option<String>,
+    /// Serve TLS with a fresh self-signed certificate for `localhost`; its DER is kept.
+    pub tls: bool,
+}
+
+pub struct World {
+    pub dir: tempfile::TempDir,
+    pub host: Arc<FakeHost>,
+    pub ovsdb: Arc<FakeOvsdb>,
+    pub switch: Arc<FakeConnector>,
+    pub source: FakeSource,
+    pub supervisor: Addr<Supervisor>,
+    pub server: Option<ApiServer>,
+    pub server_errors: Vec<ServerError>,
+    pub metrics: AgentMetrics,
+    pub socket: PathBuf,
+    /// DER of the metrics listener's certificate when TLS is on.
+    pub cert_der: Option<Vec<u8>>,
+}
+
+fn test_timing() -> Timing {
+    Timing {
+        restart_backoff_min: Duration::from_millis(20),
+        restart_backoff_max: Duration::from_millis(200),
+        restart_backoff_reset: Duration::from_secs(60),
+        interface_reconcile: Duration::from_millis(50),
+        reconnect_min: Duration::from_millis(20),
+        reconnect_max: Duration::from_millis(200),
+        port_wait: Duration::from_secs(2),
+        report_interval: Duration::from_millis(200),
+        // Fields added later keep their production values.
+        ..Timing::default()
+    }
+}
+
+/// Starts the actors and the listeners. Policies are read from `<dir>/policies` (written by
+/// the caller with [`World::write_policies`]).
+pub fn start(setup: ListenerSetup) -> World {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let policies = dir.path().join("policies");
+    std::fs::create_dir_all(&policies).expect("policy dir");
+    let socket = dir.path().join("run/agent.sock");
+    let mut metrics_server = "  bindAddress: 127.0.0.1:0\n".to_string();
+    let mut cert_der = None;
+    if let Some(token) = &setup.token {
+        let path = dir.path().join("token");
+        std::fs::write(&path, format!("{token}\n")).expect("token file");
+        metrics_server.push_str(&format!("  bearerTokenFile: {}\n", path.display()));
+    }
+    if setup.tls {
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("cert");
+        let (crt, key) = (dir.path().join("m.crt"), dir.path().join("m.key"));
+        std::fs::write(&crt, cert.cert.pem()).expect("write cert");
+        std::fs::write(&key, cert.signing_key.serialize_pem()).expect("write key");
+        cert_der = Some(cert.cert.der().to_vec());
+        metrics_server.push_str(&format!(
+            "  tlsCertFile: {}\n  tlsKeyFile: {}\n",
+            crt.display(),
+            key.display()
+        ));
+    }
+    let d = dir.path().display();
+    let yaml = format!(
+        "nodeType: externalNode\nfeatureGates: {{ExternalNode: true}}\novsDatapathType: netdev\n\
+         externalNode: {{externalNodeNamespace: vm-ns}}\n\
+         standalone: {{externalNodeFile: {d}/en.yaml, policyDir: {d}/policies}}\nstateDir: {d}\n\
+         auditLogging: {{logDir: {d}/audit}}\nmetricsServer:\n{metrics_server}agentAPI: {{socket: {}}}\n",
+        socket.display()
+    );
+    let config = Config::from_yaml_str(&yaml).expect("test config");
+    let options = ServerOptions::from_config(&config);
+    let host = Arc::new(FakeHost::new());
+    host.add_link("lo", "00:00:00:00:00:00", 65536);
+    host.add_link("eth0", MAC, 1400);
+    host.seed_address("eth0", &address("10.0.0.2/24"))
+        .expect("seed v4");
+    let ovsdb = Arc::new(FakeOvsdb::new());
+    let h = host.clone();
+    ovsdb.on_port_created(Box::new(move |spec| {
+        if spec.iface_type == "internal" {
+            h.add_link(
+                &spec.name,
+                spec.mac.as_deref().unwrap_or("02:00:00:00:00:01"),
+                1500,
+            );
+        }
+    }));
+    let h = host.clone();
+    ovsdb.on_port_deleted(Box::new(move |spec| {
+        if spec.iface_type == "internal" {
+            h.remove_link(&spec.name);
+        }
+    }));
+    let switch = Arc::new(FakeConnector::new());
+    let source = FakeSource::default();
+    let metrics = AgentMetrics::new();
+    let deps = Deps {
+        config: Arc::new(config),
+        node_name: "vm1".into(),
+        ovsdb: ovsdb.clone(),
+        host: host.clone(),
+        switch: switch.clone(),
+        source: Arc::new(source.clone()),
+        policy_source: Some(
+            Arc::new(PolicyDirSource::new(&policies, Duration::from_millis(50))) as Arc<dyn PolicySource>,
+        ),
+        cluster: None,
+        metrics: metrics.clone(),
+        agent_info_path: None,
+        timing: test_timing(),
+    };
+    let supervisor = Supervisor::new(deps).start();
+    let (server, server_errors) = ApiServer::start(
+        &options,
+        ApiState {
+            supervisor: supervisor.clone(),
+            metrics: metrics.clone(),
+            node_name: "vm1".into(),
+            namespace: "vm-ns".into(),
+            ovs_bridge: "br-int".into(),
+        },
+    );
+    World {
+        dir,
+        host,
+        ovsdb,
+        switch,
+        source,
+        supervisor,
+        server: Some(server),
+        server_errors,
+        metrics,
+        socket,
+        cert_der,
+    }
+}
+
+/// Polls `cond` every 20 ms for up to 10 s.
+pub async fn eventually<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if cond().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A GET answer.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    pub body: String,
+}
+
+impl Answer {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+async fn exchange<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut s: S,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Answer {
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    let io = async {
+        s.write_all(req.as_bytes()).await?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await?;
+        Ok::<_, std::io::Error>(raw)
+    };
+    let raw = tokio::time::timeout(Duration::from_secs(20), io)
+        .await
+        .expect("HTTP answer within 20 s")
+        .expect("HTTP exchange");
+    let r = parse_response(&raw).expect("HTTP response");
+    Answer {
+        status: r.status,
+        body: String::from_utf8_lossy(&r.body).into_owned(),
+    }
+}
+
+impl World {
+    pub fn metrics_address(&self) -> SocketAddr {
+        self.server
+            .as_ref()
+            .and_then(|s| s.metrics_address)
+            .expect("metrics listener running")
+    }
+
+    pub fn write_policies(&self, yaml: &str) {
+        let dir = self.dir.path().join("policies");
+        let tmp = dir.join(".web.yaml.tmp");
+        std::fs::write(&tmp, yaml).expect("write policy");
+        std::fs::rename(&tmp, dir.join("web.yaml")).expect("rename policy");
+    }
+
+    /// GET over plain HTTP on the metrics listener.
+    pub async fn get_tcp(&self, path: &str, headers: &[(&str, &str)]) -> Answer {
+        let s = tokio::net::TcpStream::connect(self.metrics_address())
+            .await
+            .expect("connect");
+        exchange(s, path, headers).await
+    }
+
+    /// GET on the agent API socket.
+    pub async fn get_api(&self, path: &str) -> Answer {
+        let s = tokio::net::UnixStream::connect(&self.socket)
+            .await
+            .expect("connect to the API socket");
+        exchange(s, path, &[]).await
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Attached, policies known and flows committed.
+    pub async fn ready(&self) -> bool {
+        self.get_api("/readyz").await.status == 200
+    }
+
+    /// The metric flows of the rule named `rule` (from the installer's conjunctions).
+    pub async fn metric_flows_of(&self, rule: &str) -> Vec<antrea_vm_agent::ovs::openflow::Flow> {
+        let peers = self.supervisor.send(GetPeers).await.expect("supervisor");
+        let dump = peers
+            .flows
+            .expect("flow installer")
+            .send(GetFlowDump)
+            .await
+            .expect("dump");
+        let ids: std::collections::BTreeSet<u32> = dump
+            .conjunctions
+            .iter()
+            .filter(|c| c.rule_name == rule)
+            .map(|c| c.conj_id)
+            .collect();
+        assert!(!ids.is_empty(), "rule {rule} has a conjunction");
+        self.switch
+            .flows()
+            .into_iter()
+            .filter(|f| f.table == table::INGRESS_METRIC || f.table == table::EGRESS_METRIC)
+            .filter(|f| antrea_vm_agent::api::handlers::is_rule_flow(f, &ids))
+            .collect()
+    }
+
+    pub async fn shutdown(mut self) {
+        if let Some(s) = self.server.take() {
+            s.stop().await;
+        }
+        let _ = self.supervisor.send(Shutdown).await;
+    }
+}
+
+/// Parses the Prometheus text: series (`name{labels}`) → value.
+pub fn series(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.rsplit_once(' '))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}

@@ -1,0 +1,293 @@
+//! Kubernetes mode end to end in the lab: the agent in the VM namespace talks HTTPS to the
+//! kube-apiserver + antrea-controller emulator, which runs in the outside host's namespace, so the
+//! agent reaches it over its own uplink, through OVS once attached (like a real VM). The
+//! ExternalNode comes from the emulator, policies come from the controlplane watches, and the
+//! agent writes AntreaAgentInfo, NetworkPolicyStatus and NodeStatsSummary back.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use support::emulator::{Emulator, EmulatorOptions};
+use support::*;
+
+/// Where the emulator listens, in the outside host's namespace.
+const EMULATOR_PORT: u16 = 16443;
+/// The ExternalEntity the controller derives from the ExternalNode's `eth0` (antrea-apis §4.2).
+const ENTITY: &str = "vm1-3e616";
+/// Short report and stats periods so the test sees several within its time.
+const FAST_REPORTS: [(&str, &str); 2] = [
+    ("ANTREA_VM_AGENT_REPORT_INTERVAL", "2s"),
+    ("ANTREA_VM_AGENT_STATS_INTERVAL", "3s"),
+];
+
+/// Starts the emulator inside the lab's outside-host namespace: a thread enters the namespace
+/// and starts it there, and the emulator's own server thread inherits the namespace.
+fn start_emulator(lab: &Lab) -> Emulator {
+    let ns = lab.ext_ns().to_string();
+    std::thread::spawn(move || {
+        let handle = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("open the netns");
+        nix::sched::setns(handle, nix::sched::CloneFlags::CLONE_NEWNET).expect("enter the netns");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let listen: SocketAddr = format!("{EXT_IP4}:{EMULATOR_PORT}").parse().expect("address");
+        runtime.block_on(Emulator::start(EmulatorOptions {
+            listen,
+            extra_server_names: vec![EXT_IP4.to_string()],
+            ..EmulatorOptions::default()
+        }))
+    })
+    .join()
+    .expect("the emulator thread")
+    .expect("start the emulator")
+}
+
+/// An agent config for Kubernetes mode with the emulator's kubeconfigs.
+fn k8s_config(lab: &Lab, emu: &Emulator) -> PathBuf {
+    let dir = lab.dir().join("kube");
+    let (kube, antrea) = emu.write_agent_kubeconfigs(&dir).expect("write the kubeconfigs");
+    let text = format!(
+        "nodeType: externalNode\n\
+         featureGates:\n  ExternalNode: true\n\
+         ovsDatapathType: netdev\n\
+         ovsRunDir: {run}\n\
+         stateDir: {state}\n\
+         metricsServer:\n  bindAddress: \"\"\n\
+         agentAPI:\n  socket: {sock}\n\
+         externalNode:\n  externalNodeNamespace: {EN_NAMESPACE}\n\
+         clientConnection:\n  kubeconfig: {kube}\n\
+         antreaClientConnection:\n  kubeconfig: {antrea}\n",
+        run = lab.run_dir().display(),
+        state = lab.state_dir().display(),
+        sock = lab.dir().join("agent.sock").display(),
+        kube = kube.display(),
+        antrea = antrea.display(),
+    );
+    let path = lab.unique_path("antrea-agent-k8s", "conf");
+    std::fs::write(&path, text).expect("write the config");
+    path
+}
+
+fn external_node() -> Value {
+    json!({
+        "apiVersion": "crd.antrea.io/v1alpha1",
+        "kind": "ExternalNode",
+        "metadata": {"name": NODE_NAME, "namespace": EN_NAMESPACE,
+                     "labels": {"antrea-external-node": NODE_NAME}},
+        "spec": {"interfaces": [{"name": NIC, "ips": [VM_IP4, VM_IP6]}]}
+    })
+}
+
+fn applied_to_group() -> Value {
+    json!({
+        "apiVersion": "controlplane.antrea.io/v1beta2",
+        "kind": "AppliedToGroup",
+        "metadata": {"name": "atg-vm1", "uid": "atg-vm1"},
+        "groupMembers": [{"externalEntity": {"name": ENTITY, "namespace": EN_NAMESPACE}}]
+    })
+}
+
+/// An Antrea-native policy on the VM: drop TCP `drop_port` from the outside host, allow TCP
+/// `allow_port` from it (named rules, so their stats are reported by name).
+fn policy(generation: i64, drop_port: u16, allow_port: u16) -> Value {
+    let from = json!({"ipBlocks": [{"cidr": {"ip": EXT_IP4, "prefixLength": 32}}]});
+    json!({
+        "apiVersion": "controlplane.antrea.io/v1beta2",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "uid-web", "uid": "uid-web", "generation": generation},
+        "sourceRef": {"type": "AntreaNetworkPolicy", "namespace": EN_NAMESPACE, "name": "web",
+                      "uid": "uid-web"},
+        "appliedToGroups": ["atg-vm1"],
+        "priority": 5,
+        "tierPriority": 250,
+        "rules": [
+            {"direction": "In", "name": "drop-tcp", "from": from.clone(),
+             "services": [{"protocol": "TCP", "port": drop_port}], "action": "Drop", "priority": 0},
+            {"direction": "In", "name": "allow-tcp", "from": from,
+             "services": [{"protocol": "TCP", "port": allow_port}], "action": "Allow", "priority": 1}
+        ]
+    })
+}
+
+fn attached(lab: &Lab) -> bool {
+    lab.vm_addrs(NIC).iter().any(|a| a.starts_with(VM_IP4))
+        && lab.vm_link_exists(UPLINK)
+        && lab
+            .ovs_vsctl_output(&["get", "Bridge", BRIDGE, "external_ids:roundNum"])
+            .status
+            .success()
+}
+
+/// The flows matching TCP destination port `port` (a policy on that port is installed).
+fn port_flows(lab: &Lab, port: u16) -> usize {
+    let needle = format!("tp_dst={port}");
+    lab.dump_flows().iter().filter(|f| f.contains(&needle)).count()
+}
+
+fn condition(info: &Value, kind: &str) -> Option<String> {
+    info["agentConditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+        .and_then(|c| c["status"].as_str())
+        .map(str::to_string)
+}
+
+/// Blocks or unblocks the emulator's port in the outside host (TCP reset: "connection refused").
+fn set_emulator_reachable(lab: &Lab, reachable: bool) {
+    if reachable {
+        lab.ext_ok("nft delete table inet emulator_block");
+    } else {
+        lab.ext_ok(&format!(
+            "nft add table inet emulator_block && \
+             nft add chain inet emulator_block input '{{ type filter hook input priority 0; }}' && \
+             nft add rule inet emulator_block input tcp dport {EMULATOR_PORT} reject with tcp reset"
+        ));
+    }
+}
+
+/// The `ruleTrafficStats` entries of every summary posted for policy `uid`, summed by rule name.
+fn rule_totals(emu: &Emulator, uid: &str) -> std::collections::BTreeMap<String, (u64, u64, u64)> {
+    let mut totals = std::collections::BTreeMap::new();
+    for summary in emu.stats_summaries() {
+        assert_eq!(summary["metadata"]["name"], NODE_NAME, "NodeStatsSummary is named by the bare node name");
+        for policy in summary["antreaNetworkPolicies"].as_array().into_iter().flatten() {
+            if policy["networkPolicy"]["uid"] != uid {
+                continue;
+            }
+            for rule in policy["ruleTrafficStats"].as_array().into_iter().flatten() {
+                let name = rule["name"].as_str().unwrap_or_default().to_string();
+                let stats = &rule["trafficStats"];
+                let e = totals.entry(name).or_insert((0, 0, 0));
+                e.0 += stats["packets"].as_u64().unwrap_or(0);
+                e.1 += stats["bytes"].as_u64().unwrap_or(0);
+                e.2 += stats["sessions"].as_u64().unwrap_or(0);
+            }
+        }
+    }
+    totals
+}
+
+#[test]
+fn kubernetes_mode_attaches_enforces_reports_and_survives_controller_outages() {
+    let lab = Lab::new();
+    let emu = start_emulator(&lab);
+    let config = k8s_config(&lab, &emu);
+    let mut agent = lab.start_agent_with_env(&["run", "--config", &config.display().to_string()], &FAST_REPORTS);
+
+    // No ExternalNode yet: nothing is attached, the agent waits.
+    wait_until(Duration::from_secs(20), "the agent watches its ExternalNode", || {
+        emu.calls().iter().any(|c| c.path.contains("/externalnodes"))
+    });
+    assert!(!lab.vm_link_exists(UPLINK), "nothing attached without an ExternalNode");
+
+    // ExternalNode created → eth0 attached.
+    emu.create_external_node(external_node()).expect("create the ExternalNode");
+    wait_until(Duration::from_secs(30), "eth0 attached", || attached(&lab));
+    lab.isolate_uplink();
+    assert!(lab.tcp_from_ext(VM_IP4, 5201), "TCP passes before any policy");
+
+    // Policy objects injected → enforced.
+    emu.upsert_controlplane(json!([applied_to_group(), policy(1, 5201, 5202)]))
+        .expect("inject the policy");
+    wait_until(Duration::from_secs(30), "the policy's flows", || port_flows(&lab, 5201) > 0);
+    assert!(!lab.tcp_from_ext(VM_IP4, 5201), "TCP 5201 is dropped");
+    assert!(lab.tcp_from_ext(VM_IP4, 5202), "TCP 5202 is allowed");
+    assert!(lab.tcp_from_ext(VM_IP4, 5203), "other ports are not affected");
+
+    // Realization reported: NetworkPolicyStatus with the namespaced node name and the generation.
+    wait_until(Duration::from_secs(30), "NetworkPolicyStatus posted", || {
+        emu.status("uid-web", "vm-ns/vm1").is_some_and(|s| s.generation == 1)
+    });
+
+    // AntreaAgentInfo: every condition true.
+    wait_until(Duration::from_secs(30), "AntreaAgentInfo with healthy conditions", || {
+        emu.agent_info(NODE_NAME).is_some_and(|info| {
+            ["AgentHealthy", "ControllerConnectionUp", "OVSDBConnectionUp", "OpenflowConnectionUp"]
+                .iter()
+                .all(|c| condition(&info, c).as_deref() == Some("True"))
+        })
+    });
+    let info = emu.agent_info(NODE_NAME).expect("AntreaAgentInfo");
+    assert_eq!(info["nodeRef"], json!({"kind": "Node", "name": NODE_NAME}));
+    assert_eq!(info["ovsInfo"]["bridgeName"], BRIDGE);
+    assert!(
+        info["ovsInfo"]["flowTable"]["IngressRule"].as_u64().unwrap_or(0) > 0
+            || info["ovsInfo"]["flowTable"]["AntreaPolicyIngressRule"].as_u64().unwrap_or(0) > 0,
+        "flow counts per table: {info}"
+    );
+    assert_eq!(info["networkPolicyControllerInfo"]["networkPolicyNum"], 1);
+
+    // Known traffic → the stats summary carries it on the right rules. The baseline was taken
+    // when the policy was first realized, before any traffic, so the summaries add up to every
+    // connection made since: the one above and these.
+    const MORE_CONNECTIONS: u64 = 3;
+    for _ in 0..MORE_CONNECTIONS {
+        assert!(lab.tcp_from_ext(VM_IP4, 5202), "allowed connection");
+    }
+    let allowed = MORE_CONNECTIONS + 1;
+    wait_until(Duration::from_secs(30), "stats for the allowed connections", || {
+        rule_totals(&emu, "uid-web").get("allow-tcp").is_some_and(|a| a.2 >= allowed)
+    });
+    let totals = rule_totals(&emu, "uid-web");
+    let allow = totals.get("allow-tcp").copied().unwrap_or_default();
+    assert_eq!(allow.2, allowed, "one session per allowed connection: {totals:?}");
+    assert!(allow.0 >= 2 * allowed && allow.1 > 0, "packets and bytes counted: {totals:?}");
+    let drop = totals.get("drop-tcp").copied().unwrap_or_default();
+    assert!(drop.0 >= 1, "the dropped SYNs are counted on the drop rule: {totals:?}");
+
+    // Controller restart: watches dropped, counters reset; enforcement continues, the agent
+    // resyncs and follows a later change.
+    emu.restart_controller();
+    assert!(!lab.tcp_from_ext(VM_IP4, 5201), "still dropped right after the controller restart");
+    wait_until(Duration::from_secs(30), "the agent re-watches", || {
+        emu.controlplane_watches("vm-ns/vm1").len() == 3
+    });
+    emu.upsert_controlplane(policy(2, 5203, 5202)).expect("change the policy");
+    wait_until(Duration::from_secs(30), "the changed policy's flows", || {
+        port_flows(&lab, 5203) > 0 && port_flows(&lab, 5201) == 0
+    });
+    assert!(lab.tcp_from_ext(VM_IP4, 5201), "5201 passes after the change");
+    assert!(!lab.tcp_from_ext(VM_IP4, 5203), "5203 is dropped after the change");
+    wait_until(Duration::from_secs(30), "status of generation 2 re-posted", || {
+        emu.status("uid-web", "vm-ns/vm1").is_some_and(|s| s.generation == 2)
+    });
+
+    // Agent restarted while the controller is unreachable, and OVS restarted too so the flows
+    // are gone: the policies come back from the fallback store.
+    agent.stop();
+    set_emulator_reachable(&lab, false);
+    lab.restart_ovs();
+    let mut agent = lab.start_agent_with_env(&["run", "--config", &config.display().to_string()], &FAST_REPORTS);
+    wait_until(Duration::from_secs(40), "the policy reinstalled from the fallback store", || {
+        lab.try_dump_flows().is_ok_and(|flows| flows.iter().any(|f| f.contains("tp_dst=5203")))
+    });
+    assert!(!lab.tcp_from_ext(VM_IP4, 5203), "5203 still dropped with the controller down");
+    assert!(lab.tcp_from_ext(VM_IP4, 5202), "5202 still allowed with the controller down");
+    set_emulator_reachable(&lab, true);
+    wait_until(Duration::from_secs(40), "the agent reconnects to the controller", || {
+        emu.controlplane_watches("vm-ns/vm1").len() == 3
+    });
+
+    // The agent never made a call its RBAC forbids.
+    let refused: Vec<_> = emu
+        .calls()
+        .into_iter()
+        .filter(|c| c.status == 401 || c.status == 403)
+        .collect();
+    assert!(refused.is_empty(), "calls outside the agent's RBAC: {refused:?}");
+
+    // ExternalNode deleted → detached, the NIC restored.
+    emu.delete_external_node(EN_NAMESPACE, NODE_NAME).expect("delete the ExternalNode");
+    lab.unisolate_uplink();
+    wait_until(Duration::from_secs(30), "eth0 detached", || {
+        !lab.vm_link_exists(UPLINK) && lab.vm_addrs(NIC).iter().any(|a| a.starts_with(VM_IP4))
+    });
+    agent.stop();
+}
