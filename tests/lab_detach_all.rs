@@ -42,7 +42,10 @@ fn text(out: &Output) -> String {
 }
 
 fn detach_all(lab: &Lab, config: &Path) -> Output {
-    lab.run_agent(&["detach-all", "--config", &config.display().to_string()])
+    let out = lab.run_agent(&["detach-all", "--config", &config.display().to_string()]);
+    // Shown with --nocapture: what an operator sees.
+    println!("$ antrea-vm-agent detach-all\n{}", text(&out));
+    out
 }
 
 fn records(lab: &Lab) -> Vec<String> {

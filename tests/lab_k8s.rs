@@ -217,6 +217,8 @@ fn kubernetes_mode_attaches_enforces_reports_and_survives_controller_outages() {
     let info = emu.agent_info(NODE_NAME).expect("AntreaAgentInfo");
     assert_eq!(info["nodeRef"], json!({"kind": "Node", "name": NODE_NAME}));
     assert_eq!(info["ovsInfo"]["bridgeName"], BRIDGE);
+    let version = lab.ovs_vsctl(&["get", "Open_vSwitch", ".", "ovs_version"]);
+    assert_eq!(info["ovsInfo"]["version"].as_str(), Some(version.trim().trim_matches('"')), "{info}");
     assert!(
         info["ovsInfo"]["flowTable"]["IngressRule"].as_u64().unwrap_or(0) > 0
             || info["ovsInfo"]["flowTable"]["AntreaPolicyIngressRule"].as_u64().unwrap_or(0) > 0,

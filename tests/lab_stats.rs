@@ -319,6 +319,10 @@ fn rule_counters_match_ovs_and_the_traffic_sent() {
         "our mapping equals Antrea's reading of ovs-ofctl"
     );
 
+    {
+        let out = Command::new("ovs-ofctl").args(["-O", "OpenFlow15", "--names", "dump-flows"]).arg(format!("unix:{}", lab.mgmt_sock().display())).output().expect("x");
+        std::fs::write("/tmp/lab_stats_dump.txt", out.stdout).expect("w");
+    }
     // And the counters are what the traffic produced.
     let r = by_name(&ours.rules);
     assert_eq!(

@@ -36,7 +36,7 @@ use crate::k8s::policy_status::{self, Post, PosterSummary, StatusPoster};
 use crate::k8s::stats_summary::{self, Collection, StatsBaseline, StatsStep};
 use crate::k8s::ClusterClients;
 use crate::messages::{ActorKind, ActorStatus, GetRuleStats, PoliciesRealized, Resync, StatusQuery};
-use crate::ovs::ovsdb::{Ovsdb, OvsdbError};
+use crate::ovs::ovsdb::Ovsdb;
 
 /// Bound on one status query, the OVSDB probe and the rule-counter read.
 const ASK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -355,11 +355,10 @@ where
     }
 }
 
-/// Whether OVSDB answers: a read of the bridge's ports. A missing bridge still means the server
-/// answered. (The OVS version is not read yet: the `Ovsdb` trait has no query for it.)
-async fn probe_ovsdb(ovsdb: Arc<dyn Ovsdb>, bridge: String) -> OvsdbProbe {
-    match tokio::time::timeout(ASK_TIMEOUT, ovsdb.list_ports(&bridge)).await {
-        Ok(Ok(_)) | Ok(Err(OvsdbError::NoBridge(_))) => OvsdbProbe::Up { version: None },
+/// Whether OVSDB answers, and the OVS version it reports.
+async fn probe_ovsdb(ovsdb: Arc<dyn Ovsdb>, _bridge: String) -> OvsdbProbe {
+    match tokio::time::timeout(ASK_TIMEOUT, ovsdb.ovs_version()).await {
+        Ok(Ok(version)) => OvsdbProbe::Up { version },
         Ok(Err(e)) => OvsdbProbe::Down(e.to_string()),
         Err(_) => OvsdbProbe::Down(format!("no answer within {} s", ASK_TIMEOUT.as_secs())),
     }

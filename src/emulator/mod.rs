@@ -172,6 +172,9 @@ impl Emulator {
                             .default_service(web::to(server::handle))
                     })
                     .workers(workers)
+                    // A client closing its side ends its watch at once, as Go's server cancels
+                    // the request context (otherwise idle watches would linger until written to).
+                    .h1_allow_half_closed(false)
                     .disable_signals()
                     .shutdown_timeout(1)
                     .bind_rustls_0_23(listen, tls);

@@ -324,22 +324,26 @@ pub async fn detach_all(env: &Env, orphans: &dyn OrphanPorts) -> Report {
     }
 
     for record in records.values() {
+        // Whether the NIC is still renamed decides what the roll back does to the kernel.
+        let renamed = matches!(env.host.link_by_name(&record.uplink_name).await, Ok(Some(_)));
         let how = if adopted.contains(&record.name) {
             " (attached without a record, e.g. by the Go agent; rebuilt from OVS and the internal port)"
-        } else if record.phase != Phase::Attached {
-            // Say which interrupted step was finished by the roll back.
-            match record.phase {
-                Phase::Attaching => " (an attach had stopped at this step: rolled back)",
-                _ => " (a detach had stopped part way: finished)",
-            }
         } else {
-            ""
+            match (record.phase, renamed) {
+                (Phase::Attached, _) => "",
+                (Phase::Attaching, _) => " (an attach had stopped part way: rolled back)",
+                (Phase::Detaching, true) => " (a detach had stopped part way: finished)",
+                (Phase::Detaching, false) => " (its kernel side was restored earlier, without OVS)",
+            }
+        };
+        let kernel = if renamed {
+            format!("{} renamed back to {}", record.uplink_name, record.name)
+        } else {
+            format!("{} checked", record.name)
         };
         match procedures::roll_back(env, record).await {
             Ok(()) => report.done.push(format!(
-                "{}: restored{how}: {} renamed back to {}, {}; OVS ports {} and {} deleted from {}",
-                record.name,
-                record.uplink_name,
+                "{}: restored{how}: {kernel}, {}; OVS ports {} and {} deleted from {}",
                 record.name,
                 summary(record),
                 record.name,

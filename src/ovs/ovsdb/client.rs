@@ -223,6 +223,18 @@ impl Ovsdb for OvsdbClient {
         Ok(proto::map_strings(row.get("external_ids")).remove(key))
     }
 
+    async fn ovs_version(&self) -> Result<Option<String>, OvsdbError> {
+        let r = self
+            .transact_idempotent(vec![proto::select("Open_vSwitch", serde_json::json!([]), &["ovs_version"])])
+            .await?;
+        // `ovs_version` is an optional string: a plain string when set, `["set", []]` when not.
+        Ok(proto::rows(&r[0])?
+            .first()
+            .and_then(|row| row.get("ovs_version"))
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_string))
+    }
+
     async fn set_bridge_external_id(&self, bridge: &str, key: &str, value: &str) -> Result<(), OvsdbError> {
         let r = self
             .transact_idempotent(vec![set_bridge_external_id_op(bridge, key, value)])

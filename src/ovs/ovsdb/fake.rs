@@ -24,6 +24,9 @@ type SharedHook = Arc<dyn Fn(&PortSpec) + Send + Sync>;
 const POLL: Duration = Duration::from_millis(5);
 
 /// The in-memory OVSDB.
+/// The version the fake reports.
+pub const FAKE_OVS_VERSION: &str = "3.1.0-fake";
+
 #[derive(Default)]
 pub struct FakeOvsdb {
     state: Mutex<State>,
@@ -221,6 +224,12 @@ impl Ovsdb for FakeOvsdb {
         let mut s = self.lock();
         s.enter("bridge_external_id")?;
         Ok(s.bridge_mut(bridge)?.external_ids.get(key).cloned())
+    }
+
+    async fn ovs_version(&self) -> Result<Option<String>, OvsdbError> {
+        let mut s = self.lock();
+        s.enter("ovs_version")?;
+        Ok(Some(FAKE_OVS_VERSION.to_string()))
     }
 
     async fn set_bridge_external_id(&self, bridge: &str, key: &str, value: &str) -> Result<(), OvsdbError> {

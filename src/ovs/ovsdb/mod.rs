@@ -96,6 +96,9 @@ pub trait Ovsdb: Send + Sync {
     async fn delete_port(&self, bridge: &str, name: &str) -> Result<(), OvsdbError>;
     /// Every port on the bridge with its interface.
     async fn list_ports(&self, bridge: &str) -> Result<Vec<PortRecord>, OvsdbError>;
+    /// The `ovs_version` of the Open_vSwitch row (what `ovs-vsctl --version` reports), `None` if
+    /// unset.
+    async fn ovs_version(&self) -> Result<Option<String>, OvsdbError>;
     /// Replaces a port's external_ids.
     async fn set_port_external_ids(
         &self,
