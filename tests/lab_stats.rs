@@ -47,6 +47,9 @@ const TCP_V6: u32 = 2;
 const DROPPED: u32 = 2;
 const REJECTED: u32 = 2;
 const EGRESS: u32 = 2;
+/// How often ovs-vswitchd's revalidator pushes datapath counters to the OpenFlow rules (its
+/// default `max-revalidator` is 500 ms).
+const REVALIDATION: Duration = Duration::from_millis(500);
 
 fn policy_yaml() -> String {
     format!(
@@ -254,32 +257,32 @@ fn rule_counters_match_ovs_and_the_traffic_sent() {
         assert!(lab.tcp_from_vm(EXT_IP4, 5304), "TCP 5304 out is allowed");
     }
 
-    // Our collection, between two ovs-ofctl readings that must agree (no traffic in between).
+    // The userspace datapath hands packet counts to the OpenFlow rules when its revalidator
+    // runs (every half second or so), so wait until two readings some time apart agree; then
+    // our collection, bracketed by readings that must still agree.
+    let settle = REVALIDATION * 3;
+    let mut stable = ofctl_metric_lines(&lab);
+    wait_until(Duration::from_secs(30), "the metric counters settle", || {
+        std::thread::sleep(settle);
+        let now = ofctl_metric_lines(&lab);
+        std::mem::replace(&mut stable, now) == stable
+    });
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let (ofctl, dump) = (0..5)
-        .find_map(|_| {
-            let before = ofctl_metric_lines(&lab);
-            let dump: Vec<FlowStats> = rt.block_on(async {
-                let sw = OfConnection::connect(&lab.mgmt_sock(), 0x57a7, ConnOptions::default())
-                    .await
-                    .expect("connect to the lab bridge");
-                tokio::time::timeout(Duration::from_secs(10), dump_metric_flows(&sw))
-                    .await
-                    .expect("dump within 10 s")
-                    .expect("dump the metric tables")
-            });
-            let after = ofctl_metric_lines(&lab);
-            if before == after {
-                Some((after, dump))
-            } else {
-                std::thread::sleep(Duration::from_millis(500));
-                None
-            }
-        })
-        .expect("the metric counters settle");
+    let dump: Vec<FlowStats> = rt.block_on(async {
+        let sw = OfConnection::connect(&lab.mgmt_sock(), 0x57a7, ConnOptions::default())
+            .await
+            .expect("connect to the lab bridge");
+        tokio::time::timeout(Duration::from_secs(10), dump_metric_flows(&sw))
+            .await
+            .expect("dump within 10 s")
+            .expect("dump the metric tables")
+    });
+    std::thread::sleep(settle);
+    let ofctl = ofctl_metric_lines(&lab);
+    assert_eq!(ofctl, stable, "no packet hit a metric flow during the collection");
 
     // The in-process compilation describes the bridge's metric flows (same conjunction ids).
     let mut want_keys: Vec<_> = compiled
@@ -319,10 +322,6 @@ fn rule_counters_match_ovs_and_the_traffic_sent() {
         "our mapping equals Antrea's reading of ovs-ofctl"
     );
 
-    {
-        let out = Command::new("ovs-ofctl").args(["-O", "OpenFlow15", "--names", "dump-flows"]).arg(format!("unix:{}", lab.mgmt_sock().display())).output().expect("x");
-        std::fs::write("/tmp/lab_stats_dump.txt", out.stdout).expect("w");
-    }
     // And the counters are what the traffic produced.
     let r = by_name(&ours.rules);
     assert_eq!(
