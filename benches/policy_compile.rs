@@ -131,13 +131,18 @@ fn incremental(input: &[CompiledRuleInput]) {
     let mut c = Compiler::new(CompileOptions::default());
     c.update(&[], 1);
     let start = Instant::now();
-    let all = c.update(&view, 1);
+    let all = c.update_or_rebuild(&view, 1);
     let load = start.elapsed();
     println!(
-        "update from 0 to {} rules: {:?}, {} flow_mods",
+        "update from 0 to {} rules: {:?}, {} flow_mods{}",
         view.len(),
         load,
-        all.mods.len()
+        all.mods.len(),
+        if all.full {
+            " (rebuilt from scratch: a full resync)"
+        } else {
+            ""
+        }
     );
     drop(all);
     let mut times: Vec<Duration> = Vec::new();
@@ -157,7 +162,7 @@ fn incremental(input: &[CompiledRuleInput]) {
                 next.sort_by(|a, b| a.id.cmp(&b.id));
             }
             let start = Instant::now();
-            let up = c.update(&next, 1);
+            let up = c.update_or_rebuild(&next, 1);
             times.push(start.elapsed());
             mods.push(up.mods.len());
         }

@@ -219,7 +219,7 @@ pub fn liveness(report: Option<&SupervisorReport>) -> HealthReport {
     HealthReport { checks }
 }
 
-fn detail<'a>(c: &'a Collected, kind: ActorKind) -> Option<&'a Value> {
+fn detail(c: &Collected, kind: ActorKind) -> Option<&Value> {
     c.statuses.get(&kind).map(|s| &s.detail)
 }
 

@@ -149,14 +149,12 @@ fn bind_private_socket(path: &Path) -> Result<UnixListener, ServerError> {
         .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)
         .map_err(|e| socket_error(path, format!("cannot create {}: {e}", dir.display())))?;
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(socket_error(
-                path,
-                "another process is serving it (another agent running?)",
-            ));
-        }
-        // Left by an agent that died: replaced below by the rename.
+    // A socket nobody answers on was left by an agent that died: the rename below replaces it.
+    if path.exists() && UnixStream::connect(path).is_ok() {
+        return Err(socket_error(
+            path,
+            "another process is serving it (another agent running?)",
+        ));
     }
     let file_name = path
         .file_name()

@@ -246,6 +246,8 @@ struct Held {
     prio: Priority,
     /// Conjunction id and OpenFlow priority, once the rule has a priority.
     placed: Option<(u32, u16)>,
+    /// Why it has none. Such a rule is tried again when its table releases priorities.
+    error: Option<PriorityError>,
 }
 
 /// What one incremental compilation changed ([`Compiler::update`]).
@@ -262,6 +264,9 @@ pub struct Update {
     pub priority_updates: BTreeMap<u8, BTreeMap<u16, u16>>,
     /// Whether rules went away in this pass (their ids are held until reclaimed).
     pub released_any: bool,
+    /// Rules that tried to get a priority in this pass and found none (a fresh compiler may
+    /// place them, see [`Compiler::update_or_rebuild`]).
+    pub failed_now: usize,
 }
 
 /// The result of [`Compiler::apply`].
@@ -270,6 +275,7 @@ struct Pass {
     skipped: Vec<SkippedRule>,
     priority_updates: BTreeMap<u8, BTreeMap<u16, u16>>,
     released_any: bool,
+    failed_now: usize,
     /// Flows of the touched groups before and after, sorted by identity (if asked for).
     before: Vec<Flow>,
     after: Vec<Flow>,
@@ -451,6 +457,7 @@ impl Compiler {
             skipped: pass.skipped,
             priority_updates: pass.priority_updates,
             released_any: pass.released_any,
+            failed_now: pass.failed_now,
         }
     }
 
@@ -459,10 +466,12 @@ impl Compiler {
     /// the result is [`Update::full`]. See [`Compiler::compile_or_rebuild`].
     pub fn update_or_rebuild(&mut self, rules: &[Arc<CompiledRuleInput>], round: u16) -> Update {
         let up = self.update(rules, round);
-        let unplaced = up.skipped.iter().filter(|s| is_priority_skip(s)).count();
-        if unplaced == 0 {
+        if up.failed_now == 0 {
+            // Rules still waiting for room since an earlier pass were compared with a fresh
+            // compiler then; nothing new to try.
             return up;
         }
+        let unplaced = up.skipped.iter().filter(|s| is_priority_skip(s)).count();
         let mut fresh = Compiler::new(self.opts);
         let pass = fresh.apply(rules, round, false);
         let fresh_unplaced = pass.skipped.iter().filter(|s| is_priority_skip(s)).count();
@@ -481,6 +490,7 @@ impl Compiler {
             skipped: pass.skipped,
             priority_updates: pass.priority_updates,
             released_any: false,
+            failed_now: 0,
         }
     }
 
@@ -619,10 +629,9 @@ impl Compiler {
             }
         }
         if removed.is_empty() && changed.is_empty() && self.initialized {
-            // Rules that found no priority earlier are retried below all the same.
-            if !self.held.values().any(|h| h.placed.is_none()) {
-                return pass;
-            }
+            // Nothing released priorities: rules that found none before still do not fit.
+            pass.skipped.extend(self.waiting(&BTreeSet::new()));
+            return pass;
         }
 
         // 3. The touched groups, before: removed and changed rules where they are now.
@@ -667,12 +676,17 @@ impl Compiler {
                 stale.extend(pa.registered_in_zone(&z).map(|(p, _)| (t, *p)));
             }
         }
+        // Tables with room freed: rules waiting for a priority there are tried again.
+        let mut freed: BTreeSet<u8> = BTreeSet::new();
         for (t, p) in stale {
             if self.users.contains_key(&(t, p)) {
                 continue;
             }
             if let Some(pa) = self.priorities.table_mut(t) {
-                pa.release_priority(&p);
+                if pa.get(&p).is_some() {
+                    pa.release_priority(&p);
+                    freed.insert(t);
+                }
             }
         }
 
@@ -724,7 +738,7 @@ impl Compiler {
             let retry: Vec<Arc<CompiledRuleInput>> = self
                 .held
                 .values()
-                .filter(|h| h.placed.is_none())
+                .filter(|h| h.placed.is_none() && freed.contains(&h.table))
                 .map(|h| Arc::clone(&h.rule))
                 .collect();
             todo.extend(retry);
@@ -763,7 +777,11 @@ impl Compiler {
         // 6. The rules to (re)place: changed ones, unplaced ones, and those whose priority moved.
         let mut replace: BTreeMap<RuleId, Arc<CompiledRuleInput>> =
             changed.into_iter().map(|r| (r.id.clone(), r)).collect();
-        for h in self.held.values().filter(|h| h.placed.is_none()) {
+        for h in self
+            .held
+            .values()
+            .filter(|h| h.placed.is_none() && (freed.contains(&h.table) || !self.initialized))
+        {
             replace
                 .entry(h.rule.id.clone())
                 .or_insert_with(|| Arc::clone(&h.rule));
@@ -806,7 +824,9 @@ impl Compiler {
                 pass.released_any |= h.placed.is_some();
             }
         }
+        let attempted: BTreeSet<RuleId> = placements.iter().map(|(r, ..)| r.id.clone()).collect();
         for (r, t, p, of) in placements {
+            let mut error = None;
             let id = r.id.clone();
             let previous = self.held.remove(&id);
             let old_conj = previous.as_ref().and_then(|h| h.placed.map(|(c, _)| c));
@@ -835,8 +855,10 @@ impl Compiler {
                     let reason = failed.get(&(t, p)).cloned().unwrap_or(PriorityError::NoRoom);
                     pass.skipped.push(SkippedRule {
                         id: id.clone(),
-                        reason: CompileError::Priority(reason),
+                        reason: CompileError::Priority(reason.clone()),
                     });
+                    pass.failed_now += 1;
+                    error = Some(reason);
                     None
                 }
             };
@@ -847,9 +869,11 @@ impl Compiler {
                     table: t,
                     prio: p,
                     placed,
+                    error,
                 },
             );
         }
+        pass.skipped.extend(self.waiting(&attempted));
         self.bound_released();
         self.initialized = true;
         self.generation += 1;
@@ -859,6 +883,18 @@ impl Compiler {
             pass.after = self.group_flows(&dirty, round);
         }
         pass
+    }
+
+    /// The rules still waiting for a priority, except those tried in this pass.
+    fn waiting(&self, attempted: &BTreeSet<RuleId>) -> Vec<SkippedRule> {
+        self.held
+            .values()
+            .filter(|h| h.placed.is_none() && !attempted.contains(&h.rule.id))
+            .map(|h| SkippedRule {
+                id: h.rule.id.clone(),
+                reason: CompileError::Priority(h.error.clone().unwrap_or(PriorityError::NoRoom)),
+            })
+            .collect()
     }
 
     /// Takes a placed rule out of its group and releases its conjunction id (held back).

@@ -564,3 +564,278 @@ pub fn command(config_path: &Path) -> ExitCode {
         ExitCode::FAILURE
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::host::fake::FakeHost;
+    use crate::host::{Address, HostNet, Link, Route};
+    use crate::messages::EntityRef;
+    use crate::ovs::ovsdb::{FakeOvsdb, Ovsdb, PortSpec};
+
+    const MAC: &str = "02:00:00:00:01:01";
+
+    #[test]
+    fn the_lock_is_exclusive_names_its_holder_and_survives_stale_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = dir.path().join("state");
+        // A stale file from a dead holder (garbage inside) does not block.
+        std::fs::create_dir_all(&state).expect("mkdir");
+        std::fs::write(state.join(LOCK_FILE), "not a pid").expect("write");
+        let held = AgentLock::acquire(&state, "run").expect("first lock");
+        // flock is per open file: a second open in this process conflicts like another process.
+        match AgentLock::acquire(&state, "detach-all") {
+            Err(LockError::Held { holder, what, .. }) => {
+                assert_eq!(holder, format!("pid {}", std::process::id()));
+                assert_eq!(what, "an antrea-vm-agent");
+            }
+            other => panic!("expected Held, got {other:?}"),
+        }
+        drop(held);
+        let again = AgentLock::acquire(&state, "detach-all").expect("lock after release");
+        let text = std::fs::read_to_string(again.path()).expect("read");
+        assert_eq!(text, format!("{} detach-all\n", std::process::id()));
+    }
+
+    /// Removes the orphaned tap by name on the fake host (the real one checks kind and carrier).
+    struct FakeOrphans {
+        host: Arc<FakeHost>,
+        removed: Mutex<Vec<String>>,
+    }
+
+    #[async_trait]
+    impl OrphanPorts for FakeOrphans {
+        async fn remove_orphan_tap(&self, name: &str, _mac: &str) -> Result<Orphan, String> {
+            self.removed.lock().expect("lock").push(name.to_string());
+            self.host.remove_link(name);
+            Ok(Orphan::Removed)
+        }
+    }
+
+    struct World {
+        _dir: tempfile::TempDir,
+        env: Env,
+        host: Arc<FakeHost>,
+        ovsdb: Arc<FakeOvsdb>,
+        orphans: FakeOrphans,
+    }
+
+    fn address(s: &str) -> Address {
+        Address {
+            addr: s.parse().expect("address"),
+            flags: 0,
+            scope: 0,
+            valid_lft: u32::MAX,
+            preferred_lft: u32::MAX,
+            label: None,
+            broadcast: None,
+            rt_priority: None,
+        }
+    }
+
+    fn default_route() -> Route {
+        Route {
+            dst: "0.0.0.0/0".parse().expect("prefix"),
+            gateway: Some("10.0.0.1".parse().expect("gw")),
+            prefsrc: None,
+            protocol: 16,
+            scope: 0,
+            kind: 1,
+            table: 254,
+            metric: Some(100),
+            oif: 0,
+            onlink: false,
+        }
+    }
+
+    fn world() -> World {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = Arc::new(FakeHost::new());
+        host.add_link("eth0", MAC, 1400);
+        host.seed_address("eth0", &address("10.0.0.2/24")).expect("seed");
+        host.seed_route("eth0", &default_route()).expect("seed route");
+        let ovsdb = Arc::new(FakeOvsdb::new());
+        // Like ovs-vswitchd, deleting a port removes only the netdev OVS made for it, never a NIC
+        // that has the name by then.
+        let made = Arc::new(Mutex::new(Vec::<u32>::new()));
+        let (h, m) = (host.clone(), made.clone());
+        ovsdb.on_port_created(Box::new(move |spec| {
+            if spec.iface_type == "internal" {
+                let index = h.add_link(&spec.name, spec.mac.as_deref().unwrap_or(MAC), 1500);
+                m.lock().expect("lock").push(index);
+            }
+        }));
+        let (h, m) = (host.clone(), made);
+        ovsdb.on_port_deleted(Box::new(move |spec| {
+            let ours = h
+                .snapshot()
+                .link(&spec.name)
+                .is_some_and(|l| m.lock().expect("lock").contains(&l.link.index));
+            if spec.iface_type == "internal" && ours {
+                h.remove_link(&spec.name);
+            }
+        }));
+        let env = Env {
+            ovsdb: ovsdb.clone(),
+            host: host.clone(),
+            bridge: "br-int".into(),
+            store: RecordStore::new(dir.path()),
+            port_wait: Duration::from_secs(1),
+        };
+        World {
+            _dir: dir,
+            env,
+            orphans: FakeOrphans {
+                host: host.clone(),
+                removed: Mutex::new(Vec::new()),
+            },
+            host,
+            ovsdb,
+        }
+    }
+
+    /// What must come back: the NIC's name, MAC, MTU, addresses and routes.
+    async fn nic_state(w: &World) -> (Link, Vec<Address>, Vec<(String, Option<std::net::IpAddr>)>) {
+        let link = w.host.link_by_name("eth0").await.expect("links").expect("eth0");
+        let addrs = w.host.addresses(link.index).await.expect("addresses");
+        let routes = w
+            .host
+            .routes(link.index)
+            .await
+            .expect("routes")
+            .into_iter()
+            .map(|r| (r.dst.to_string(), r.gateway))
+            .collect();
+        let mut link = link;
+        link.index = 0;
+        (link, addrs, routes)
+    }
+
+    async fn attach(w: &World) {
+        w.ovsdb
+            .ensure_bridge(&crate::ovs::ovsdb::BridgeSpec {
+                name: "br-int".into(),
+                datapath_type: "netdev".into(),
+                table_names: vec![],
+            })
+            .await
+            .expect("bridge");
+        let link = w.host.link_by_name("eth0").await.expect("links").expect("eth0");
+        let entity = EntityRef {
+            namespace: "ns".into(),
+            name: "vm1-3e616".into(),
+        };
+        procedures::attach(&w.env, &link, &entity, &["10.0.0.2".parse().expect("ip")])
+            .await
+            .expect("attach");
+        assert!(w.host.link_by_name("eth0~").await.expect("links").is_some());
+    }
+
+    #[tokio::test]
+    async fn detach_all_restores_every_record_and_deletes_stale_ports_then_has_nothing_to_do() {
+        let w = world();
+        let before = nic_state(&w).await;
+        attach(&w).await;
+        // A leftover pair of ports whose NIC is long gone (no record, no uplink in the kernel).
+        for (name, kind) in [("gone", ext_id::TYPE_HOST), ("gone~", ext_id::TYPE_UPLINK)] {
+            w.ovsdb
+                .create_port(
+                    "br-int",
+                    &PortSpec {
+                        name: name.into(),
+                        iface_type: String::new(),
+                        mac: None,
+                        external_ids: BTreeMap::from([(ext_id::ANTREA_TYPE.to_string(), kind.to_string())]),
+                    },
+                )
+                .await
+                .expect("port");
+        }
+        let report = detach_all(&w.env, &w.orphans).await;
+        assert!(report.ok(), "{report:?}");
+        assert_eq!(report.done.len(), 3, "{report:?}");
+        assert!(report
+            .done
+            .iter()
+            .any(|l| l.starts_with("eth0: restored: eth0~ renamed back")));
+        assert!(report
+            .done
+            .iter()
+            .any(|l| l.starts_with("gone: stale OVS port deleted")));
+        assert_eq!(nic_state(&w).await, before);
+        assert!(w.ovsdb.ports("br-int").is_empty());
+        assert!(w.env.store.load_all().0.is_empty());
+        assert!(
+            w.orphans.removed.lock().expect("lock").is_empty(),
+            "OVS removed its own port"
+        );
+
+        let again = detach_all(&w.env, &w.orphans).await;
+        assert!(again.nothing_to_do(), "{again:?}");
+    }
+
+    #[tokio::test]
+    async fn without_ovs_the_kernel_is_restored_and_the_record_kept_for_the_ports() {
+        let w = world();
+        let before = nic_state(&w).await;
+        attach(&w).await;
+        w.ovsdb.fail_next_with(
+            "list_ports",
+            OvsdbError::Connect {
+                path: "/run/openvswitch/db.sock".into(),
+                source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+            },
+        );
+        let report = detach_all(&w.env, &w.orphans).await;
+        assert!(!report.ok());
+        assert!(report
+            .ovs_unreachable
+            .as_deref()
+            .is_some_and(|e| e.contains("db.sock")));
+        assert!(
+            report.problems[0].starts_with("eth0: kernel side restored"),
+            "{report:?}"
+        );
+        assert_eq!(*w.orphans.removed.lock().expect("lock"), vec!["eth0".to_string()]);
+        assert_eq!(nic_state(&w).await, before);
+        let (records, _) = w.env.store.load_all();
+        let record = records.get("eth0").expect("record kept");
+        assert_eq!((record.phase, record.step), (Phase::Detaching, Step::DeletePorts));
+        assert_eq!(w.ovsdb.ports("br-int").len(), 2, "the ports are still there");
+
+        // OVS back: the ports go, the kernel stays as it is.
+        let report = detach_all(&w.env, &w.orphans).await;
+        assert!(report.ok(), "{report:?}");
+        assert!(
+            report.done[0].contains("restored earlier, without OVS"),
+            "{report:?}"
+        );
+        assert_eq!(nic_state(&w).await, before);
+        assert!(w.ovsdb.ports("br-int").is_empty());
+        assert!(w.env.store.load_all().0.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_internal_port_that_is_not_an_orphan_blocks_the_kernel_restore() {
+        struct Keep;
+        #[async_trait]
+        impl OrphanPorts for Keep {
+            async fn remove_orphan_tap(&self, name: &str, _: &str) -> Result<Orphan, String> {
+                Ok(Orphan::Kept(format!("the tap {name} is in use")))
+            }
+        }
+        let w = world();
+        attach(&w).await;
+        w.ovsdb.fail_next("list_ports", "connection refused");
+        let report = detach_all(&w.env, &Keep).await;
+        assert!(
+            report.problems[0].contains("the tap eth0 is in use"),
+            "{report:?}"
+        );
+        // Nothing changed on the host: still attached.
+        assert!(w.host.link_by_name("eth0~").await.expect("links").is_some());
+    }
+}
