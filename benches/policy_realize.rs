@@ -75,7 +75,7 @@ fn fleet_policy(i: usize, step: f64) -> String {
     for r in 0..RULES_PER_POLICY {
         let k = i * RULES_PER_POLICY + r;
         let cidr = format!("10.{}.{}.0/24", (k / 256) % 256, k % 256);
-        let peer = if k % 2 == 0 {
+        let peer = if k.is_multiple_of(2) {
             format!("direction: In, from: {{ipBlocks: [{{cidr: {cidr}}}, {{cidr: 192.168.0.0/16}}]}}")
         } else {
             format!("direction: Out, to: {{ipBlocks: [{{cidr: {cidr}}}, {{cidr: \"fd00::/8\"}}]}}")

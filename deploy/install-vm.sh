@@ -588,8 +588,9 @@ restore_interfaces() {
   local agent
   agent=$(r "$BIN_DST")
 
-  # An agent that can restore offline does it best: stop the service, then detach.
-  if [[ -x $agent ]] && "$agent" --help 2>/dev/null | grep -Eq '^[[:space:]]+detach-all([[:space:]]|$)'; then
+  # An agent that can restore offline does it best: stop the service, then detach. Not under
+  # --root: detach-all acts on this host's kernel, OVS and stateDir, not on the alternate root.
+  if [[ -z $ROOT && -x $agent ]] && "$agent" --help 2>/dev/null | grep -Eq '^[[:space:]]+detach-all([[:space:]]|$)'; then
     if systemd_query is-active --quiet "$UNIT"; then systemd_do stop "$UNIT"; fi
     do_action "restore the attached interfaces ($names) with antrea-vm-agent detach-all" \
       "$agent" detach-all --config="$(r "$CONF")"

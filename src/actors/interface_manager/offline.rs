@@ -487,7 +487,14 @@ pub fn command(config_path: &Path) -> ExitCode {
         }
     };
     let state_dir = config.state_dir.clone();
-    let _lock = match AgentLock::acquire(&state_dir, "detach-all") {
+    // No state dir: no records, and no agent (it holds its lock in there). Do not create one: a
+    // detach-all must leave a host without the agent as it is.
+    let lock = if state_dir.is_dir() {
+        AgentLock::acquire(&state_dir, "detach-all").map(Some)
+    } else {
+        Ok(None)
+    };
+    let _lock = match lock {
         Ok(l) => l,
         Err(e @ LockError::Held { .. }) => {
             eprintln!(

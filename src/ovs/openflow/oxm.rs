@@ -787,7 +787,7 @@ pub fn read_raw_oxm<'a>(r: &mut Reader<'a>) -> Result<RawOxm<'a>, CodecError> {
         experimenter = Some(r.u32()?);
         len -= 4;
     }
-    if masked && len % 2 != 0 {
+    if masked && !len.is_multiple_of(2) {
         return Err(CodecError::BadLength {
             what: "masked OXM field",
             len,

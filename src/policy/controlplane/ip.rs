@@ -74,7 +74,7 @@ pub fn base64_decode(text: &str) -> Result<Vec<u8>, IpError> {
     let raw = text.as_bytes();
     let body_len = raw.iter().rposition(|&c| c != b'=').map_or(0, |p| p + 1);
     let (body, padding) = raw.split_at(body_len);
-    if padding.len() > 2 || (!padding.is_empty() && raw.len() % 4 != 0) {
+    if padding.len() > 2 || (!padding.is_empty() && !raw.len().is_multiple_of(4)) {
         return Err(IpError::Base64(format!("bad padding in {text:?}")));
     }
     if body.len() % 4 == 1 {
