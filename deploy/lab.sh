@@ -6,7 +6,9 @@
 #                         inside avm-vm with its sockets in /tmp/antrea-vm-lab/run
 #   deploy/lab.sh down    remove everything `up` and `demo` created
 #   deploy/lab.sh demo    build the agent, bring the lab up, attach the VM's eth0 to OVS with the
-#                         agent (standalone mode), show the result, test traffic, detach, tear down
+#                         agent (standalone mode), show the result, test traffic, enforce a
+#                         NetworkPolicy and watch its per-rule counters in /metrics and through
+#                         `antrea-vm-agent get`, remove it, detach, tear down
 #
 # Topology:
 #   avm-ext: ext0 10.99.0.1/24 fd00:99::1/64  <--veth-->  avm-vm: eth0 10.99.0.2/24 fd00:99::2/64
@@ -28,6 +30,13 @@ CONFIG=$LAB_DIR/antrea-agent.conf
 EN_FILE=$LAB_DIR/external-node.yaml
 AGENT_LOG=$LAB_DIR/agent.log
 AGENT_PID=$LAB_DIR/agent.pid
+POLICY_DIR=$LAB_DIR/policies
+API_SOCKET=$LAB_DIR/agent-api.sock
+# The metrics listener, inside the VM namespace (its loopback).
+METRICS_ADDR=127.0.0.1:10351
+# The demo's NetworkPolicy: an AntreaNetworkPolicy vm-ns/lab-guard, and its rules.
+POLICY_NAME=lab-guard
+POLICY_FILE=$POLICY_DIR/20-lab-guard.yaml
 NFT_TABLE=avm_lab_uplink
 VM_IP4=10.99.0.2 EXT_IP4=10.99.0.1 VM_IP6=fd00:99::2 EXT_IP6=fd00:99::1
 export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
@@ -180,6 +189,11 @@ externalNode:
     port: 22
 standalone:
   externalNodeFile: $EN_FILE
+  policyDir: $POLICY_DIR
+metricsServer:
+  bindAddress: "$METRICS_ADDR"
+agentAPI:
+  socket: $API_SOCKET
 EOF
 }
 
@@ -260,7 +274,9 @@ ping_check() { # FROM(ext|vm) TARGET
     fi
 }
 
-tcp_check() { # SERVER_NS CLIENT_NS IP PORT
+# tcp_try SERVER_NS CLIENT_NS IP PORT: listens with nc in SERVER_NS, connects from CLIENT_NS and
+# sends a token; succeeds if the token arrived.
+tcp_try() {
     local server=$1 client=$2 ip=$3 port=$4 token out=$LAB_DIR/tcp.out pid
     token="avm-demo-$RANDOM$RANDOM"
     ip netns exec "$server" nc -l -n "$ip" "$port" </dev/null >"$out" 2>/dev/null 3>&- 4>&- &
@@ -274,11 +290,144 @@ tcp_check() { # SERVER_NS CLIENT_NS IP PORT
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
-    if grep -q "$token" "$out"; then
-        ok "TCP $client -> $ip:$port"
+    grep -q "$token" "$out"
+}
+
+tcp_check() { # SERVER_NS CLIENT_NS IP PORT
+    if tcp_try "$@" 2>/dev/null; then
+        ok "TCP $2 -> $3:$4"
     else
-        fail "TCP $client -> $ip:$port: no data arrived"
+        fail "TCP $2 -> $3:$4: no data arrived"
     fi
+}
+
+tcp_blocked() { # SERVER_NS CLIENT_NS IP PORT
+    if tcp_try "$@" 2>/dev/null; then
+        fail "TCP $2 -> $3:$4 went through, but the policy should drop it"
+    else
+        ok "TCP $2 -> $3:$4 is blocked"
+    fi
+}
+
+# --- the NetworkPolicy part of the demo ------------------------------------------------------
+
+# The AppliedToGroup of vm1's eth0 (its ExternalEntity is vm1-<first 5 hex digits of sha1("eth0")>)
+# and the policy, as antrea-controller would send them (controlplane.antrea.io/v1beta2).
+write_policy() {
+    mkdir -p "$POLICY_DIR"
+    cat >"$POLICY_DIR/.atg.tmp" <<EOF
+apiVersion: controlplane.antrea.io/v1beta2
+kind: AppliedToGroup
+metadata: {name: atg-vm1}
+groupMembers: [{externalEntity: {name: vm1-3e616, namespace: vm-ns}}]
+EOF
+    mv "$POLICY_DIR/.atg.tmp" "$POLICY_DIR/10-atg-vm1.yaml"
+    cat >"$POLICY_DIR/.policy.tmp" <<EOF
+apiVersion: controlplane.antrea.io/v1beta2
+kind: NetworkPolicy
+metadata: {name: uid-$POLICY_NAME, uid: uid-$POLICY_NAME, generation: 1}
+sourceRef: {type: AntreaNetworkPolicy, namespace: vm-ns, name: $POLICY_NAME, uid: uid-$POLICY_NAME}
+appliedToGroups: [atg-vm1]
+priority: 5
+tierPriority: 250
+rules:
+- name: drop-8080
+  direction: In
+  from: {ipBlocks: [{cidr: $EXT_IP4/32}, {cidr: "$EXT_IP6/128"}]}
+  services: [{protocol: TCP, port: 8080}]
+  action: Drop
+  priority: 0
+- name: allow-icmp
+  direction: In
+  from: {ipBlocks: [{cidr: $EXT_IP4/32}]}
+  services: [{protocol: ICMP}]
+  action: Allow
+  priority: 1
+EOF
+    mv "$POLICY_DIR/.policy.tmp" "$POLICY_FILE"
+}
+
+agent_get() { vm "$AGENT_BIN" get "$@" --socket "$API_SOCKET"; }
+
+# GET /metrics from inside the VM namespace (the listener is on its loopback): plain HTTP/1.0
+# through nc, headers stripped.
+scrape_metrics() {
+    printf 'GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n' "$METRICS_ADDR" |
+        vm nc -N -w 5 "${METRICS_ADDR%:*}" "${METRICS_ADDR##*:}" | sed '1,/^\r\{0,1\}$/d'
+}
+
+# The demo policy's per-rule series.
+rule_metrics() { scrape_metrics | grep '^antrea_vm_agent_rule_' | grep "policy_name=\"$POLICY_NAME\"" || true; }
+
+# rule_counter FAMILY RULE: the value of antrea_vm_agent_rule_FAMILY_total for RULE (empty if absent).
+rule_counter() {
+    rule_metrics | grep "^antrea_vm_agent_rule_$1_total{" | grep "rule_name=\"$2\"" | awk '{print $NF}'
+}
+
+policy_flows_installed() { dump_flows | grep -q 'conj_id='; }
+policy_flows_removed() { ! dump_flows | grep -q 'conj_id='; }
+# Both rules are reported in /metrics.
+rules_reported() { [[ -n $(rule_counter packets drop-8080) && -n $(rule_counter packets allow-icmp) ]]; }
+rules_unreported() { [[ -z $(rule_metrics) ]]; }
+# counters_settled DROPPED ALLOWED: the counters reached at least what the traffic produced and
+# stay put for a second (the userspace datapath pushes its counts to the OpenFlow rules about
+# every half second, so a reading may lag the traffic).
+counters_settled() {
+    local first
+    first="$(rule_counter packets drop-8080) $(rule_counter packets allow-icmp)"
+    sleep 1
+    [[ $first == "$(rule_counter packets drop-8080) $(rule_counter packets allow-icmp)" ]] || return 1
+    set -- "$1" "$2" $first
+    (($3 >= $1 && $4 >= $2))
+}
+
+section_policy() {
+    section "A NetworkPolicy from the policy directory: drop TCP 8080 from the outside host, allow ICMP"
+    write_policy
+    info "$POLICY_FILE:"
+    sed 's/^/    /' "$POLICY_FILE"
+    wait_for 30 "the policy's conjunctive flows are installed" policy_flows_installed
+    wait_for 30 "/metrics reports the policy's rules" rules_reported
+    info "per-rule counters in /metrics (http://$METRICS_ADDR/metrics in $VM_NS) before traffic:"
+    rule_metrics | sed 's/^/    /'
+    [[ $(rule_counter packets drop-8080) == 0 && $(rule_counter packets allow-icmp) == 0 ]] ||
+        fail "the rules counted packets before any traffic"
+
+    section "Traffic under the policy"
+    tcp_blocked "$VM_NS" "$EXT_NS" "$VM_IP4" 8080
+    tcp_blocked "$VM_NS" "$EXT_NS" "$VM_IP6" 8080
+    tcp_check "$VM_NS" "$EXT_NS" "$VM_IP4" 8081
+    ping_check ext "$VM_IP4"
+    # Two blocked connections: at least one SYN each; 3 pings: 3 requests and 3 replies.
+    wait_for 15 "the per-rule counters moved and settled" counters_settled 2 6
+    info "per-rule counters in /metrics after traffic:"
+    rule_metrics | sed 's/^/    /'
+    local sessions
+    sessions=$(rule_counter sessions allow-icmp)
+    [[ $sessions == 1 ]] || fail "allow-icmp: one ping run should be one session, /metrics says $sessions"
+    ok "drop-8080 counted $(rule_counter packets drop-8080) dropped packets, allow-icmp $(rule_counter packets allow-icmp) packets in 1 session"
+
+    section "The policy through the agent API ($API_SOCKET)"
+    run agent_get networkpolicy
+    agent_get networkpolicy | grep -q "AntreaNetworkPolicy:vm-ns/$POLICY_NAME" ||
+        fail "get networkpolicy does not list $POLICY_NAME"
+    run agent_get networkpolicy "$POLICY_NAME"
+    agent_get networkpolicy "$POLICY_NAME" |
+        awk -v n="$(rule_counter packets drop-8080)" '$1 == "drop-8080" && $(NF-2) == n {found=1} END {exit !found}' ||
+        fail "get networkpolicy $POLICY_NAME does not show drop-8080's counters from /metrics"
+    ok "get networkpolicy $POLICY_NAME shows the same counters as /metrics"
+    run agent_get ovsflows --policy "$POLICY_NAME"
+    agent_get ovsflows --policy "$POLICY_NAME" | grep -q 'conjunction(' ||
+        fail "get ovsflows --policy $POLICY_NAME shows no conjunctive flow"
+
+    section "Removing the policy"
+    rm -f "$POLICY_FILE"
+    info "removed $POLICY_FILE"
+    wait_for 30 "the policy's flows are removed" policy_flows_removed
+    wait_for 30 "its per-rule series are gone from /metrics" rules_unreported
+    tcp_check "$VM_NS" "$EXT_NS" "$VM_IP4" 8080
+    tcp_check "$VM_NS" "$EXT_NS" "$VM_IP6" 8080
+    ping_check ext "$VM_IP4"
 }
 
 stop_agent() {
@@ -364,6 +513,8 @@ cmd_demo() {
     tcp_check "$VM_NS" "$EXT_NS" "$VM_IP6" 8080
     tcp_check "$VM_NS" "$EXT_NS" "$VM_IP4" 22
     tcp_check "$EXT_NS" "$VM_NS" "$EXT_IP4" 8081
+
+    section_policy
 
     section "Deleting the ExternalNode (detach)"
     unisolate_uplink
