@@ -364,8 +364,18 @@ rule_counter() {
     rule_metrics | grep "^antrea_vm_agent_rule_$1_total{" | grep "rule_name=\"$2\"" | awk '{print $NF}'
 }
 
-policy_flows_installed() { dump_flows | grep -q 'conj_id='; }
-policy_flows_removed() { ! dump_flows | grep -q 'conj_id='; }
+# The flows are read into a variable first: with pipefail, `grep -q` leaving early would make
+# the dump fail with SIGPIPE, and a negated check pass.
+conj_flow_count() {
+    local flows
+    flows=$(dump_flows) || return 1
+    grep -c 'conj_id=' <<<"$flows" || true
+}
+policy_flows_installed() { (($(conj_flow_count) > 0)); }
+policy_flows_removed() {
+    local n
+    n=$(conj_flow_count) && ((n == 0))
+}
 # Both rules are reported in /metrics.
 rules_reported() { [[ -n $(rule_counter packets drop-8080) && -n $(rule_counter packets allow-icmp) ]]; }
 rules_unreported() { [[ -z $(rule_metrics) ]]; }
@@ -373,12 +383,12 @@ rules_unreported() { [[ -z $(rule_metrics) ]]; }
 # stay put for a second (the userspace datapath pushes its counts to the OpenFlow rules about
 # every half second, so a reading may lag the traffic).
 counters_settled() {
-    local first
-    first="$(rule_counter packets drop-8080) $(rule_counter packets allow-icmp)"
+    local drop icmp
+    drop=$(rule_counter packets drop-8080)
+    icmp=$(rule_counter packets allow-icmp)
     sleep 1
-    [[ $first == "$(rule_counter packets drop-8080) $(rule_counter packets allow-icmp)" ]] || return 1
-    set -- "$1" "$2" $first
-    (($3 >= $1 && $4 >= $2))
+    [[ $drop == "$(rule_counter packets drop-8080)" && $icmp == "$(rule_counter packets allow-icmp)" ]] &&
+        ((${drop:-0} >= $1 && ${icmp:-0} >= $2))
 }
 
 section_policy() {
@@ -408,17 +418,24 @@ section_policy() {
     ok "drop-8080 counted $(rule_counter packets drop-8080) dropped packets, allow-icmp $(rule_counter packets allow-icmp) packets in 1 session"
 
     section "The policy through the agent API ($API_SOCKET)"
+    local out
     run agent_get networkpolicy
-    agent_get networkpolicy | grep -q "AntreaNetworkPolicy:vm-ns/$POLICY_NAME" ||
+    out=$(agent_get networkpolicy) || fail "get networkpolicy failed"
+    grep -q "AntreaNetworkPolicy:vm-ns/$POLICY_NAME" <<<"$out" ||
         fail "get networkpolicy does not list $POLICY_NAME"
     run agent_get networkpolicy "$POLICY_NAME"
-    agent_get networkpolicy "$POLICY_NAME" |
-        awk -v n="$(rule_counter packets drop-8080)" '$1 == "drop-8080" && $(NF-2) == n {found=1} END {exit !found}' ||
-        fail "get networkpolicy $POLICY_NAME does not show drop-8080's counters from /metrics"
-    ok "get networkpolicy $POLICY_NAME shows the same counters as /metrics"
+    out=$(agent_get networkpolicy "$POLICY_NAME") || fail "get networkpolicy $POLICY_NAME failed"
+    # The RULE row's last three columns are PACKETS BYTES SESSIONS.
+    local rule want
+    for rule in drop-8080 allow-icmp; do
+        want="$(rule_counter packets "$rule") $(rule_counter bytes "$rule") $(rule_counter sessions "$rule")"
+        awk -v r="$rule" -v w="$want" '$1 == r && $(NF-2) " " $(NF-1) " " $NF == w {found=1} END {exit !found}' <<<"$out" ||
+            fail "get networkpolicy $POLICY_NAME does not show $rule's counters from /metrics ($want)"
+    done
+    ok "get networkpolicy $POLICY_NAME shows the same packets, bytes and sessions as /metrics"
     run agent_get ovsflows --policy "$POLICY_NAME"
-    agent_get ovsflows --policy "$POLICY_NAME" | grep -q 'conjunction(' ||
-        fail "get ovsflows --policy $POLICY_NAME shows no conjunctive flow"
+    out=$(agent_get ovsflows --policy "$POLICY_NAME") || fail "get ovsflows --policy $POLICY_NAME failed"
+    grep -q 'conjunction(' <<<"$out" || fail "get ovsflows --policy $POLICY_NAME shows no conjunctive flow"
 
     section "Removing the policy"
     rm -f "$POLICY_FILE"

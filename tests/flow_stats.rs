@@ -177,6 +177,11 @@ fn rules() -> Vec<CompiledRuleInput> {
     v
 }
 
+/// The rule view as `RulesChanged` carries it.
+fn view(rules: Vec<CompiledRuleInput>) -> Arc<[Arc<CompiledRuleInput>]> {
+    rules.into_iter().map(Arc::new).collect()
+}
+
 fn generations(g1: i64, g2: i64) -> Vec<PolicyGeneration> {
     vec![
         PolicyGeneration {
@@ -246,7 +251,7 @@ async fn rule_counters_come_from_the_metric_flows_summed_per_rule() {
 
     w.installer.do_send(interfaces());
     w.installer.do_send(RulesChanged {
-        rules: rules(),
+        rules: view(rules()),
         policies: generations(1, 1),
         sync_epoch: 1,
     });
@@ -393,7 +398,7 @@ async fn realization_is_reported_after_each_successful_commit_only() {
     let w = start().await;
     w.installer.do_send(interfaces());
     w.installer.do_send(RulesChanged {
-        rules: rules(),
+        rules: view(rules()),
         policies: generations(1, 1),
         sync_epoch: 1,
     });
@@ -412,7 +417,7 @@ async fn realization_is_reported_after_each_successful_commit_only() {
 
     // A generation bump without a flow change is realized at once, with no bundle.
     w.installer.do_send(RulesChanged {
-        rules: rules(),
+        rules: view(rules()),
         policies: generations(2, 1),
         sync_epoch: 1,
     });
@@ -428,7 +433,7 @@ async fn realization_is_reported_after_each_successful_commit_only() {
     let mut fewer = rules();
     fewer.retain(|r| r.rule_name != "drop-in");
     w.installer.do_send(RulesChanged {
-        rules: fewer,
+        rules: view(fewer),
         policies: generations(3, 1),
         sync_epoch: 2,
     });

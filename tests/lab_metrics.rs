@@ -403,7 +403,7 @@ fn metrics_count_exactly_the_traffic_and_follow_rule_deletes() {
     // The userspace datapath hands its counts to the OpenFlow rules when the revalidator runs
     // (about every 500 ms): wait for them, then check nothing more arrives.
     let mut got = BTreeMap::new();
-    let reached = support_poll(Duration::from_secs(30), || {
+    let reached = poll_until(Duration::from_secs(30), || {
         got = rule_counters(&scrape(&lab));
         got == want
     });
@@ -459,7 +459,7 @@ fn metrics_count_exactly_the_traffic_and_follow_rule_deletes() {
     // untouched: same rules, same conjunction ids).
     write_policy(&policy_dir, "10-metrics.yaml", &policy_yaml(false));
     let mut after = BTreeMap::new();
-    let gone = support_poll(Duration::from_secs(30), || {
+    let gone = poll_until(Duration::from_secs(30), || {
         after = rule_counters(&scrape(&lab));
         !after.contains_key(&format!("drop-{DROPPED_PORT}"))
     });
@@ -485,7 +485,7 @@ fn metrics_count_exactly_the_traffic_and_follow_rule_deletes() {
 }
 
 /// Polls `f` every 200 ms until it is true or `timeout` passed; whether it became true.
-fn support_poll(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+fn poll_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + timeout;
     loop {
         if f() {

@@ -43,7 +43,7 @@ use crate::messages::{GetRuleStats, PoliciesRealized, PolicyGeneration, RuleStat
 use crate::ovs::openflow::{ct_state, FlowFilter, FlowMod, FlowModCommand, FlowStats, OfError, Switch};
 use crate::policy::compiler::{ConjunctionInfo, METRIC_PRIORITY};
 use crate::policy::pipeline::{cookie, table, CookieCategory, ROUND_MASK};
-use crate::policy::rule::{CompiledRuleInput, Direction, RuleId};
+use crate::policy::rule::{CompiledRuleInput, Direction};
 
 /// Bits of a cookie holding the category (Antrea's `CategoryMask`).
 const CATEGORY_MASK: u64 = 0x0000_ff00_0000_0000;
@@ -132,28 +132,24 @@ pub fn metric_sample(fs: &FlowStats) -> Option<MetricSample> {
 /// Per-rule counters from a dump of the metric tables: each metric flow is attributed to its
 /// conjunction (`conjunctions`: the compiler's view, current rules and recently removed ones),
 /// and the conjunctions of one rule (policy uid, rule name, direction) are summed. `tier_of`
-/// gives a rule's tier priority; a conjunction whose rule it does not know (a rule removed since
-/// the dump was taken) is left out, as are flows naming no known conjunction. Sorted by policy
-/// uid, rule name, direction.
-pub fn rule_stats_from_flows(
+/// gives the tier priority of a conjunction's rule, and is asked in policy uid order; a rule
+/// it does not know (its policy left the view since the dump was taken) is left out, as are
+/// flows naming no known conjunction. Sorted by policy uid, rule name, direction.
+pub fn rule_stats_from_flows<'a>(
     flows: &[FlowStats],
-    conjunctions: &BTreeMap<u32, ConjunctionInfo>,
-    tier_of: impl Fn(&RuleId) -> Option<i32>,
+    conjunctions: &'a BTreeMap<u32, ConjunctionInfo>,
+    mut tier_of: impl FnMut(&'a ConjunctionInfo) -> Option<i32>,
 ) -> RuleStatsSnapshot {
     // Sorting flat vectors (no tree or hash map per entry) keeps a 10,000-rule scrape cheap.
     let mut samples: Vec<MetricSample> = flows.iter().filter_map(metric_sample).collect();
     samples.sort_unstable_by_key(|s| s.conj_id);
-    let mut per_conj: Vec<(&ConjunctionInfo, i32, MetricSample)> = Vec::with_capacity(samples.len() / 2 + 1);
+    let mut per_conj: Vec<(&ConjunctionInfo, MetricSample)> = Vec::with_capacity(samples.len() / 2 + 1);
     for group in samples.chunk_by(|a, b| a.conj_id == b.conj_id) {
         let conj_id = group[0].conj_id;
-        let Some(info) = conjunctions.get(&conj_id) else {
-            debug!(conj_id, "metric flow of an unknown conjunction; not reported");
-            continue;
-        };
-        let Some(tier) = tier_of(&info.rule_id) else {
-            continue;
-        };
-        per_conj.push((info, tier, sum(group)));
+        match conjunctions.get(&conj_id) {
+            Some(info) => per_conj.push((info, sum(group))),
+            None => debug!(conj_id, "metric flow of an unknown conjunction; not reported"),
+        }
     }
     fn key(info: &ConjunctionInfo) -> (&str, &str, Direction) {
         (info.policy.uid.as_str(), info.rule_name.as_str(), info.direction)
@@ -161,8 +157,11 @@ pub fn rule_stats_from_flows(
     per_conj.sort_unstable_by(|a, b| key(a.0).cmp(&key(b.0)).then(a.0.conj_id.cmp(&b.0.conj_id)));
     let mut rules: Vec<RuleStats> = Vec::with_capacity(per_conj.len());
     for group in per_conj.chunk_by(|a, b| key(a.0) == key(b.0)) {
-        let (info, tier_priority, _) = group[0];
-        let total = sum(group.iter().map(|(_, _, s)| s));
+        let info = group[0].0;
+        let Some(tier_priority) = tier_of(info) else {
+            continue;
+        };
+        let total = sum(group.iter().map(|(_, s)| s));
         rules.push(RuleStats {
             policy: info.policy.clone(),
             rule_name: info.rule_name.clone(),
@@ -190,33 +189,47 @@ fn sum<'a>(samples: impl IntoIterator<Item = &'a MetricSample>) -> MetricSample 
 }
 
 /// [`rule_stats_from_flows`] with the tier priorities of `rules` (the flow installer's rule
-/// view): what [`GetRuleStats`] computes from a dump. The rule view is sorted by rule id (as
-/// `RulesChanged` sends it), so a binary search finds a rule's tier without building an index;
-/// an unsorted view gets a hash index.
+/// view): what [`GetRuleStats`] computes from a dump. A tier priority is a policy's, so it is
+/// looked up once per policy: by binary search in the view, which `RulesChanged` sends sorted by
+/// rule id (so by policy uid first), or, for an unsorted view, in a hash index.
 pub fn rule_stats_for<R: Borrow<CompiledRuleInput>>(
     flows: &[FlowStats],
     conjunctions: &BTreeMap<u32, ConjunctionInfo>,
     rules: &[R],
 ) -> RuleStatsSnapshot {
-    fn id<R: Borrow<CompiledRuleInput>>(r: &R) -> &RuleId {
-        &r.borrow().id
+    fn uid<R: Borrow<CompiledRuleInput>>(r: &R) -> &str {
+        r.borrow().id.policy_uid.as_str()
     }
-    if rules.is_sorted_by(|a, b| id(a) <= id(b)) {
-        return rule_stats_from_flows(flows, conjunctions, |want| {
-            rules
-                .binary_search_by(|r| id(r).cmp(want))
-                .ok()
-                .map(|i| rules[i].borrow().tier_priority)
-        });
-    }
-    let tiers: HashMap<&RuleId, i32> = rules
-        .iter()
-        .map(|r| {
-            let r = r.borrow();
-            (&r.id, r.tier_priority)
-        })
-        .collect();
-    rule_stats_from_flows(flows, conjunctions, |id| tiers.get(id).copied())
+    let index: Option<HashMap<&str, i32>> = if rules.is_sorted_by(|a, b| uid(a) <= uid(b)) {
+        None
+    } else {
+        Some(rules.iter().map(|r| (uid(r), r.borrow().tier_priority)).collect())
+    };
+    let lookup = |want: &str| -> Option<i32> {
+        match &index {
+            Some(index) => index.get(want).copied(),
+            None => {
+                let i = rules.partition_point(|r| uid(r) < want);
+                rules
+                    .get(i)
+                    .filter(|r| uid(*r) == want)
+                    .map(|r| r.borrow().tier_priority)
+            }
+        }
+    };
+    // Asked in policy uid order: remember the last policy's answer.
+    let mut last: Option<(&str, Option<i32>)> = None;
+    rule_stats_from_flows(flows, conjunctions, |info| {
+        let want = info.rule_id.policy_uid.as_str();
+        match last {
+            Some((u, tier)) if u == want => tier,
+            _ => {
+                let tier = lookup(want);
+                last = Some((want, tier));
+                tier
+            }
+        }
+    })
 }
 
 /// The filter selecting the NetworkPolicy flows of one metric table.
@@ -392,7 +405,7 @@ mod tests {
     use crate::ovs::openflow::Flow;
     use crate::policy::compiler::{compile, CompileOptions};
     use crate::policy::rule::{
-        CompiledRuleInput, Peer, PolicyRef, PolicyType, Protocol, RuleAction, Service,
+        CompiledRuleInput, Peer, PolicyRef, PolicyType, Protocol, RuleAction, RuleId, Service,
     };
 
     fn rule(
@@ -499,7 +512,7 @@ mod tests {
             }
         }
         let tiers: HashMap<&RuleId, i32> = rules.iter().map(|r| (&r.id, r.tier_priority)).collect();
-        let snap = rule_stats_from_flows(&dump, &out.conjunctions, |id| tiers.get(id).copied());
+        let snap = rule_stats_from_flows(&dump, &out.conjunctions, |info| tiers.get(&info.rule_id).copied());
         let got: Vec<(&str, &str, Direction, RuleAction)> = snap
             .rules
             .iter()
@@ -534,7 +547,10 @@ mod tests {
     #[test]
     fn the_tier_comes_from_the_rule_view_sorted_or_not() {
         let mut rules = rules();
-        rules[4].tier_priority = 50; // reject-out
+        // Policy p2 (reject-out, pass-in) is in another tier.
+        for r in rules.iter_mut().filter(|r| r.policy.uid == "p2") {
+            r.tier_priority = 50;
+        }
         let out = compile(&rules, 1, CompileOptions::default());
         let dump: Vec<FlowStats> = out.flows.values().map(|f| stats_of(f, 2, 20)).collect();
         let tiers = |snap: &RuleStatsSnapshot| -> Vec<(String, i32)> {
@@ -562,9 +578,16 @@ mod tests {
                 ("reject-out".to_string(), 50),
             ]
         );
-        // A rule no longer in the view is not reported.
-        sorted.retain(|r| r.rule_name != "drop-in");
-        assert_eq!(rule_stats_for(&dump, &out.conjunctions, &sorted).rules.len(), 3);
+        // The rules of a policy no longer in the view are not reported.
+        for view in [&mut sorted, &mut reversed] {
+            view.retain(|r| r.policy.uid != "p2");
+            let names: Vec<String> = rule_stats_for(&dump, &out.conjunctions, view)
+                .rules
+                .into_iter()
+                .map(|r| r.rule_name)
+                .collect();
+            assert_eq!(names, ["allow-in", "allow-out", "drop-in"]);
+        }
     }
 
     #[test]
