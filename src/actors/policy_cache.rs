@@ -80,7 +80,8 @@ impl PolicyCache {
         };
         let interfaces: Vec<AttachedInterface> = interfaces.values().cloned().collect();
         let changes = std::mem::take(&mut self.changes);
-        let affected = (!std::mem::take(&mut self.resolve_all)).then(|| self.store.affected_policies(&changes));
+        let affected =
+            (!std::mem::take(&mut self.resolve_all)).then(|| self.store.affected_policies(&changes));
         let first = self.resolved.is_none();
         let view = self.resolved.get_or_insert_with(ResolvedView::new);
         let previous_warnings = view.warnings.clone();

@@ -53,7 +53,7 @@ impl AgentMetrics {
                 .unwrap_or_else(|e| panic!("metric {name} registered twice: {e}"));
             h
         };
-        AgentMetrics {
+        let metrics = AgentMetrics {
             ovs_flow_ops: counter(
                 "antrea_agent_ovs_flow_ops_count",
                 "Number of OVS flow operations, partitioned by operation type (add, modify and delete).",
@@ -82,6 +82,13 @@ impl AgentMetrics {
                 &["actor"],
             ),
             registry,
+        };
+        // Like upstream, every operation's series exists from the start (at 0), so rate() and
+        // alerts see the first error instead of a series appearing from nothing.
+        for operation in ["add", "modify", "delete"] {
+            metrics.ovs_flow_ops.with_label_values(&[operation]);
+            metrics.ovs_flow_ops_errors.with_label_values(&[operation]);
         }
+        metrics
     }
 }

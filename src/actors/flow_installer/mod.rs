@@ -24,16 +24,19 @@ use crate::messages::{
 };
 use crate::ovs::openflow::{FlowFilter, FlowMod, OfError, Switch};
 use crate::packetin::{self, AuditLog, PacketInContext, PacketInStats};
-use crate::policy::compiler::{same_rules, CompileOptions, Compiler, ConjunctionInfo, ConjunctionPublisher, Update};
+use crate::policy::compiler::{
+    same_rules, CompileOptions, Compiler, ConjunctionInfo, ConjunctionPublisher, Update,
+};
 use crate::policy::flowset::{self, FlowSet};
 use crate::policy::pipeline::{self, PipelineOptions, ROUND_MASK};
 use crate::policy::rule::CompiledRuleInput;
 
-mod stats;
 /// Read-only queries for the agent API (`GetFlowDump`).
 pub mod query;
+mod stats;
 pub use stats::{
-    dump_metric_flows, metric_sample, rule_stats_for, rule_stats_from_flows, GetLastRealized, MetricSample, StatsError,
+    dump_metric_flows, metric_sample, rule_stats_for, rule_stats_from_flows, GetLastRealized, MetricSample,
+    StatsError,
 };
 
 /// How long a removed rule keeps its conjunction id after its flows were removed.
