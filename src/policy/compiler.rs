@@ -51,8 +51,13 @@
 //! * A rule whose priority does not fit its table is skipped alone (reported in `skipped`);
 //!   upstream fails the whole batch at start-up.
 //!
-//! Performance: 10,000 rules (152k flows, dual-stack, port ranges) compile in about 0.4 s in a
-//! release build on the 2-core lab VM; most of it is building the `BTreeMap` flow set.
+//! Performance: 10,000 rules (152k flows, dual-stack, port ranges) compile in about 0.5 s in a
+//! release build on the 2-core lab VM; most of it is building the `BTreeMap` flow set. The flow
+//! installer does not do that on a change: [`Compiler::update`] compares the new rule view with
+//! the held rules (by `Arc` pointer first), keeps the priority bookkeeping per rule (users per
+//! priority, rules per zone), and rebuilds only the flow groups (table, OpenFlow priority) the
+//! change touches, before and after, returning their diff as flow_mods (about 1 ms for one rule
+//! with 10,000 present, `benches/policy_compile.rs`). No flows are held between changes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
