@@ -67,6 +67,10 @@ fn report(name: &str, mut samples: Vec<Duration>, bytes: usize) {
 }
 
 fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("metrics_scrape: a benchmark, not a test; run it with `cargo bench --bench metrics_scrape`");
+        return;
+    }
     let stats = snapshot();
     let mut samples = Vec::with_capacity(RUNS);
     let mut size = 0;

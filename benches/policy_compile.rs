@@ -10,14 +10,13 @@
 //! Without the `--bench` argument (as `cargo test --all-targets` starts bench targets) it only
 //! prints how to run it.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use antrea_vm_agent::policy::compiler::{compile, CompileOptions, Compiler};
-use antrea_vm_agent::policy::rule::{
-    CompiledRuleInput, Direction, Peer, PolicyRef, PolicyType, Protocol, RuleAction, RuleId, Service,
-};
+use antrea_vm_agent::policy::rule::{CompiledRuleInput, Protocol, Service};
+
+mod common;
 
 const RULES: usize = 10_000;
 const ROUNDS: usize = 5;
@@ -33,64 +32,12 @@ fn status_kib(key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Rules shaped like a fleet's: 2,000 policies of 5 rules, ingress and egress, every action,
-/// a /24 peer and a /16 (or an IPv6 /8), TCP 22 plus a port range, a third with logging.
-fn rules() -> Vec<CompiledRuleInput> {
-    let net = |s: &str| Peer::Cidr(s.parse().expect("bench cidr"));
-    (0..RULES)
-        .map(|i| {
-            let direction = if i % 2 == 0 { Direction::In } else { Direction::Out };
-            let peer = net(&format!("10.{}.{}.0/24", (i / 256) % 256, i % 256));
-            let local: IpAddr = "10.99.0.2".parse().expect("bench ip");
-            let (from, to) = match direction {
-                Direction::In => (vec![peer, net("192.168.0.0/16")], vec![Peer::OfPort(3)]),
-                Direction::Out => (vec![Peer::host(local)], vec![peer, net("fd00::/8")]),
-            };
-            let uid = format!("uid-{}", i / 5);
-            CompiledRuleInput {
-                id: RuleId {
-                    policy_uid: uid.clone(),
-                    direction,
-                    index: (i % 5) as i32,
-                    services_key: String::new(),
-                },
-                policy: PolicyRef {
-                    policy_type: PolicyType::AntreaClusterNetworkPolicy,
-                    namespace: String::new(),
-                    name: format!("p{}", i / 5),
-                    uid,
-                },
-                rule_name: format!("r{i}"),
-                direction,
-                action: [
-                    RuleAction::Allow,
-                    RuleAction::Drop,
-                    RuleAction::Reject,
-                    RuleAction::Pass,
-                ][i % 4],
-                tier_priority: 250,
-                policy_priority: (i / 5) as f64,
-                rule_priority: (i % 5) as i32,
-                max_rule_priority: 4,
-                from,
-                to,
-                services: Some(vec![
-                    Service::port(Protocol::Tcp, 22),
-                    Service::range(Protocol::Tcp, 8000, 8080 + (i % 7) as u16),
-                ]),
-                enable_logging: i % 3 == 0,
-                log_label: String::new(),
-            }
-        })
-        .collect()
-}
-
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         println!("policy_compile: run with `cargo bench --bench policy_compile`");
         return;
     }
-    let input = rules();
+    let input = common::fleet_rules(RULES);
     let rss_before = status_kib("VmRSS:");
     let mut times: Vec<Duration> = Vec::with_capacity(ROUNDS);
     let mut flows = 0;

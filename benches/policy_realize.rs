@@ -33,6 +33,7 @@
 //! without `--bench`, and then it only prints how to run it. Every wait is bounded; the lab
 //! (namespaces, OVS, the agent) is removed on exit, also after a failure.
 
+mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -40,6 +41,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
+use common::{env_usize, ms, quantile};
 use support::*;
 
 const HOW: &str = "cargo bench --bench policy_realize";
@@ -60,13 +62,6 @@ kind: AppliedToGroup
 metadata: {name: atg-vm1}
 groupMembers: [{externalEntity: {name: vm1-3e616, namespace: vm-ns}}]
 ";
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// NetworkPolicy `i` of the fleet, at priority `1 + i * step` in the Application tier: 5 rules, alternating ingress and egress, a /24 peer plus a
 /// /16 (or an IPv6 /8), TCP 22 plus a port range, actions cycling Allow, Drop, Reject, Pass.
@@ -234,21 +229,6 @@ fn rss_mb(pid: u32) -> (f64, f64) {
             .unwrap_or(f64::NAN)
     };
     (kb("VmRSS:") / 1024.0, kb("VmHWM:") / 1024.0)
-}
-
-/// The `q` quantile (nearest rank) of `v`.
-fn quantile(v: &[f64], q: f64) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    if s.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len());
-    s[rank - 1]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 /// Milliseconds from `t0` to a commit's log timestamp, or to `fallback` without one.

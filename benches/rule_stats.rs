@@ -22,10 +22,10 @@
 //! without `--bench`, and then it only prints how to run it. Every wait is bounded; the lab is
 //! removed on exit, also after a failure.
 
+mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::net::IpAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -34,88 +34,13 @@ use antrea_vm_agent::ovs::openflow::conn::{ConnOptions, OfConnection};
 use antrea_vm_agent::ovs::openflow::{FlowMod, Switch};
 use antrea_vm_agent::policy::compiler::{CompileOptions, Compiler};
 use antrea_vm_agent::policy::pipeline::{self, table};
-use antrea_vm_agent::policy::rule::{
-    CompiledRuleInput, Direction, Peer, PolicyRef, PolicyType, Protocol, RuleAction, RuleId, Service,
-};
+use antrea_vm_agent::policy::rule::RuleAction;
 
+use common::{env_usize, fleet_rules, ms, quantile};
 use support::*;
 
 const HOW: &str = "cargo bench --bench rule_stats";
 const TARGET_MS: f64 = 50.0;
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// `n` rules as in `benches/policy_compile.rs`: policies of 5 rules, ingress and egress, every
-/// action, a /24 peer plus a /16 (or an IPv6 /8), TCP 22 plus a port range, a third logged.
-fn rules(n: usize) -> Vec<CompiledRuleInput> {
-    let net = |s: &str| Peer::Cidr(s.parse().expect("bench cidr"));
-    (0..n)
-        .map(|i| {
-            let direction = if i % 2 == 0 { Direction::In } else { Direction::Out };
-            let peer = net(&format!("10.{}.{}.0/24", (i / 256) % 256, i % 256));
-            let local: IpAddr = VM_IP4.parse().expect("bench ip");
-            let (from, to) = match direction {
-                Direction::In => (vec![peer, net("192.168.0.0/16")], vec![Peer::OfPort(3)]),
-                Direction::Out => (vec![Peer::host(local)], vec![peer, net("fd00::/8")]),
-            };
-            let uid = format!("uid-{}", i / 5);
-            CompiledRuleInput {
-                id: RuleId {
-                    policy_uid: uid.clone(),
-                    direction,
-                    index: (i % 5) as i32,
-                    services_key: String::new(),
-                },
-                policy: PolicyRef {
-                    policy_type: PolicyType::AntreaClusterNetworkPolicy,
-                    namespace: String::new(),
-                    name: format!("p{}", i / 5),
-                    uid,
-                },
-                rule_name: format!("r{i}"),
-                direction,
-                action: [
-                    RuleAction::Allow,
-                    RuleAction::Drop,
-                    RuleAction::Reject,
-                    RuleAction::Pass,
-                ][i % 4],
-                tier_priority: 250,
-                policy_priority: (i / 5) as f64,
-                rule_priority: (i % 5) as i32,
-                max_rule_priority: 4,
-                from,
-                to,
-                services: Some(vec![
-                    Service::port(Protocol::Tcp, 22),
-                    Service::range(Protocol::Tcp, 8000, 8080 + (i % 7) as u16),
-                ]),
-                enable_logging: i % 3 == 0,
-                log_label: String::new(),
-            }
-        })
-        .collect()
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-/// The `q` quantile (nearest rank) of `v`.
-fn quantile(v: &[f64], q: f64) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    if s.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len());
-    s[rank - 1]
-}
 
 /// `ovs-ofctl dump-flows` of one table's NetworkPolicy flows; the number of flow lines.
 fn ofctl_dump(lab: &Lab, table: u8) -> usize {
@@ -171,7 +96,7 @@ async fn main() {
         .expect("install the NetworkPolicy groups");
 
     // Sorted by rule id, as `RulesChanged` delivers them to the flow installer.
-    let mut rules = rules(n);
+    let mut rules = fleet_rules(n);
     rules.sort_by(|a, b| a.id.cmp(&b.id));
     let t = Instant::now();
     let mut compiler = Compiler::new(CompileOptions::default());

@@ -12,7 +12,7 @@ use antrea_vm_agent::actors::supervisor::{GetPeers, GetSupervisorReport, Shutdow
 use antrea_vm_agent::actors::{Deps, Peers, Supervisor, Timing};
 use antrea_vm_agent::config::Config;
 use antrea_vm_agent::host::fake::FakeHost;
-use antrea_vm_agent::host::{Address, Route};
+use antrea_vm_agent::host::Route;
 use antrea_vm_agent::k8s::external_node::ExternalNodeObject;
 use antrea_vm_agent::messages::{ActorKind, Crash, StatusQuery};
 use antrea_vm_agent::ovs::openflow::fake::FakeConnector;
@@ -22,7 +22,9 @@ use antrea_vm_agent::policy::pipeline::{self, table};
 use antrea_vm_agent::sources::fake::FakeSource;
 use antrea_vm_agent::sources::SourceEvent;
 
-const MAC: &str = "02:11:22:33:44:55";
+mod fake_world;
+
+use fake_world::{address, eventually, Fakes, MAC};
 
 /// The fakes and the running supervisor.
 struct World {
@@ -33,19 +35,6 @@ struct World {
     supervisor: Addr<Supervisor>,
     deps: Deps,
     _dir: tempfile::TempDir,
-}
-
-fn address(cidr: &str) -> Address {
-    Address {
-        addr: cidr.parse().expect("test cidr"),
-        flags: 0x80, // IFA_F_PERMANENT
-        scope: 0,
-        valid_lft: u32::MAX,
-        preferred_lft: u32::MAX,
-        label: None,
-        broadcast: None,
-        rt_priority: None,
-    }
 }
 
 fn default_route(gw: &str, metric: u32, protocol: u8) -> Route {
@@ -66,21 +55,6 @@ fn default_route(gw: &str, metric: u32, protocol: u8) -> Route {
         metric: Some(metric),
         oif: 0,
         onlink: false,
-    }
-}
-
-fn test_timing() -> Timing {
-    Timing {
-        restart_backoff_min: Duration::from_millis(20),
-        restart_backoff_max: Duration::from_millis(200),
-        restart_backoff_reset: Duration::from_secs(60),
-        interface_reconcile: Duration::from_millis(50),
-        reconnect_min: Duration::from_millis(20),
-        reconnect_max: Duration::from_millis(200),
-        port_wait: Duration::from_secs(2),
-        report_interval: Duration::from_millis(100),
-        stats_interval: Duration::from_millis(100),
-        status_retry_min: Duration::from_millis(20),
     }
 }
 
@@ -112,78 +86,36 @@ fn start_world() -> World {
         dir.path().display()
     );
     let config = Config::from_yaml_str(&yaml).expect("test config");
-    let host = Arc::new(FakeHost::new());
-    host.add_link("lo", "00:00:00:00:00:00", 65536);
-    host.add_link("eth0", MAC, 1400);
-    host.seed_address("eth0", &address("10.0.0.2/24"))
-        .expect("seed v4");
+    let host = fake_world::vm_host();
     host.seed_address("eth0", &address("fd00::2/64"))
         .expect("seed v6");
     host.seed_route("eth0", &default_route("10.0.0.1", 100, 16))
         .expect("seed route");
     host.seed_route("eth0", &default_route("fd00::1", 1024, 3))
         .expect("seed route6");
-    let ovsdb = Arc::new(FakeOvsdb::new());
-    // OVS makes a netdev for every internal port; the fakes are joined here.
-    let h = host.clone();
-    ovsdb.on_port_created(Box::new(move |spec| {
-        if spec.iface_type == "internal" {
-            h.add_link(
-                &spec.name,
-                spec.mac.as_deref().unwrap_or("02:00:00:00:00:01"),
-                1500,
-            );
-        }
-    }));
-    let h = host.clone();
-    ovsdb.on_port_deleted(Box::new(move |spec| {
-        if spec.iface_type == "internal" {
-            h.remove_link(&spec.name);
-        }
-    }));
-    let switch = Arc::new(FakeConnector::new());
-    let source = FakeSource::default();
+    let ovsdb = fake_world::joined_ovsdb(&host);
+    let fakes = Fakes::new(host, ovsdb);
     let deps = Deps {
-        config: Arc::new(config),
-        node_name: "vm1".into(),
-        ovsdb: ovsdb.clone(),
-        host: host.clone(),
-        switch: switch.clone(),
-        source: Arc::new(source.clone()),
-        policy_source: None,
-        cluster: None,
-        metrics: antrea_vm_agent::api::metrics::AgentMetrics::new(),
         agent_info_path: Some(dir.path().join("agent-info.json")),
-        timing: test_timing(),
+        ..fakes.deps(
+            config,
+            Timing {
+                report_interval: Duration::from_millis(100),
+                stats_interval: Duration::from_millis(100),
+                status_retry_min: Duration::from_millis(20),
+                ..fake_world::fast_timing()
+            },
+        )
     };
     let supervisor = Supervisor::new(deps.clone()).start();
     World {
         deps,
-        ovsdb,
-        host,
-        switch,
-        source,
+        ovsdb: fakes.ovsdb,
+        host: fakes.host,
+        switch: fakes.switch,
+        source: fakes.source,
         supervisor,
         _dir: dir,
-    }
-}
-
-/// Polls `cond` every 20 ms for up to 10 s.
-async fn eventually<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if cond().await {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -23,14 +23,7 @@ const DROP_LABELS: &str = "{policy_type=\"AntreaNetworkPolicy\",policy_namespace
 /// 5 packets/500 bytes on its `+new` flow and 7/700 on its `-new` flow (so 12 packets, 1200
 /// bytes, 5 sessions), drop-ssh 3/180 (3 sessions).
 async fn synced_world_with_counters(w: &World) {
-    w.source.set(external_node());
-    w.write_policies(&policy_yaml(true));
-    eventually("ready", || w.ready()).await;
-    eventually("both rules effective", || async {
-        let a = w.get_api("/networkpolicies").await;
-        a.status == 200 && a.json()[0]["effectiveRules"] == 2
-    })
-    .await;
+    w.sync_policy().await;
     // Allow rules have a `+new` and a `-new` metric flow per IP family, Drop rules one flow.
     eventually("metric flows of both rules installed", || async {
         w.metric_flows_of("allow-http").await.len() >= 2 && w.metric_flows_of("drop-ssh").await.len() == 1

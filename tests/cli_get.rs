@@ -7,7 +7,7 @@ mod api_support;
 use std::process::Output;
 use std::time::Duration;
 
-use api_support::{eventually, external_node, policy_yaml, start, ListenerSetup, World};
+use api_support::{eventually, start, ListenerSetup, World};
 
 /// Runs the binary without blocking the actors (they run on this thread).
 async fn get(w: &World, args: &[&str]) -> Output {
@@ -47,14 +47,7 @@ async fn yaml(w: &World, args: &[&str]) -> serde_json::Value {
 #[actix_rt::test]
 async fn get_every_resource_in_every_format() {
     let w = start(ListenerSetup::default());
-    w.source.set(external_node());
-    w.write_policies(&policy_yaml(true));
-    eventually("ready", || w.ready()).await;
-    eventually("both rules effective", || async {
-        let a = w.get_api("/networkpolicies").await;
-        a.status == 200 && a.json()[0]["effectiveRules"] == 2
-    })
-    .await;
+    w.sync_policy().await;
     eventually("metric flows installed", || async {
         w.metric_flows_of("drop-ssh").await.len() == 1
     })

@@ -10,26 +10,22 @@ use std::time::Duration;
 use actix::{Actor, Addr};
 
 use antrea_vm_agent::actors::flow_installer::{metric_sample, FlowInstaller, GetLastRealized};
-use antrea_vm_agent::actors::{Deps, Lifeline, Peers, Timing};
+use antrea_vm_agent::actors::{Lifeline, Peers, Timing};
 use antrea_vm_agent::api::metrics::AgentMetrics;
-use antrea_vm_agent::config::Config;
 use antrea_vm_agent::host::fake::FakeHost;
 use antrea_vm_agent::messages::{
-    ActorKind, AttachedInterface, EntityRef, GetRuleStats, InterfacesChanged, PoliciesRealized,
-    PolicyGeneration, RulesChanged,
+    ActorKind, GetRuleStats, InterfacesChanged, PoliciesRealized, PolicyGeneration, RulesChanged,
 };
 use antrea_vm_agent::ovs::openflow::fake::FakeConnector;
 use antrea_vm_agent::ovs::openflow::{ct_state, FlowStats};
-use antrea_vm_agent::ovs::ovsdb::fake::FakeOvsdb;
-use antrea_vm_agent::ovs::ovsdb::{BridgeSpec, Ovsdb};
 use antrea_vm_agent::policy::pipeline::table;
 use antrea_vm_agent::policy::rule::{
     CompiledRuleInput, Direction, Peer, PolicyRef, PolicyType, Protocol, RuleAction, RuleId, Service,
 };
-use antrea_vm_agent::sources::fake::FakeSource;
 
-const HOST_PORT: u32 = 3;
-const UPLINK_PORT: u32 = 4;
+mod fake_world;
+
+use fake_world::{eventually, Fakes, HOST_PORT};
 
 struct World {
     connector: Arc<FakeConnector>,
@@ -38,57 +34,18 @@ struct World {
     _dir: tempfile::TempDir,
 }
 
-fn timing() -> Timing {
-    Timing {
-        restart_backoff_min: Duration::from_millis(20),
-        restart_backoff_max: Duration::from_millis(200),
-        restart_backoff_reset: Duration::from_secs(60),
-        interface_reconcile: Duration::from_millis(50),
-        reconnect_min: Duration::from_millis(20),
-        reconnect_max: Duration::from_millis(200),
-        port_wait: Duration::from_secs(2),
-        report_interval: Duration::from_millis(100),
-        ..Timing::default()
-    }
-}
-
 /// A flow installer alone, on a fake switch and a fake OVSDB holding `br-int`.
 async fn start() -> World {
     let dir = tempfile::tempdir().expect("tempdir");
-    let yaml = format!(
-        "nodeType: externalNode\nfeatureGates: {{ExternalNode: true}}\novsDatapathType: netdev\n\
-         externalNode: {{externalNodeNamespace: vm-ns}}\n\
-         auditLogging: {{logDir: {}/audit}}\n\
-         standalone: {{externalNodeFile: {}/en.yaml}}\nstateDir: {}\n",
-        dir.path().display(),
-        dir.path().display(),
-        dir.path().display()
+    let config = fake_world::standalone_config(dir.path());
+    let fakes = Fakes::new(Arc::new(FakeHost::new()), fake_world::ovsdb_with_br_int().await);
+    let deps = fakes.deps(
+        config,
+        Timing {
+            report_interval: Duration::from_millis(100),
+            ..fake_world::fast_timing()
+        },
     );
-    let config = Config::from_yaml_str(&yaml).expect("test config");
-    let ovsdb = Arc::new(FakeOvsdb::new());
-    ovsdb
-        .ensure_bridge(&BridgeSpec {
-            name: "br-int".into(),
-            datapath_type: "netdev".into(),
-            table_names: vec![],
-        })
-        .await
-        .expect("fake bridge");
-    let connector = Arc::new(FakeConnector::new());
-    let metrics = AgentMetrics::new();
-    let deps = Deps {
-        config: Arc::new(config),
-        node_name: "vm1".into(),
-        ovsdb,
-        host: Arc::new(FakeHost::new()),
-        switch: connector.clone(),
-        source: Arc::new(FakeSource::default()),
-        policy_source: None,
-        cluster: None,
-        metrics: metrics.clone(),
-        agent_info_path: None,
-        timing: timing(),
-    };
     let installer = FlowInstaller::new(
         deps,
         Peers::default(),
@@ -96,27 +53,15 @@ async fn start() -> World {
     )
     .start();
     World {
-        connector,
-        metrics,
+        connector: fakes.switch,
+        metrics: fakes.metrics,
         installer,
         _dir: dir,
     }
 }
 
 fn interfaces() -> InterfacesChanged {
-    InterfacesChanged {
-        interfaces: vec![AttachedInterface {
-            name: "eth0".into(),
-            ofport: HOST_PORT,
-            uplink_name: "eth0~".into(),
-            uplink_ofport: UPLINK_PORT,
-            ips: vec!["10.0.0.2".parse().expect("ip"), "fd00::2".parse().expect("ip")],
-            entity: EntityRef {
-                namespace: "vm-ns".into(),
-                name: "vm1-3e616".into(),
-            },
-        }],
-    }
+    fake_world::eth0_attached(&["10.0.0.2", "fd00::2"])
 }
 
 /// A rule from or to 10.1.0.0/16 and fd00:1::/64, TCP `port` (unique per rule: the test finds
@@ -197,25 +142,6 @@ fn generations(g1: i64, g2: i64) -> Vec<PolicyGeneration> {
             antrea_native: true,
         },
     ]
-}
-
-/// Polls `cond` every 20 ms for up to 10 s.
-async fn eventually<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if cond().await {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 impl World {

@@ -11,24 +11,22 @@ use serde_json::{json, Value};
 
 use antrea_vm_agent::actors::reporter::{AgentInfoReporter, CollectStats};
 use antrea_vm_agent::actors::{Deps, FlowInstaller, Lifeline, Peers, SetPeers, Timing};
-use antrea_vm_agent::api::metrics::AgentMetrics;
-use antrea_vm_agent::config::Config;
 use antrea_vm_agent::host::fake::FakeHost;
 use antrea_vm_agent::k8s::api::Method;
 use antrea_vm_agent::k8s::fake_api::{Call, FakeApi};
 use antrea_vm_agent::k8s::ClusterClients;
 use antrea_vm_agent::messages::{
-    ActorKind, AttachedInterface, EntityRef, InterfacesChanged, PoliciesRealized, PolicyGeneration,
-    RulesChanged, StatusQuery,
+    ActorKind, InterfacesChanged, PoliciesRealized, PolicyGeneration, RulesChanged, StatusQuery,
 };
 use antrea_vm_agent::ovs::openflow::fake::FakeConnector;
-use antrea_vm_agent::ovs::ovsdb::fake::FakeOvsdb;
-use antrea_vm_agent::ovs::ovsdb::{BridgeSpec, Ovsdb};
 use antrea_vm_agent::policy::pipeline::table;
 use antrea_vm_agent::policy::rule::{
     CompiledRuleInput, Direction, Peer, PolicyRef, PolicyType, RuleAction, RuleId,
 };
-use antrea_vm_agent::sources::fake::FakeSource;
+
+mod fake_world;
+
+use fake_world::{eventually, Fakes, HOST_PORT};
 
 const AAI: &str = "/apis/crd.antrea.io/v1beta1/antreaagentinfos/vm1";
 const STATS: &str = "/apis/controlplane.antrea.io/v1beta2/nodestatssummaries";
@@ -44,54 +42,31 @@ struct World {
 
 async fn world(report_interval: Duration) -> World {
     let dir = tempfile::tempdir().expect("tempdir");
-    let yaml = format!(
-        "nodeType: externalNode\nfeatureGates: {{ExternalNode: true}}\novsDatapathType: netdev\n\
-         externalNode: {{externalNodeNamespace: vm-ns}}\n\
-         auditLogging: {{logDir: {}/audit}}\n\
-         standalone: {{externalNodeFile: {}/en.yaml}}\nstateDir: {}\n",
-        dir.path().display(),
-        dir.path().display(),
-        dir.path().display()
-    );
-    let config = Config::from_yaml_str(&yaml).expect("test config");
-    let ovsdb = Arc::new(FakeOvsdb::new());
-    ovsdb
-        .ensure_bridge(&BridgeSpec {
-            name: "br-int".into(),
-            datapath_type: "netdev".into(),
-            table_names: vec![],
-        })
-        .await
-        .expect("fake bridge");
+    let config = fake_world::standalone_config(dir.path());
+    let fakes = Fakes::new(Arc::new(FakeHost::new()), fake_world::ovsdb_with_br_int().await);
     let kube = FakeApi::named("kube");
     let controller = FakeApi::named("controller");
-    let connector = Arc::new(FakeConnector::new());
     let deps = Deps {
-        config: Arc::new(config),
-        node_name: "vm1".into(),
-        ovsdb,
-        host: Arc::new(FakeHost::new()),
-        switch: connector.clone(),
-        source: Arc::new(FakeSource::default()),
-        policy_source: None,
         cluster: Some(ClusterClients {
             kube: Arc::new(kube.clone()),
             controller: Arc::new(controller.clone()),
         }),
-        metrics: AgentMetrics::new(),
         agent_info_path: Some(dir.path().join("agent-info.json")),
-        timing: Timing {
-            report_interval,
-            // Stats are driven by the tests (and the baseline by the first realization).
-            stats_interval: Duration::from_secs(3600),
-            status_retry_min: Duration::from_millis(20),
-            ..Timing::default()
-        },
+        ..fakes.deps(
+            config,
+            Timing {
+                report_interval,
+                // Stats are driven by the tests (and the baseline by the first realization).
+                stats_interval: Duration::from_secs(3600),
+                status_retry_min: Duration::from_millis(20),
+                ..Timing::default()
+            },
+        )
     };
     World {
         kube,
         controller,
-        connector,
+        connector: fakes.switch,
         deps,
         _dir: dir,
     }
@@ -129,25 +104,6 @@ fn rv_of(call: &Call) -> String {
 
 async fn reporter_detail(r: &Addr<AgentInfoReporter>) -> Value {
     r.send(StatusQuery).await.expect("reporter alive").detail
-}
-
-/// Polls `cond` every 20 ms for up to 10 s.
-async fn eventually<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if cond().await {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[actix_rt::test]
@@ -379,22 +335,8 @@ async fn a_failed_status_post_is_retried() {
     .await;
 }
 
-const HOST_PORT: u32 = 3;
-
 fn interfaces() -> InterfacesChanged {
-    InterfacesChanged {
-        interfaces: vec![AttachedInterface {
-            name: "eth0".into(),
-            ofport: HOST_PORT,
-            uplink_name: "eth0~".into(),
-            uplink_ofport: 4,
-            ips: vec!["10.0.0.2".parse().expect("ip")],
-            entity: EntityRef {
-                namespace: "vm-ns".into(),
-                name: "vm1-3e616".into(),
-            },
-        }],
-    }
+    fake_world::eth0_attached(&["10.0.0.2"])
 }
 
 /// One ingress Drop rule of ANNP `p1`: a single metric flow, whose packets are its sessions.

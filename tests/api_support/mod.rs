@@ -1,7 +1,7 @@
 //! Shared by tests/api.rs and tests/cli_get.rs: the five actors under the supervisor on fakes
 //! (host, OVSDB, OpenFlow switch, ExternalNode source) with policies from a temporary policy
 //! directory, plus the agent's HTTP listeners (metrics on 127.0.0.1:0, the agent API on a socket
-//! in the temporary directory), and small HTTP helpers.
+//! in the temporary directory), and small HTTP helpers. The fakes come from tests/fake_world/.
 
 #![allow(dead_code)]
 
@@ -23,7 +23,6 @@ use antrea_vm_agent::api::server::{ApiServer, ServerError, ServerOptions};
 use antrea_vm_agent::cli::client::parse_response;
 use antrea_vm_agent::config::Config;
 use antrea_vm_agent::host::fake::FakeHost;
-use antrea_vm_agent::host::Address;
 use antrea_vm_agent::k8s::external_node::{external_entity_name, ExternalNodeObject};
 use antrea_vm_agent::ovs::openflow::fake::FakeConnector;
 use antrea_vm_agent::ovs::ovsdb::fake::FakeOvsdb;
@@ -32,7 +31,11 @@ use antrea_vm_agent::sources::fake::FakeSource;
 use antrea_vm_agent::sources::policy_dir::PolicyDirSource;
 use antrea_vm_agent::sources::{PolicySource, SourceEvent};
 
-pub const MAC: &str = "02:11:22:33:44:55";
+#[path = "../fake_world/mod.rs"]
+mod fake_world;
+
+pub use fake_world::eventually;
+use fake_world::Fakes;
 
 /// The policy used by the tests: one AntreaNetworkPolicy `vm-ns/web` applied to the VM's
 /// ExternalEntity, with an Allow rule from an AddressGroup and a Drop rule from a CIDR.
@@ -55,19 +58,6 @@ pub fn policy_yaml(with_drop_rule: bool) -> String {
          - {{direction: In, name: allow-http, from: {{addressGroups: [ag-clients]}}, \
          services: [{{protocol: TCP, port: 80}}], action: Allow, priority: 0}}\n{drop}"
     )
-}
-
-fn address(cidr: &str) -> Address {
-    Address {
-        addr: cidr.parse().expect("test cidr"),
-        flags: 0x80,
-        scope: 0,
-        valid_lft: u32::MAX,
-        preferred_lft: u32::MAX,
-        label: None,
-        broadcast: None,
-        rt_priority: None,
-    }
 }
 
 pub fn external_node() -> SourceEvent {
@@ -99,21 +89,6 @@ pub struct World {
     pub socket: PathBuf,
     /// DER of the metrics listener's certificate when TLS is on.
     pub cert_der: Option<Vec<u8>>,
-}
-
-fn test_timing() -> Timing {
-    Timing {
-        restart_backoff_min: Duration::from_millis(20),
-        restart_backoff_max: Duration::from_millis(200),
-        restart_backoff_reset: Duration::from_secs(60),
-        interface_reconcile: Duration::from_millis(50),
-        reconnect_min: Duration::from_millis(20),
-        reconnect_max: Duration::from_millis(200),
-        port_wait: Duration::from_secs(2),
-        report_interval: Duration::from_millis(200),
-        // Fields added later keep their production values.
-        ..Timing::default()
-    }
 }
 
 /// Starts the actors and the listeners. Policies are read from `<dir>/policies` (written by
@@ -152,46 +127,28 @@ pub fn start(setup: ListenerSetup) -> World {
     );
     let config = Config::from_yaml_str(&yaml).expect("test config");
     let options = ServerOptions::from_config(&config);
-    let host = Arc::new(FakeHost::new());
-    host.add_link("lo", "00:00:00:00:00:00", 65536);
-    host.add_link("eth0", MAC, 1400);
-    host.seed_address("eth0", &address("10.0.0.2/24"))
-        .expect("seed v4");
-    let ovsdb = Arc::new(FakeOvsdb::new());
-    let h = host.clone();
-    ovsdb.on_port_created(Box::new(move |spec| {
-        if spec.iface_type == "internal" {
-            h.add_link(
-                &spec.name,
-                spec.mac.as_deref().unwrap_or("02:00:00:00:00:01"),
-                1500,
-            );
-        }
-    }));
-    let h = host.clone();
-    ovsdb.on_port_deleted(Box::new(move |spec| {
-        if spec.iface_type == "internal" {
-            h.remove_link(&spec.name);
-        }
-    }));
-    let switch = Arc::new(FakeConnector::new());
-    let source = FakeSource::default();
-    let metrics = AgentMetrics::new();
+    let host = fake_world::vm_host();
+    let ovsdb = fake_world::joined_ovsdb(&host);
+    let fakes = Fakes::new(host, ovsdb);
     let deps = Deps {
-        config: Arc::new(config),
-        node_name: "vm1".into(),
-        ovsdb: ovsdb.clone(),
-        host: host.clone(),
-        switch: switch.clone(),
-        source: Arc::new(source.clone()),
         policy_source: Some(
             Arc::new(PolicyDirSource::new(&policies, Duration::from_millis(50))) as Arc<dyn PolicySource>,
         ),
-        cluster: None,
-        metrics: metrics.clone(),
-        agent_info_path: None,
-        timing: test_timing(),
+        ..fakes.deps(
+            config,
+            Timing {
+                report_interval: Duration::from_millis(200),
+                ..fake_world::fast_timing()
+            },
+        )
     };
+    let Fakes {
+        host,
+        ovsdb,
+        switch,
+        source,
+        metrics,
+    } = fakes;
     let supervisor = Supervisor::new(deps).start();
     let (server, server_errors) = ApiServer::start(
         &options,
@@ -215,25 +172,6 @@ pub fn start(setup: ListenerSetup) -> World {
         metrics,
         socket,
         cert_der,
-    }
-}
-
-/// Polls `cond` every 20 ms for up to 10 s.
-pub async fn eventually<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if cond().await {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -315,6 +253,19 @@ impl World {
     /// Attached, policies known and flows committed.
     pub async fn ready(&self) -> bool {
         self.get_api("/readyz").await.status == 200
+    }
+
+    /// Announces eth0, writes [`policy_yaml`] with both rules and waits until the agent is
+    /// ready and the policy's two rules are effective.
+    pub async fn sync_policy(&self) {
+        self.source.set(external_node());
+        self.write_policies(&policy_yaml(true));
+        eventually("ready", || self.ready()).await;
+        eventually("both rules effective", || async {
+            let a = self.get_api("/networkpolicies").await;
+            a.status == 200 && a.json()[0]["effectiveRules"] == 2
+        })
+        .await;
     }
 
     /// The metric flows of the rule named `rule` (from the installer's conjunctions).
