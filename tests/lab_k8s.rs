@@ -156,7 +156,10 @@ fn set_emulator_reachable(lab: &Lab, reachable: bool) {
 fn rule_totals(emu: &Emulator, uid: &str) -> std::collections::BTreeMap<String, (u64, u64, u64)> {
     let mut totals = std::collections::BTreeMap::new();
     for summary in emu.stats_summaries() {
-        assert_eq!(summary["metadata"]["name"], NODE_NAME, "NodeStatsSummary is named by the bare node name");
+        assert_eq!(
+            summary["metadata"]["name"], NODE_NAME,
+            "NodeStatsSummary is named by the bare node name"
+        );
         for policy in summary["antreaNetworkPolicies"].as_array().into_iter().flatten() {
             if policy["networkPolicy"]["uid"] != uid {
                 continue;
@@ -179,16 +182,23 @@ fn kubernetes_mode_attaches_enforces_reports_and_survives_controller_outages() {
     let lab = Lab::new();
     let emu = start_emulator(&lab);
     let config = k8s_config(&lab, &emu);
-    let mut agent = lab.start_agent_with_env(&["run", "--config", &config.display().to_string()], &FAST_REPORTS);
+    let mut agent =
+        lab.start_agent_with_env(&["run", "--config", &config.display().to_string()], &FAST_REPORTS);
 
     // No ExternalNode yet: nothing is attached, the agent waits.
-    wait_until(Duration::from_secs(20), "the agent watches its ExternalNode", || {
-        emu.calls().iter().any(|c| c.path.contains("/externalnodes"))
-    });
-    assert!(!lab.vm_link_exists(UPLINK), "nothing attached without an ExternalNode");
+    wait_until(
+        Duration::from_secs(20),
+        "the agent watches its ExternalNode",
+        || emu.calls().iter().any(|c| c.path.contains("/externalnodes")),
+    );
+    assert!(
+        !lab.vm_link_exists(UPLINK),
+        "nothing attached without an ExternalNode"
+    );
 
     // ExternalNode created → eth0 attached.
-    emu.create_external_node(external_node()).expect("create the ExternalNode");
+    emu.create_external_node(external_node())
+        .expect("create the ExternalNode");
     wait_until(Duration::from_secs(30), "eth0 attached", || attached(&lab));
     lab.isolate_uplink();
     assert!(lab.tcp_from_ext(VM_IP4, 5201), "TCP passes before any policy");
@@ -196,32 +206,51 @@ fn kubernetes_mode_attaches_enforces_reports_and_survives_controller_outages() {
     // Policy objects injected → enforced.
     emu.upsert_controlplane(json!([applied_to_group(), policy(1, 5201, 5202)]))
         .expect("inject the policy");
-    wait_until(Duration::from_secs(30), "the policy's flows", || port_flows(&lab, 5201) > 0);
+    wait_until(Duration::from_secs(30), "the policy's flows", || {
+        port_flows(&lab, 5201) > 0
+    });
     assert!(!lab.tcp_from_ext(VM_IP4, 5201), "TCP 5201 is dropped");
     assert!(lab.tcp_from_ext(VM_IP4, 5202), "TCP 5202 is allowed");
     assert!(lab.tcp_from_ext(VM_IP4, 5203), "other ports are not affected");
 
     // Realization reported: NetworkPolicyStatus with the namespaced node name and the generation.
     wait_until(Duration::from_secs(30), "NetworkPolicyStatus posted", || {
-        emu.status("uid-web", "vm-ns/vm1").is_some_and(|s| s.generation == 1)
+        emu.status("uid-web", "vm-ns/vm1")
+            .is_some_and(|s| s.generation == 1)
     });
 
     // AntreaAgentInfo: every condition true.
-    wait_until(Duration::from_secs(30), "AntreaAgentInfo with healthy conditions", || {
-        emu.agent_info(NODE_NAME).is_some_and(|info| {
-            ["AgentHealthy", "ControllerConnectionUp", "OVSDBConnectionUp", "OpenflowConnectionUp"]
+    wait_until(
+        Duration::from_secs(30),
+        "AntreaAgentInfo with healthy conditions",
+        || {
+            emu.agent_info(NODE_NAME).is_some_and(|info| {
+                [
+                    "AgentHealthy",
+                    "ControllerConnectionUp",
+                    "OVSDBConnectionUp",
+                    "OpenflowConnectionUp",
+                ]
                 .iter()
                 .all(|c| condition(&info, c).as_deref() == Some("True"))
-        })
-    });
+            })
+        },
+    );
     let info = emu.agent_info(NODE_NAME).expect("AntreaAgentInfo");
     assert_eq!(info["nodeRef"], json!({"kind": "Node", "name": NODE_NAME}));
     assert_eq!(info["ovsInfo"]["bridgeName"], BRIDGE);
     let version = lab.ovs_vsctl(&["get", "Open_vSwitch", ".", "ovs_version"]);
-    assert_eq!(info["ovsInfo"]["version"].as_str(), Some(version.trim().trim_matches('"')), "{info}");
+    assert_eq!(
+        info["ovsInfo"]["version"].as_str(),
+        Some(version.trim().trim_matches('"')),
+        "{info}"
+    );
     assert!(
         info["ovsInfo"]["flowTable"]["IngressRule"].as_u64().unwrap_or(0) > 0
-            || info["ovsInfo"]["flowTable"]["AntreaPolicyIngressRule"].as_u64().unwrap_or(0) > 0,
+            || info["ovsInfo"]["flowTable"]["AntreaPolicyIngressRule"]
+                .as_u64()
+                .unwrap_or(0)
+                > 0,
         "flow counts per table: {info}"
     );
     assert_eq!(info["networkPolicyControllerInfo"]["networkPolicyNum"], 1);
@@ -234,48 +263,86 @@ fn kubernetes_mode_attaches_enforces_reports_and_survives_controller_outages() {
         assert!(lab.tcp_from_ext(VM_IP4, 5202), "allowed connection");
     }
     let allowed = MORE_CONNECTIONS + 1;
-    wait_until(Duration::from_secs(30), "stats for the allowed connections", || {
-        rule_totals(&emu, "uid-web").get("allow-tcp").is_some_and(|a| a.2 >= allowed)
-    });
+    wait_until(
+        Duration::from_secs(30),
+        "stats for the allowed connections",
+        || {
+            rule_totals(&emu, "uid-web")
+                .get("allow-tcp")
+                .is_some_and(|a| a.2 >= allowed)
+        },
+    );
     let totals = rule_totals(&emu, "uid-web");
     let allow = totals.get("allow-tcp").copied().unwrap_or_default();
     assert_eq!(allow.2, allowed, "one session per allowed connection: {totals:?}");
-    assert!(allow.0 >= 2 * allowed && allow.1 > 0, "packets and bytes counted: {totals:?}");
+    assert!(
+        allow.0 >= 2 * allowed && allow.1 > 0,
+        "packets and bytes counted: {totals:?}"
+    );
     let drop = totals.get("drop-tcp").copied().unwrap_or_default();
-    assert!(drop.0 >= 1, "the dropped SYNs are counted on the drop rule: {totals:?}");
+    assert!(
+        drop.0 >= 1,
+        "the dropped SYNs are counted on the drop rule: {totals:?}"
+    );
 
     // Controller restart: watches dropped, counters reset; enforcement continues, the agent
     // resyncs and follows a later change.
     emu.restart_controller();
-    assert!(!lab.tcp_from_ext(VM_IP4, 5201), "still dropped right after the controller restart");
+    assert!(
+        !lab.tcp_from_ext(VM_IP4, 5201),
+        "still dropped right after the controller restart"
+    );
     wait_until(Duration::from_secs(30), "the agent re-watches", || {
         emu.controlplane_watches("vm-ns/vm1").len() == 3
     });
-    emu.upsert_controlplane(policy(2, 5203, 5202)).expect("change the policy");
+    emu.upsert_controlplane(policy(2, 5203, 5202))
+        .expect("change the policy");
     wait_until(Duration::from_secs(30), "the changed policy's flows", || {
         port_flows(&lab, 5203) > 0 && port_flows(&lab, 5201) == 0
     });
     assert!(lab.tcp_from_ext(VM_IP4, 5201), "5201 passes after the change");
-    assert!(!lab.tcp_from_ext(VM_IP4, 5203), "5203 is dropped after the change");
-    wait_until(Duration::from_secs(30), "status of generation 2 re-posted", || {
-        emu.status("uid-web", "vm-ns/vm1").is_some_and(|s| s.generation == 2)
-    });
+    assert!(
+        !lab.tcp_from_ext(VM_IP4, 5203),
+        "5203 is dropped after the change"
+    );
+    wait_until(
+        Duration::from_secs(30),
+        "status of generation 2 re-posted",
+        || {
+            emu.status("uid-web", "vm-ns/vm1")
+                .is_some_and(|s| s.generation == 2)
+        },
+    );
 
     // Agent restarted while the controller is unreachable, and OVS restarted too so the flows
     // are gone: the policies come back from the fallback store.
     agent.stop();
     set_emulator_reachable(&lab, false);
     lab.restart_ovs();
-    let mut agent = lab.start_agent_with_env(&["run", "--config", &config.display().to_string()], &FAST_REPORTS);
-    wait_until(Duration::from_secs(40), "the policy reinstalled from the fallback store", || {
-        lab.try_dump_flows().is_ok_and(|flows| flows.iter().any(|f| f.contains("tp_dst=5203")))
-    });
-    assert!(!lab.tcp_from_ext(VM_IP4, 5203), "5203 still dropped with the controller down");
-    assert!(lab.tcp_from_ext(VM_IP4, 5202), "5202 still allowed with the controller down");
+    let mut agent =
+        lab.start_agent_with_env(&["run", "--config", &config.display().to_string()], &FAST_REPORTS);
+    wait_until(
+        Duration::from_secs(40),
+        "the policy reinstalled from the fallback store",
+        || {
+            lab.try_dump_flows()
+                .is_ok_and(|flows| flows.iter().any(|f| f.contains("tp_dst=5203")))
+        },
+    );
+    assert!(
+        !lab.tcp_from_ext(VM_IP4, 5203),
+        "5203 still dropped with the controller down"
+    );
+    assert!(
+        lab.tcp_from_ext(VM_IP4, 5202),
+        "5202 still allowed with the controller down"
+    );
     set_emulator_reachable(&lab, true);
-    wait_until(Duration::from_secs(40), "the agent reconnects to the controller", || {
-        emu.controlplane_watches("vm-ns/vm1").len() == 3
-    });
+    wait_until(
+        Duration::from_secs(40),
+        "the agent reconnects to the controller",
+        || emu.controlplane_watches("vm-ns/vm1").len() == 3,
+    );
 
     // The agent never made a call its RBAC forbids.
     let refused: Vec<_> = emu
@@ -286,7 +353,8 @@ fn kubernetes_mode_attaches_enforces_reports_and_survives_controller_outages() {
     assert!(refused.is_empty(), "calls outside the agent's RBAC: {refused:?}");
 
     // ExternalNode deleted → detached, the NIC restored.
-    emu.delete_external_node(EN_NAMESPACE, NODE_NAME).expect("delete the ExternalNode");
+    emu.delete_external_node(EN_NAMESPACE, NODE_NAME)
+        .expect("delete the ExternalNode");
     lab.unisolate_uplink();
     wait_until(Duration::from_secs(30), "eth0 detached", || {
         !lab.vm_link_exists(UPLINK) && lab.vm_addrs(NIC).iter().any(|a| a.starts_with(VM_IP4))

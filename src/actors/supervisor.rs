@@ -99,9 +99,8 @@ impl Timing {
             (STATS_INTERVAL_ENV, &mut timing.stats_interval),
         ] {
             if let Ok(text) = std::env::var(var) {
-                *field = parse_period(&text).ok_or_else(|| {
-                    format!("{var}={text:?} is not a period such as 30s, 500ms or 5m")
-                })?;
+                *field = parse_period(&text)
+                    .ok_or_else(|| format!("{var}={text:?} is not a period such as 30s, 500ms or 5m"))?;
             }
         }
         Ok(timing)

@@ -35,9 +35,10 @@ pub fn select(config: &Config, node_name: &str) -> Result<Selected, String> {
     if let Some(standalone) = &config.standalone {
         return Ok(Selected {
             external_node: Arc::new(FileSource::new(&standalone.external_node_file, STANDALONE_POLL)),
-            policies: standalone.policy_dir.clone().map(|dir| {
-                Arc::new(PolicyDirSource::new(dir, STANDALONE_POLL)) as Arc<dyn PolicySource>
-            }),
+            policies: standalone
+                .policy_dir
+                .clone()
+                .map(|dir| Arc::new(PolicyDirSource::new(dir, STANDALONE_POLL)) as Arc<dyn PolicySource>),
             cluster: None,
         });
     }
@@ -45,13 +46,12 @@ pub fn select(config: &Config, node_name: &str) -> Result<Selected, String> {
         .kubeconfig
         .as_ref()
         .ok_or("clientConnection.kubeconfig is required without a standalone section")?;
-    let kube: Arc<dyn ApiClient> = Arc::new(
-        KubeApiClient::from_kubeconfig(kubeconfig, "kube-apiserver").map_err(|e| e.to_string())?,
-    );
+    let kube: Arc<dyn ApiClient> =
+        Arc::new(KubeApiClient::from_kubeconfig(kubeconfig, "kube-apiserver").map_err(|e| e.to_string())?);
     let controller: Arc<dyn ApiClient> = match &config.antrea_kubeconfig {
-        Some(path) => Arc::new(
-            KubeApiClient::from_kubeconfig(path, "antrea-controller").map_err(|e| e.to_string())?,
-        ),
+        Some(path) => {
+            Arc::new(KubeApiClient::from_kubeconfig(path, "antrea-controller").map_err(|e| e.to_string())?)
+        }
         None => {
             // The controlplane API is also registered as an APIService, so kube-apiserver's
             // aggregation layer serves the same paths.

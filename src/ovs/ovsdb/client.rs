@@ -225,7 +225,11 @@ impl Ovsdb for OvsdbClient {
 
     async fn ovs_version(&self) -> Result<Option<String>, OvsdbError> {
         let r = self
-            .transact_idempotent(vec![proto::select("Open_vSwitch", serde_json::json!([]), &["ovs_version"])])
+            .transact_idempotent(vec![proto::select(
+                "Open_vSwitch",
+                serde_json::json!([]),
+                &["ovs_version"],
+            )])
             .await?;
         // `ovs_version` is an optional string: a plain string when set, `["set", []]` when not.
         Ok(proto::rows(&r[0])?
