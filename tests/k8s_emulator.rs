@@ -339,6 +339,7 @@ async fn external_node_source_follows_vm1_through_the_real_client() {
 fn fast_controlplane() -> ControlplaneTiming {
     ControlplaneTiming {
         retry_period: Duration::from_millis(100),
+        ..ControlplaneTiming::default()
     }
 }
 

@@ -295,6 +295,15 @@ fn kubernetes_mode_attaches_enforces_reports_and_survives_controller_outages() {
     wait_until(Duration::from_secs(30), "the agent re-watches", || {
         emu.controlplane_watches("vm-ns/vm1").len() == 3
     });
+    // The restarted controller forgot every status: the resync re-posts it, though no rule changed.
+    wait_until(
+        Duration::from_secs(30),
+        "status re-posted after the controller restart",
+        || {
+            emu.status("uid-web", "vm-ns/vm1")
+                .is_some_and(|s| s.generation == 1)
+        },
+    );
     emu.upsert_controlplane(policy(2, 5203, 5202))
         .expect("change the policy");
     wait_until(Duration::from_secs(30), "the changed policy's flows", || {

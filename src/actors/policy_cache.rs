@@ -28,6 +28,16 @@ use crate::sources::PolicyUpdate;
 /// Read-only queries for the agent API and `/metrics` (`GetNetworkPolicies`, `GetGroups`, ...).
 pub mod query;
 
+/// How many distinct source errors are kept (the latest ones) for status reports.
+const MAX_SOURCE_ERRORS: usize = 20;
+
+/// Sync epochs are unique in the process, so a restarted policy cache never repeats an epoch the
+/// reporter already saw (which would hide a resync from it).
+fn next_sync_epoch() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The kinds a policy source must sync before rules are published.
 const SYNCED_KINDS: [Kind; 3] = [Kind::NetworkPolicy, Kind::AddressGroup, Kind::AppliedToGroup];
 
@@ -43,6 +53,9 @@ pub struct PolicyCache {
     connections: BTreeMap<Kind, bool>,
     /// Bumped on every full resync of the policies (see `PoliciesRealized`).
     sync_epoch: u64,
+    /// The epoch and policy generations last published, so a resync or a generation bump that
+    /// leaves the rules unchanged is still published (and its statuses re-posted).
+    published: Option<(u64, Vec<PolicyGeneration>)>,
     /// Local ExternalEntities and their interfaces; `None` until the interface manager reports.
     interfaces: Option<BTreeMap<EntityRef, AttachedInterface>>,
     resolved: Option<ResolvedView>,
@@ -63,7 +76,8 @@ impl PolicyCache {
             policies_known: false,
             synced_kinds: BTreeSet::new(),
             connections: BTreeMap::new(),
-            sync_epoch: 0,
+            sync_epoch: next_sync_epoch(),
+            published: None,
             interfaces: None,
             resolved: None,
             changes: Changes::default(),
@@ -93,13 +107,16 @@ impl PolicyCache {
         if changed {
             info!(rules = rules.len(), "NetworkPolicy rules for this node changed");
         }
-        if changed || force {
+        let published = (self.sync_epoch, self.policies_of(&rules));
+        let stale = self.published.as_ref() != Some(&published);
+        if changed || force || stale {
             if let Some(flows) = &self.peers.flows {
                 flows.do_send(RulesChanged {
-                    policies: self.policies_of(&rules),
+                    policies: published.1.clone(),
                     rules,
                     sync_epoch: self.sync_epoch,
                 });
+                self.published = Some(published);
             }
         }
     }
@@ -139,7 +156,7 @@ impl PolicyCache {
         );
         self.note(changes);
         self.synced_kinds.extend(SYNCED_KINDS);
-        self.sync_epoch += 1;
+        self.sync_epoch = next_sync_epoch();
     }
 
     /// Applies one update to the store.
@@ -160,7 +177,7 @@ impl PolicyCache {
                     Kind::NetworkPolicy => {
                         let changes = self.store.replace_policies(policies);
                         self.note(changes);
-                        self.sync_epoch += 1;
+                        self.sync_epoch = next_sync_epoch();
                     }
                     Kind::AddressGroup => {
                         let changes = self.store.replace_address_groups(groups);
@@ -200,6 +217,10 @@ impl PolicyCache {
             PolicyUpdate::Error(e) => {
                 warn!("{e}");
                 if !self.source_errors.contains(&e) {
+                    // A long-running agent sees many distinct errors: keep the latest few.
+                    if self.source_errors.len() >= MAX_SOURCE_ERRORS {
+                        self.source_errors.remove(0);
+                    }
                     self.source_errors.push(e);
                 }
             }
@@ -286,7 +307,7 @@ impl Handler<StatusQuery> for PolicyCache {
         actix::MessageResult(ActorStatus {
             actor: ActorKind::PolicyCache,
             healthy: true,
-            last_error: self.source_errors.first().cloned(),
+            last_error: self.source_errors.last().cloned(),
             detail: json!({
                 "policiesKnown": self.policies_known,
                 "controllerConnected": self.controller_connected(),

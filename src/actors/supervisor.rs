@@ -260,6 +260,11 @@ impl Supervisor {
         if let Some(a) = &p.policy {
             a.do_send(Resync);
         }
+        // The flow installer re-sends its last realization notice (a restarted reporter has
+        // none).
+        if let Some(a) = &p.flows {
+            a.do_send(Resync);
+        }
     }
 
     fn backoff(&self, failures: u32) -> Duration {

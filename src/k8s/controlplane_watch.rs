@@ -49,12 +49,18 @@ pub const WATCHED_KINDS: [Kind; 3] = [Kind::NetworkPolicy, Kind::AppliedToGroup,
 pub struct ControlplaneTiming {
     /// Minimum time between the starts of two attempts of one watch (Go agent: 5 s).
     pub retry_period: Duration,
+    /// A watch that delivers nothing for this long is reopened (with a full resync): the only way
+    /// to notice a half-open connection, since antrea-controller sends nothing while nothing
+    /// changes and the agent's connection has no read timeout. The server itself ends watches
+    /// every 2 to 4 hours.
+    pub idle_timeout: Duration,
 }
 
 impl Default for ControlplaneTiming {
     fn default() -> Self {
         ControlplaneTiming {
             retry_period: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(30 * 60),
         }
     }
 }
@@ -133,6 +139,7 @@ impl PolicySource for ControlplaneSource {
                 path: watch_path(kind, &self.node_key),
                 fallback: self.fallback.clone(),
                 retry_period: self.timing.retry_period,
+                idle_timeout: self.timing.idle_timeout,
                 tx: tx.clone(),
                 tracked: BTreeMap::new(),
                 synced: false,
@@ -359,6 +366,7 @@ struct Watcher {
     path: String,
     fallback: Option<FallbackStore>,
     retry_period: Duration,
+    idle_timeout: Duration,
     tx: mpsc::UnboundedSender<PolicyUpdate>,
     /// The objects delivered, after patches: by name.
     tracked: BTreeMap<String, Tracked>,
@@ -441,6 +449,10 @@ impl Watcher {
             let line = tokio::select! {
                 line = lines.next() => line,
                 _ = self.tx.closed() => return Err(End::Closed),
+                _ = tokio::time::sleep(self.idle_timeout) => {
+                    warn!(kind = %self.kind, "antrea-controller watch silent before its snapshot ended; reopening");
+                    return Ok(false);
+                }
             };
             let line = match line {
                 Some(Ok(line)) => line,
@@ -518,6 +530,10 @@ impl Watcher {
             let line = tokio::select! {
                 line = lines.next() => line,
                 _ = self.tx.closed() => return Err(End::Closed),
+                _ = tokio::time::sleep(self.idle_timeout) => {
+                    info!(kind = %self.kind, idle = ?self.idle_timeout, "antrea-controller watch idle; reopening to check the connection");
+                    return Ok(());
+                }
             };
             let line = match line {
                 Some(Ok(line)) => line,
@@ -763,6 +779,7 @@ mod tests {
         let mut s =
             ControlplaneSource::new(Arc::new(api.clone()), "vm-ns/vm1").with_timing(ControlplaneTiming {
                 retry_period: Duration::from_millis(20),
+                ..ControlplaneTiming::default()
             });
         s.fallback = fallback;
         s
@@ -867,6 +884,36 @@ mod tests {
             .calls()
             .iter()
             .all(|c| c.watch && c.method == crate::k8s::api::Method::Get));
+    }
+
+    #[tokio::test]
+    async fn a_silent_watch_is_reopened_after_the_idle_timeout() {
+        let api = FakeApi::new();
+        // The first watch delivers its snapshot, then nothing, and its body stays open.
+        let atgs = api.watch_stream(ATGS);
+        let _second = api.watch_stream(ATGS);
+        let mut src = source(&api, None);
+        src.timing.idle_timeout = Duration::from_millis(200);
+        let mut stream = updates(&src);
+        send(&atgs, &[bookmark("AppliedToGroup")]);
+        assert_eq!(
+            next(&mut stream, Kind::AppliedToGroup).await,
+            PolicyUpdate::Replace {
+                kind: Kind::AppliedToGroup,
+                objects: vec![]
+            }
+        );
+        assert_eq!(
+            next(&mut stream, Kind::AppliedToGroup).await,
+            connection(Kind::AppliedToGroup, true)
+        );
+        // Silence: the watch is reported down and reopened, though the server never closed it.
+        assert_eq!(
+            next(&mut stream, Kind::AppliedToGroup).await,
+            connection(Kind::AppliedToGroup, false)
+        );
+        api.wait_for_watches(ATGS, 2, T).await.unwrap();
+        assert!(atgs.is_closed(), "the silent body was dropped");
     }
 
     #[tokio::test]

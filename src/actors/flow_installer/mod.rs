@@ -250,7 +250,9 @@ fn next_round(persisted: Option<&str>) -> (u16, Option<u16>) {
     match persisted.and_then(|s| s.trim().parse::<u32>().ok()) {
         Some(prev) => {
             let prev = (prev % 65536) as u16;
-            (prev.wrapping_add(1), Some(prev))
+            // Round 0 marks flows that are not the agent's (take-over and stats skip them), so
+            // the round wraps from 65535 to 1.
+            (prev.checked_add(1).unwrap_or(1), Some(prev))
         }
         None => (1, None),
     }
@@ -556,6 +558,6 @@ mod tests {
         assert_eq!(next_round(None), (1, None));
         assert_eq!(next_round(Some("garbage")), (1, None));
         assert_eq!(next_round(Some("7")), (8, Some(7)));
-        assert_eq!(next_round(Some("65535")), (0, Some(65535)));
+        assert_eq!(next_round(Some("65535")), (1, Some(65535)));
     }
 }
