@@ -33,7 +33,7 @@ use antrea_vm_agent::k8s::agent_info::{
 use antrea_vm_agent::k8s::api::{ApiClient, Method};
 use antrea_vm_agent::k8s::client::KubeApiClient;
 use antrea_vm_agent::k8s::controlplane_watch::{
-    watch_path, ControlplaneSource, ControlplaneTiming, WATCHED_KINDS,
+    update_kind, watch_path, ControlplaneSource, ControlplaneTiming, WATCHED_KINDS,
 };
 use antrea_vm_agent::k8s::external_node::ExternalNodeObject;
 use antrea_vm_agent::k8s::fallback::FallbackStore;
@@ -343,23 +343,6 @@ fn fast_controlplane() -> ControlplaneTiming {
     }
 }
 
-/// The kind an update is about (`None` for errors of no kind).
-fn kind_of(u: &PolicyUpdate) -> Option<Kind> {
-    match u {
-        PolicyUpdate::Replace { kind, .. }
-        | PolicyUpdate::Patch { kind, .. }
-        | PolicyUpdate::Delete { kind, .. }
-        | PolicyUpdate::Connection { kind, .. } => Some(*kind),
-        PolicyUpdate::Upsert(ValidObject::NetworkPolicy(_)) => Some(Kind::NetworkPolicy),
-        PolicyUpdate::Upsert(ValidObject::AddressGroup(_)) => Some(Kind::AddressGroup),
-        PolicyUpdate::Upsert(ValidObject::AppliedToGroup(_)) => Some(Kind::AppliedToGroup),
-        PolicyUpdate::Error(e) => WATCHED_KINDS
-            .into_iter()
-            .find(|k| e.starts_with(&format!("antrea-controller {k} watch"))),
-        _ => None,
-    }
-}
-
 /// A subscription read per kind: the three watches run concurrently, so the order between
 /// kinds is not defined, only the order within one kind.
 struct Updates {
@@ -376,13 +359,13 @@ impl Updates {
     }
 
     async fn next(&mut self, kind: Kind) -> PolicyUpdate {
-        if let Some(i) = self.held.iter().position(|u| kind_of(u) == Some(kind)) {
+        if let Some(i) = self.held.iter().position(|u| update_kind(u) == Some(kind)) {
             return self.held.remove(i);
         }
         let wait = async {
             loop {
                 let u = self.stream.next().await.expect("the policy stream ended");
-                if kind_of(&u) == Some(kind) {
+                if update_kind(&u) == Some(kind) {
                     return u;
                 }
                 self.held.push(u);
@@ -401,7 +384,7 @@ impl Updates {
     }
 
     async fn expect(&mut self, expected: PolicyUpdate) {
-        let kind = kind_of(&expected).expect("an update with a kind");
+        let kind = update_kind(&expected).expect("an update with a kind");
         assert_eq!(self.next(kind).await, expected);
     }
 

@@ -728,6 +728,24 @@ impl Watcher {
     }
 }
 
+/// The kind a [`PolicyUpdate`] of this source is about: its own kind, the kind of the upserted
+/// object, or for an error the watch named at the start of the message; `None` otherwise.
+pub fn update_kind(update: &PolicyUpdate) -> Option<Kind> {
+    match update {
+        PolicyUpdate::Replace { kind, .. }
+        | PolicyUpdate::Patch { kind, .. }
+        | PolicyUpdate::Delete { kind, .. }
+        | PolicyUpdate::Connection { kind, .. } => Some(*kind),
+        PolicyUpdate::Upsert(ValidObject::NetworkPolicy(_)) => Some(Kind::NetworkPolicy),
+        PolicyUpdate::Upsert(ValidObject::AddressGroup(_)) => Some(Kind::AddressGroup),
+        PolicyUpdate::Upsert(ValidObject::AppliedToGroup(_)) => Some(Kind::AppliedToGroup),
+        PolicyUpdate::Error(e) => WATCHED_KINDS
+            .into_iter()
+            .find(|k| e.starts_with(&format!("antrea-controller {k} watch"))),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -785,23 +803,6 @@ mod tests {
         s
     }
 
-    /// The kind an update is about (`None` for errors of no kind).
-    fn kind_of(u: &PolicyUpdate) -> Option<Kind> {
-        match u {
-            PolicyUpdate::Replace { kind, .. }
-            | PolicyUpdate::Patch { kind, .. }
-            | PolicyUpdate::Delete { kind, .. }
-            | PolicyUpdate::Connection { kind, .. } => Some(*kind),
-            PolicyUpdate::Upsert(ValidObject::NetworkPolicy(_)) => Some(Kind::NetworkPolicy),
-            PolicyUpdate::Upsert(ValidObject::AddressGroup(_)) => Some(Kind::AddressGroup),
-            PolicyUpdate::Upsert(ValidObject::AppliedToGroup(_)) => Some(Kind::AppliedToGroup),
-            PolicyUpdate::Error(e) => WATCHED_KINDS
-                .into_iter()
-                .find(|k| e.starts_with(&format!("antrea-controller {k} watch"))),
-            _ => None,
-        }
-    }
-
     /// A subscription whose updates tests read per kind.
     struct Updates {
         stream: BoxStream<'static, PolicyUpdate>,
@@ -819,13 +820,13 @@ mod tests {
     /// The next update about `kind` (the three watches are concurrent: updates about other kinds
     /// are held for later), bounded.
     async fn next(updates: &mut Updates, kind: Kind) -> PolicyUpdate {
-        if let Some(i) = updates.held.iter().position(|u| kind_of(u) == Some(kind)) {
+        if let Some(i) = updates.held.iter().position(|u| update_kind(u) == Some(kind)) {
             return updates.held.remove(i);
         }
         let wait = async {
             loop {
                 let u = updates.stream.next().await.expect("the stream ended");
-                if kind_of(&u) == Some(kind) {
+                if update_kind(&u) == Some(kind) {
                     return u;
                 }
                 updates.held.push(u);
