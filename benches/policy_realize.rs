@@ -312,7 +312,8 @@ fn main() {
         || lab.vm_addrs(NIC).iter().any(|a| a.starts_with(VM_IP4)) && !commits(&agent).is_empty(),
     );
     let base_flows = flow_count(&lab);
-    println!("attached; {base_flows} flows before any NetworkPolicy");
+    let (rss0, _) = rss_mb(agent.pid());
+    println!("attached; {base_flows} flows before any NetworkPolicy; agent VmRSS {rss0:.1} MB");
 
     // === 1. 10,000 rules ===
     let texts: Vec<String> = (0..policies).map(|i| fleet_policy(i, step)).collect();

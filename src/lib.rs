@@ -3,7 +3,7 @@
 //! The library behind the `antrea-vm-agent` binary. Five actors own the state (`actors`), they
 //! exchange the facts in `messages`, pure modules compute (`policy`), and adapters talk to the
 //! outside world (`ovs`, `host`). See ARCHITECTURE.md for the map.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod actors;
 pub mod api;
@@ -13,6 +13,7 @@ pub mod emulator;
 pub mod failpoint;
 pub mod host;
 pub mod k8s;
+pub mod memory;
 pub mod messages;
 pub mod ovs;
 pub mod packetin;

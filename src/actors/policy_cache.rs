@@ -168,7 +168,7 @@ impl PolicyCache {
                 let mut groups = Vec::new();
                 for object in objects {
                     match object {
-                        ValidObject::NetworkPolicy(p) => policies.push(*p),
+                        ValidObject::NetworkPolicy(p) => policies.push(p),
                         ValidObject::AddressGroup(g) | ValidObject::AppliedToGroup(g) => groups.push(g),
                         other => warn!(kind = %kind, "ignoring {other:?} in a snapshot"),
                     }

@@ -14,7 +14,7 @@
 //! * ports are read after IPv6 extension headers, and `<nil>` for later fragments;
 //! * the directory is the caller's (default [`DEFAULT_DIR`]) and is created with its parents.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -26,7 +26,7 @@ use super::packet::{proto, ParsedPacket, Transport};
 use super::rotate::{Backup, RotateError, RotatingFile, RotationPolicy};
 use crate::config::AuditLogging;
 use crate::messages::AttachedInterface;
-use crate::policy::compiler::ConjunctionInfo;
+use crate::policy::compiler::ConjunctionMap;
 use crate::policy::pipeline;
 use crate::policy::rule::{Direction, PolicyRef};
 
@@ -171,7 +171,7 @@ fn applied_to(
 pub fn audit_record(
     np: &NpPacketIn,
     p: &ParsedPacket<'_>,
-    rules: &BTreeMap<u32, ConjunctionInfo>,
+    rules: &ConjunctionMap,
     interfaces: &[AttachedInterface],
 ) -> Result<AuditRecord, AuditError> {
     let (src_port, dst_port) = match p.transport {

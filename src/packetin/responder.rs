@@ -10,7 +10,6 @@
 //! building run under `catch_unwind` so even a bug there cannot end the loop. Counters are in
 //! [`PacketInStats`].
 
-use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,13 +25,13 @@ use super::packet::{self, PacketError};
 use super::reject::{reject_parsed, RejectError, RejectOutcome};
 use crate::messages::AttachedInterface;
 use crate::ovs::openflow::{Event, PacketIn, Subscription, Switch};
-use crate::policy::compiler::ConjunctionInfo;
+use crate::policy::compiler::{ConjunctionMap, SharedConjunctions};
 
 /// What the responder needs besides the connection. Clone it for each connection.
 #[derive(Clone, Debug)]
 pub struct PacketInContext {
     /// Every rule that may still send packet-ins, by conjunction id.
-    pub rules: watch::Receiver<Arc<BTreeMap<u32, ConjunctionInfo>>>,
+    pub rules: watch::Receiver<SharedConjunctions>,
     /// The attached interfaces (for the Reject reply's ports and the audit applied-to).
     pub interfaces: watch::Receiver<Arc<Vec<AttachedInterface>>>,
     /// `None`: logging packet-ins are counted (as `logged`) but not written anywhere.
@@ -165,7 +164,7 @@ struct Prepared {
 fn prepare(
     pi: &PacketIn,
     np: &NpPacketIn,
-    rules: &BTreeMap<u32, ConjunctionInfo>,
+    rules: &ConjunctionMap,
     interfaces: &[AttachedInterface],
     ip_id: u16,
 ) -> Result<Prepared, PacketError> {

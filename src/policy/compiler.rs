@@ -191,7 +191,7 @@ pub struct CompileOutput {
     /// Every NetworkPolicy rule flow (cookie category NetworkPolicy), keyed by identity.
     pub flows: FlowSet,
     /// The compiled rules by conjunction id.
-    pub conjunctions: BTreeMap<u32, ConjunctionInfo>,
+    pub conjunctions: ConjunctionMap,
     /// Per table, OpenFlow priorities of earlier rules that moved (old → new) to make room.
     pub priority_updates: BTreeMap<u8, BTreeMap<u16, u16>>,
     pub skipped: Vec<SkippedRule>,
@@ -216,16 +216,18 @@ pub struct Compiler {
     initialized: bool,
     free_ids: BTreeSet<u32>,
     next_id: u32,
-    live: BTreeMap<u32, ConjunctionInfo>,
+    /// Shared with the published [`ConjunctionMap`]s, so each rule's metadata is held once.
+    live: BTreeMap<u32, Arc<ConjunctionInfo>>,
     /// Ids of removed rules held back, with the compilation that released them.
-    released: BTreeMap<u32, (ConjunctionInfo, u64)>,
+    released: BTreeMap<u32, (Arc<ConjunctionInfo>, u64)>,
     released_by_rule: BTreeMap<RuleId, u32>,
     generation: u64,
     /// Every accepted rule of the current set (placed or not), by id.
     held: BTreeMap<RuleId, Held>,
     /// The rules using each (table, priority): a priority is released when its last user goes,
-    /// and the rules of a priority that moved are found here.
-    users: BTreeMap<(u8, Priority), BTreeSet<RuleId>>,
+    /// and the rules of a priority that moved are found here. Sorted; nearly always one rule,
+    /// for which a vector is a tenth of the size of a set.
+    users: BTreeMap<(u8, Priority), Vec<RuleId>>,
     /// Number of accepted rules per (table, policy zone): a zone's spare priorities are released
     /// with its last rule.
     zones: BTreeMap<(u8, Priority), usize>,
@@ -332,20 +334,20 @@ impl Compiler {
 
     /// A conjunction of the current rule set, or of a rule removed since the last
     /// [`Compiler::reclaim_released_ids`].
-    pub fn conjunction(&self, conj_id: u32) -> Option<&ConjunctionInfo> {
+    pub fn conjunction(&self, conj_id: u32) -> Option<&Arc<ConjunctionInfo>> {
         self.live
             .get(&conj_id)
             .or_else(|| self.released.get(&conj_id).map(|(info, _)| info))
     }
 
     /// Every conjunction [`Compiler::conjunction`] knows (current and held back).
-    pub fn known_conjunctions(&self) -> BTreeMap<u32, ConjunctionInfo> {
-        let mut known: BTreeMap<u32, ConjunctionInfo> = self
+    pub fn known_conjunctions(&self) -> ConjunctionMap {
+        let mut known: ConjunctionMap = self
             .released
             .iter()
-            .map(|(&c, (info, _))| (c, info.clone()))
+            .map(|(&c, (info, _))| (c, Arc::clone(info)))
             .collect();
-        known.extend(self.live.iter().map(|(&c, info)| (c, info.clone())));
+        known.extend(self.live.iter().map(|(&c, info)| (c, Arc::clone(info))));
         known
     }
 
@@ -443,7 +445,7 @@ impl Compiler {
             released: self
                 .released
                 .iter()
-                .map(|(&c, (info, _))| (c, info.clone()))
+                .map(|(&c, (info, _))| (c, (**info).clone()))
                 .collect(),
         }
     }
@@ -654,7 +656,9 @@ impl Compiler {
             let Some(h) = self.held.get(id) else { continue };
             let (t, p) = (h.table, h.prio);
             if let Some(set) = self.users.get_mut(&(t, p)) {
-                set.remove(id);
+                if let Ok(i) = set.binary_search(id) {
+                    set.remove(i);
+                }
                 if set.is_empty() {
                     self.users.remove(&(t, p));
                     stale.insert((t, p));
@@ -670,7 +674,10 @@ impl Compiler {
         }
         for r in &changed {
             let (t, p) = (rule_table(r), priority_of(r));
-            self.users.entry((t, p)).or_default().insert(r.id.clone());
+            let users = self.users.entry((t, p)).or_default();
+            if let Err(i) = users.binary_search(&r.id) {
+                users.insert(i, r.id.clone());
+            }
             *self.zones.entry((t, zone(&p))).or_insert(0) += 1;
         }
         for (t, z) in gone_zones {
@@ -846,7 +853,7 @@ impl Compiler {
                     };
                     self.groups.entry((t, of)).or_default().insert(c);
                     self.placed.insert(c, id.clone());
-                    self.live.insert(c, conjunction_info(&r, c, t, of));
+                    self.live.insert(c, Arc::new(conjunction_info(&r, c, t, of)));
                     self.conj_changed(c);
                     Some((c, of))
                 }
@@ -975,8 +982,11 @@ pub fn same_rules(a: &[Arc<CompiledRuleInput>], b: &[Arc<CompiledRuleInput>]) ->
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y) || x == y)
 }
 
+/// Conjunction ids and their rules' metadata (shared with the compiler).
+pub type ConjunctionMap = BTreeMap<u32, Arc<ConjunctionInfo>>;
+
 /// The conjunctions as the packet-in responder reads them.
-pub type SharedConjunctions = Arc<BTreeMap<u32, ConjunctionInfo>>;
+pub type SharedConjunctions = Arc<ConjunctionMap>;
 
 /// Publishes [`Compiler::known_conjunctions`] as a shared map (what the packet-in responder
 /// reads) without copying every entry on each change: it keeps the previous map as a spare and,
@@ -1004,11 +1014,11 @@ impl ConjunctionPublisher {
         if changed.is_empty() {
             return Arc::clone(&self.current);
         }
-        let refresh = |map: &mut BTreeMap<u32, ConjunctionInfo>, ids: &BTreeSet<u32>| {
+        let refresh = |map: &mut ConjunctionMap, ids: &BTreeSet<u32>| {
             for &c in ids {
                 match compiler.conjunction(c) {
                     Some(info) => {
-                        map.insert(c, info.clone());
+                        map.insert(c, Arc::clone(info));
                     }
                     None => {
                         map.remove(&c);

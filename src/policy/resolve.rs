@@ -88,18 +88,21 @@ impl ResolvedView {
             let (old_rules, old_warnings) = old.unwrap_or_default();
             warnings_changed |= old_warnings != out.warnings;
             let mut kept = 0;
-            let rules: Vec<Arc<CompiledRuleInput>> = out
-                .rules
-                .into_iter()
-                .enumerate()
-                .map(|(i, r)| match old_rules.get(i) {
-                    Some(o) if **o == r => {
-                        kept += 1;
-                        Arc::clone(o)
-                    }
-                    _ => Arc::new(r),
-                })
-                .collect();
+            // Built into a fresh vector: collecting from `out.rules.into_iter()` would reuse
+            // its buffer (sized for whole rules) to hold the pointers, and keep it.
+            let mut rules: Vec<Arc<CompiledRuleInput>> = Vec::with_capacity(out.rules.len());
+            rules.extend(
+                out.rules
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, r)| match old_rules.get(i) {
+                        Some(o) if **o == r => {
+                            kept += 1;
+                            Arc::clone(o)
+                        }
+                        _ => Arc::new(r),
+                    }),
+            );
             changed |= kept != rules.len() || kept != old_rules.len();
             if !rules.is_empty() || !out.warnings.is_empty() {
                 self.per_policy.insert(name, (rules, out.warnings));
@@ -540,7 +543,7 @@ rules: [{direction: In, from: {ipBlocks: [{cidr: 0.0.0.0/0}]}, action: Drop}]
         );
         let mut changes = Changes::default();
         for p in extra.policies() {
-            changes.merge(store.upsert_policy(p.clone()));
+            changes.merge(store.upsert_policy(std::sync::Arc::new(p.clone())));
         }
         assert!(view.update(
             &store,

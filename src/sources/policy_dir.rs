@@ -9,9 +9,15 @@
 //! the object, and the rest loads. Like a rejected update in Kubernetes, a file that stops
 //! parsing, or an object that stops validating, keeps its last good version (reported as such),
 //! so a half-saved edit never opens traffic; removing the file or the object removes it.
+//!
+//! Only files whose text changed are parsed again, and no text is kept between polls (a
+//! fingerprint of each is): with thousands of policy files a change costs one file's parse, and
+//! the policies are held once, shared with the policy cache (`Arc`).
 
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{self, BoxStream, StreamExt};
@@ -24,7 +30,7 @@ use crate::policy::controlplane::{ControlplaneObject, Group, Kind, Policy, Valid
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PolicySnapshot {
     /// Sorted by name; names are unique within each kind.
-    pub network_policies: Vec<Policy>,
+    pub network_policies: Vec<Arc<Policy>>,
     pub address_groups: Vec<Group>,
     pub applied_to_groups: Vec<Group>,
     /// One line per problem, naming the file and the object.
@@ -53,20 +59,22 @@ impl PolicyDirSource {
         let state = StreamState {
             source: self.clone(),
             loader: Loader::default(),
-            last_content: None,
+            last_fingerprint: None,
             last_snapshot: None,
         };
         stream::unfold(state, |mut st| async move {
             loop {
-                if st.last_content.is_some() {
+                if st.last_fingerprint.is_some() {
                     tokio::time::sleep(st.source.interval).await;
                 }
                 let content = read_content(&st.source.dir).await;
-                if st.last_content.as_ref() == Some(&content) {
+                let fingerprint = content.fingerprint();
+                if st.last_fingerprint.as_ref() == Some(&fingerprint) {
                     continue;
                 }
                 let snapshot = st.loader.build(&st.source.dir, &content);
-                st.last_content = Some(content);
+                drop(content);
+                st.last_fingerprint = Some(fingerprint);
                 if st.last_snapshot.as_ref() != Some(&snapshot) {
                     st.last_snapshot = Some(snapshot.clone());
                     return Some((snapshot, st));
@@ -85,7 +93,8 @@ impl PolicyDirSource {
 struct StreamState {
     source: PolicyDirSource,
     loader: Loader,
-    last_content: Option<DirContent>,
+    last_fingerprint: Option<DirFingerprint>,
+    /// Cheap to keep: the policies in it are shared with the loader.
     last_snapshot: Option<PolicySnapshot>,
 }
 
@@ -96,6 +105,43 @@ enum DirContent {
     Unreadable(String),
     /// Policy files sorted by path, each with its text or why it could not be read.
     Files(Vec<(PathBuf, Result<String, String>)>),
+}
+
+/// A file's text, reduced to what tells a change: its length and a hash.
+type TextFingerprint = (usize, u64);
+
+fn text_fingerprint(text: &str) -> TextFingerprint {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut hasher);
+    (text.len(), hasher.finish())
+}
+
+/// [`DirContent`] without the texts: what polling compares from one poll to the next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum DirFingerprint {
+    Missing,
+    Unreadable(String),
+    Files(Vec<(PathBuf, Result<TextFingerprint, String>)>),
+}
+
+impl DirContent {
+    fn fingerprint(&self) -> DirFingerprint {
+        match self {
+            DirContent::Missing => DirFingerprint::Missing,
+            DirContent::Unreadable(e) => DirFingerprint::Unreadable(e.clone()),
+            DirContent::Files(files) => DirFingerprint::Files(
+                files
+                    .iter()
+                    .map(|(path, text)| {
+                        (
+                            path.clone(),
+                            text.as_deref().map(text_fingerprint).map_err(Clone::clone),
+                        )
+                    })
+                    .collect(),
+            ),
+        }
+    }
 }
 
 fn is_policy_file(name: &str) -> bool {
@@ -203,10 +249,20 @@ fn raw_key(v: &Value) -> Option<ObjectKey> {
     (!name.is_empty()).then(|| (kind, name.to_owned()))
 }
 
+/// What was last loaded from one file.
+#[derive(Debug, Default)]
+struct LoadedFile {
+    /// The text it was loaded from (`None`: the file could not be read).
+    text: Option<TextFingerprint>,
+    objects: Vec<ValidObject>,
+    /// The problems found in it, reported again as long as the text stays the same.
+    errors: Vec<String>,
+}
+
 /// Builds snapshots, remembering per file the objects last loaded from it.
 #[derive(Debug, Default)]
 struct Loader {
-    files: BTreeMap<PathBuf, Vec<ValidObject>>,
+    files: BTreeMap<PathBuf, LoadedFile>,
 }
 
 impl Loader {
@@ -228,8 +284,20 @@ impl Loader {
                 let mut next = BTreeMap::new();
                 for (path, text) in files {
                     let old = self.files.remove(path).unwrap_or_default();
-                    let objects = load_file(path, text, old, &mut errors);
-                    next.insert(path.clone(), objects);
+                    let fingerprint = text.as_deref().ok().map(text_fingerprint);
+                    let loaded = if fingerprint.is_some() && fingerprint == old.text {
+                        old
+                    } else {
+                        let mut file_errors = Vec::new();
+                        let objects = load_file(path, text, old.objects, &mut file_errors);
+                        LoadedFile {
+                            text: fingerprint,
+                            objects,
+                            errors: file_errors,
+                        }
+                    };
+                    errors.extend(loaded.errors.iter().cloned());
+                    next.insert(path.clone(), loaded);
                 }
                 self.files = next;
             }
@@ -237,8 +305,8 @@ impl Loader {
 
         let mut snapshot = PolicySnapshot::default();
         let mut seen: BTreeMap<ObjectKey, &Path> = BTreeMap::new();
-        for (path, objects) in &self.files {
-            for object in objects {
+        for (path, loaded) in &self.files {
+            for object in &loaded.objects {
                 let key = key_of(object);
                 if let Some(first) = seen.get(&key) {
                     errors.push(format!(
@@ -252,7 +320,7 @@ impl Loader {
                 }
                 seen.insert(key, path);
                 match object {
-                    ValidObject::NetworkPolicy(p) => snapshot.network_policies.push((**p).clone()),
+                    ValidObject::NetworkPolicy(p) => snapshot.network_policies.push(Arc::clone(p)),
                     ValidObject::AddressGroup(g) => snapshot.address_groups.push(g.clone()),
                     ValidObject::AppliedToGroup(g) => snapshot.applied_to_groups.push(g.clone()),
                     // Never stored: load_file rejects patches.
@@ -496,6 +564,56 @@ groupMembers: [{externalEntity: {name: vm1, namespace: vm-ns}}]
         let s = build(&mut l, &[("a.yaml", "kind: [\n"), ("b.yaml", ATG)]);
         assert!(s.network_policies.is_empty());
         assert!(!s.errors[0].contains("keeping"), "{:?}", s.errors);
+    }
+
+    #[test]
+    fn only_changed_files_are_parsed_again_and_their_errors_stay_reported() {
+        let mut l = Loader::default();
+        let other = NP.replace("name: web", "name: api");
+        let bad = "kind: [\n";
+        let s1 = build(&mut l, &[("a.yaml", NP), ("b.yaml", &other), ("c.yaml", bad)]);
+        assert_eq!(s1.errors.len(), 1, "{:?}", s1.errors);
+
+        // b.yaml changes: a.yaml's policy is the very same allocation (not parsed again), the
+        // unchanged bad file is still reported, and the snapshot shares the loader's objects.
+        let changed = other.replace("port: 80", "port: 81");
+        let s2 = build(&mut l, &[("a.yaml", NP), ("b.yaml", &changed), ("c.yaml", bad)]);
+        let by_name = |s: &PolicySnapshot, n: &str| {
+            s.network_policies
+                .iter()
+                .find(|p| p.name == n)
+                .cloned()
+                .expect("policy present")
+        };
+        assert!(Arc::ptr_eq(&by_name(&s1, "web"), &by_name(&s2, "web")));
+        assert!(!Arc::ptr_eq(&by_name(&s1, "api"), &by_name(&s2, "api")));
+        assert_eq!(s2.errors, s1.errors);
+
+        // Reading fails for a file that loaded before: its objects are kept and it is parsed
+        // again once readable, even with the same text.
+        let read_error = DirContent::Files(vec![
+            (PathBuf::from("/p/a.yaml"), Err("permission denied".to_owned())),
+            (PathBuf::from("/p/b.yaml"), Ok(changed.clone())),
+        ]);
+        let s3 = l.build(Path::new("/p"), &read_error);
+        assert_eq!(names(&s3).0, ["api", "web"]);
+        assert!(
+            s3.errors[0].contains("cannot read: permission denied"),
+            "{:?}",
+            s3.errors
+        );
+        let s4 = build(&mut l, &[("a.yaml", NP), ("b.yaml", &changed)]);
+        assert!(s4.errors.is_empty(), "{:?}", s4.errors);
+        assert_eq!(names(&s4).0, ["api", "web"]);
+    }
+
+    #[test]
+    fn fingerprints_tell_text_changes_without_keeping_the_text() {
+        let a = files(&[("a.yaml", NP)]).fingerprint();
+        assert_eq!(a, files(&[("a.yaml", NP)]).fingerprint());
+        assert_ne!(a, files(&[("a.yaml", &NP.replace("80", "81"))]).fingerprint());
+        assert_ne!(a, files(&[("b.yaml", NP)]).fingerprint());
+        assert_ne!(a, DirContent::Missing.fingerprint());
     }
 
     #[test]

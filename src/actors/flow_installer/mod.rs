@@ -19,13 +19,14 @@ use serde_json::json;
 use tracing::{debug, error, info, warn};
 
 use super::{common_handlers, Deps, Lifeline, Peers};
+use crate::memory;
 use crate::messages::{
     ActorKind, ActorStatus, AttachedInterface, InterfacesChanged, RulesChanged, StatusQuery,
 };
 use crate::ovs::openflow::{FlowFilter, FlowMod, OfError, Switch};
 use crate::packetin::{self, AuditLog, PacketInContext, PacketInStats};
 use crate::policy::compiler::{
-    same_rules, CompileOptions, Compiler, ConjunctionInfo, ConjunctionPublisher, Update,
+    same_rules, CompileOptions, Compiler, ConjunctionPublisher, SharedConjunctions, Update,
 };
 use crate::policy::flowset::{self, FlowSet};
 use crate::policy::pipeline::{self, PipelineOptions, ROUND_MASK};
@@ -97,7 +98,7 @@ pub struct FlowInstaller {
     policy_resync: bool,
     /// What the packet-in responder needs (conjunction → rule, local interfaces), published on
     /// every change so the responder of the current connection always sees the latest.
-    conjunctions_tx: watch::Sender<Arc<BTreeMap<u32, ConjunctionInfo>>>,
+    conjunctions_tx: watch::Sender<SharedConjunctions>,
     interfaces_tx: watch::Sender<Arc<Vec<AttachedInterface>>>,
     /// The NetworkPolicy audit log (`np.log`); `None` if it cannot be opened.
     audit: Option<AuditLog>,
@@ -454,6 +455,12 @@ impl Handler<Sync> for FlowInstaller {
                         "flows committed"
                     );
                     session.synced = true;
+                    if count >= memory::LARGE_BUNDLE_FLOW_MODS {
+                        // The flow_mods and the encoded bundle are freed by now: give the
+                        // pages back, or the sync's peak stays resident.
+                        let released = memory::release_free_memory();
+                        debug!(released, "returned freed memory after a large bundle");
+                    }
                     if let Some(ms) = realization_ms {
                         stats::observe_realization(&act.deps.metrics, ms);
                     }

@@ -29,7 +29,12 @@ impl Handler<GetFlowDump> for FlowInstaller {
     fn handle(&mut self, _: GetFlowDump, _: &mut Context<Self>) -> Self::Result {
         actix::MessageResult(FlowDump {
             flows: self.installed_flows(),
-            conjunctions: self.conjunctions_tx.borrow().values().cloned().collect(),
+            conjunctions: self
+                .conjunctions_tx
+                .borrow()
+                .values()
+                .map(|info| (**info).clone())
+                .collect(),
             interfaces: self.interfaces.clone().unwrap_or_default(),
         })
     }

@@ -30,7 +30,7 @@
 //! like upstream.
 
 use std::borrow::Borrow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -41,7 +41,7 @@ use super::FlowInstaller;
 use crate::api::metrics::AgentMetrics;
 use crate::messages::{GetRuleStats, PoliciesRealized, PolicyGeneration, RuleStats, RuleStatsSnapshot};
 use crate::ovs::openflow::{ct_state, FlowFilter, FlowMod, FlowModCommand, FlowStats, OfError, Switch};
-use crate::policy::compiler::{ConjunctionInfo, METRIC_PRIORITY};
+use crate::policy::compiler::{ConjunctionInfo, ConjunctionMap, METRIC_PRIORITY};
 use crate::policy::pipeline::{cookie, table, CookieCategory, ROUND_MASK};
 use crate::policy::rule::{CompiledRuleInput, Direction};
 
@@ -137,7 +137,7 @@ pub fn metric_sample(fs: &FlowStats) -> Option<MetricSample> {
 /// flows naming no known conjunction. Sorted by policy uid, rule name, direction.
 pub fn rule_stats_from_flows<'a>(
     flows: &[FlowStats],
-    conjunctions: &'a BTreeMap<u32, ConjunctionInfo>,
+    conjunctions: &'a ConjunctionMap,
     mut tier_of: impl FnMut(&'a ConjunctionInfo) -> Option<i32>,
 ) -> RuleStatsSnapshot {
     // Sorting flat vectors (no tree or hash map per entry) keeps a 10,000-rule scrape cheap.
@@ -194,7 +194,7 @@ fn sum<'a>(samples: impl IntoIterator<Item = &'a MetricSample>) -> MetricSample 
 /// rule id (so by policy uid first), or, for an unsorted view, in a hash index.
 pub fn rule_stats_for<R: Borrow<CompiledRuleInput>>(
     flows: &[FlowStats],
-    conjunctions: &BTreeMap<u32, ConjunctionInfo>,
+    conjunctions: &ConjunctionMap,
     rules: &[R],
 ) -> RuleStatsSnapshot {
     fn uid<R: Borrow<CompiledRuleInput>>(r: &R) -> &str {
@@ -401,6 +401,8 @@ pub(super) fn observe_realization(metrics: &AgentMetrics, realization_ms: f64) {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use crate::ovs::openflow::Flow;
     use crate::policy::compiler::{compile, CompileOptions};

@@ -10,6 +10,7 @@ use crate::messages::EntityRef;
 use crate::ovs::openflow::{Masked, Match, PacketIn};
 use crate::packetin::meta::operation;
 use crate::packetin::packet::parse;
+use crate::policy::compiler::ConjunctionInfo;
 use crate::policy::pipeline::table;
 use crate::policy::rule::{PolicyType, RuleAction, RuleId};
 
@@ -65,7 +66,7 @@ fn info(
     }
 }
 
-fn rules() -> BTreeMap<u32, ConjunctionInfo> {
+fn rules() -> ConjunctionMap {
     let mut m = BTreeMap::new();
     m.insert(
         2,
@@ -82,7 +83,7 @@ fn rules() -> BTreeMap<u32, ConjunctionInfo> {
             "my-label",
         ),
     );
-    m
+    m.into_iter().map(|(c, i)| (c, Arc::new(i))).collect()
 }
 
 fn packet_in(frame: Vec<u8>, ops: u8, in_port: u32, regs: &[(u8, u32)]) -> PacketIn {

@@ -1,6 +1,7 @@
 //! The responder against the in-process fake switch: packet-ins in, packet-outs and audit
 //! lines out, every bad input counted.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
@@ -11,6 +12,7 @@ use crate::ovs::openflow::events::Hub;
 use crate::ovs::openflow::fake::FakeSwitch;
 use crate::ovs::openflow::{Action, Masked, Match, PortDesc, PortReason, PortStatus, SetField};
 use crate::packetin::meta::output_to_controller_reg0;
+use crate::policy::compiler::ConjunctionInfo;
 use crate::policy::pipeline::table;
 use crate::policy::rule::{Direction, PolicyRef, PolicyType, RuleAction, RuleId};
 
@@ -32,11 +34,11 @@ fn interfaces() -> Vec<AttachedInterface> {
     }]
 }
 
-fn rules() -> BTreeMap<u32, ConjunctionInfo> {
+fn rules() -> ConjunctionMap {
     let mut m = BTreeMap::new();
     m.insert(
         2,
-        ConjunctionInfo {
+        Arc::new(ConjunctionInfo {
             conj_id: 2,
             rule_id: RuleId {
                 policy_uid: "uid-1".into(),
@@ -57,7 +59,7 @@ fn rules() -> BTreeMap<u32, ConjunctionInfo> {
             priority: 106,
             enable_logging: true,
             log_label: "lbl".into(),
-        },
+        }),
     );
     m
 }
@@ -65,7 +67,7 @@ fn rules() -> BTreeMap<u32, ConjunctionInfo> {
 struct Harness {
     ctx: PacketInContext,
     _dir: tempfile::TempDir,
-    _rules: watch::Sender<Arc<BTreeMap<u32, ConjunctionInfo>>>,
+    _rules: watch::Sender<SharedConjunctions>,
     _ifaces: watch::Sender<Arc<Vec<AttachedInterface>>>,
 }
 

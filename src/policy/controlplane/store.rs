@@ -6,6 +6,7 @@
 //! twice changes nothing. Pure: no I/O, no clocks.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::types::Kind;
 use super::validate::{Group, MembersPatch, Policy, ValidObject};
@@ -87,7 +88,9 @@ pub enum StoreError {
 /// The three kinds of controlplane objects, validated, by name.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PolicyStore {
-    policies: BTreeMap<String, Policy>,
+    /// Shared with whoever handed them over (a policy directory keeps its objects for
+    /// last-good semantics), so a large policy set is held once.
+    policies: BTreeMap<String, Arc<Policy>>,
     address_groups: BTreeMap<String, Group>,
     applied_to_groups: BTreeMap<String, Group>,
 }
@@ -155,7 +158,7 @@ impl PolicyStore {
     // --- reads ---
 
     pub fn policy(&self, name: &str) -> Option<&Policy> {
-        self.policies.get(name)
+        self.policies.get(name).map(|p| &**p)
     }
 
     pub fn address_group(&self, name: &str) -> Option<&Group> {
@@ -168,7 +171,7 @@ impl PolicyStore {
 
     /// Policies by name, in name order.
     pub fn policies(&self) -> impl Iterator<Item = &Policy> {
-        self.policies.values()
+        self.policies.values().map(|p| &**p)
     }
 
     pub fn address_groups(&self) -> impl Iterator<Item = &Group> {
@@ -223,7 +226,7 @@ impl PolicyStore {
     /// applied to its group (error if the group is unknown).
     pub fn apply(&mut self, object: ValidObject) -> Result<Changes, StoreError> {
         Ok(match object {
-            ValidObject::NetworkPolicy(p) => self.upsert_policy(*p),
+            ValidObject::NetworkPolicy(p) => self.upsert_policy(p),
             ValidObject::AddressGroup(g) => self.upsert_address_group(g),
             ValidObject::AppliedToGroup(g) => self.upsert_applied_to_group(g),
             ValidObject::AddressGroupPatch(p) => self.patch_address_group(p)?,
@@ -242,7 +245,7 @@ impl PolicyStore {
         Changes::single(kind, name, change)
     }
 
-    pub fn upsert_policy(&mut self, policy: Policy) -> Changes {
+    pub fn upsert_policy(&mut self, policy: Arc<Policy>) -> Changes {
         let name = policy.name.clone();
         let change = upsert(&mut self.policies, &name, policy);
         Changes::single(Kind::NetworkPolicy, &name, change)
@@ -292,7 +295,7 @@ impl PolicyStore {
     // --- snapshots ---
 
     /// Makes the policies exactly `policies` (a later duplicate name wins).
-    pub fn replace_policies(&mut self, policies: impl IntoIterator<Item = Policy>) -> Changes {
+    pub fn replace_policies(&mut self, policies: impl IntoIterator<Item = Arc<Policy>>) -> Changes {
         Changes {
             network_policies: replace(
                 &mut self.policies,
@@ -327,7 +330,7 @@ impl PolicyStore {
     /// Replaces all three kinds at once (a standalone directory snapshot).
     pub fn replace_all(
         &mut self,
-        policies: impl IntoIterator<Item = Policy>,
+        policies: impl IntoIterator<Item = Arc<Policy>>,
         address_groups: impl IntoIterator<Item = Group>,
         applied_to_groups: impl IntoIterator<Item = Group>,
     ) -> Changes {
@@ -397,9 +400,9 @@ mod tests {
         let ValidObject::NetworkPolicy(mut p) = valid(NP) else {
             panic!("kind")
         };
-        p.priority = Some(1.0);
+        Arc::make_mut(&mut p).priority = Some(1.0);
         assert_eq!(
-            s.upsert_policy(*p),
+            s.upsert_policy(p),
             changes(Kind::NetworkPolicy, NP_NAME, Change::Modified)
         );
         assert_eq!(s.policy(NP_NAME).unwrap().priority, Some(1.0));

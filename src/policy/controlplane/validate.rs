@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 
@@ -479,7 +480,7 @@ pub struct MembersPatch {
 /// Any validated object.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ValidObject {
-    NetworkPolicy(Box<Policy>),
+    NetworkPolicy(Arc<Policy>),
     AddressGroup(Group),
     AppliedToGroup(Group),
     AddressGroupPatch(MembersPatch),
@@ -492,7 +493,7 @@ impl ControlplaneObject {
     /// Validates the object into its typed view.
     pub fn validate(&self) -> Result<ValidObject, InvalidObject> {
         Ok(match self {
-            ControlplaneObject::NetworkPolicy(np) => ValidObject::NetworkPolicy(Box::new(np.validate()?)),
+            ControlplaneObject::NetworkPolicy(np) => ValidObject::NetworkPolicy(Arc::new(np.validate()?)),
             ControlplaneObject::AddressGroup(g) => ValidObject::AddressGroup(g.validate()?),
             ControlplaneObject::AppliedToGroup(g) => ValidObject::AppliedToGroup(g.validate()?),
             ControlplaneObject::AddressGroupPatch(p) => {
