@@ -2,8 +2,9 @@
 //! `*.yaml`, `*.yml` or `*.json` file (hidden files and other names are ignored, so a Kubernetes
 //! ConfigMap mount works) holds one or more `controlplane.antrea.io/v1beta2` objects of kind
 //! NetworkPolicy, AddressGroup or AppliedToGroup: YAML documents separated by `---`, a JSON
-//! object or array, or a `...List` object with `items`. The directory is polled; whenever its
-//! content changes the source emits a full [`PolicySnapshot`].
+//! object or array, or a `...List` object with `items`. The directory is read when inotify
+//! reports a change in it ([`DirWatch`]), and polled as a safety net; whenever its content
+//! changes the source emits a full [`PolicySnapshot`].
 //!
 //! A bad file or object never blocks the others: it is reported in `errors`, naming the file and
 //! the object, and the rest loads. Like a rejected update in Kubernetes, a file that stops
@@ -24,7 +25,12 @@ use futures::stream::{self, BoxStream, StreamExt};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::dir_watch::DirWatch;
 use crate::policy::controlplane::{ControlplaneObject, Group, Kind, Policy, ValidObject};
+
+/// The safety-net poll period while inotify events arrive (a network filesystem may deliver
+/// none); without inotify the source polls every `interval`.
+const WATCHED_POLL: Duration = Duration::from_secs(5);
 
 /// Everything the directory holds right now.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -37,7 +43,23 @@ pub struct PolicySnapshot {
     pub errors: Vec<String>,
 }
 
-/// Polls `dir` every `interval` and emits a snapshot when the content changes.
+impl PolicySnapshot {
+    /// `==`, comparing shared policies by pointer first (unchanged files keep theirs).
+    fn same_as(&self, other: &PolicySnapshot) -> bool {
+        self.network_policies.len() == other.network_policies.len()
+            && self
+                .network_policies
+                .iter()
+                .zip(&other.network_policies)
+                .all(|(a, b)| Arc::ptr_eq(a, b) || a == b)
+            && self.address_groups == other.address_groups
+            && self.applied_to_groups == other.applied_to_groups
+            && self.errors == other.errors
+    }
+}
+
+/// Reads `dir` when it changes (or every `interval` if inotify is unavailable) and emits a
+/// snapshot when the content changes.
 #[derive(Clone, Debug)]
 pub struct PolicyDirSource {
     pub dir: PathBuf,
@@ -57,6 +79,7 @@ impl PolicyDirSource {
     /// own last-good memory.
     pub fn subscribe(&self) -> BoxStream<'static, PolicySnapshot> {
         let state = StreamState {
+            watch: DirWatch::new(&self.dir),
             source: self.clone(),
             loader: Loader::default(),
             last_fingerprint: None,
@@ -65,8 +88,10 @@ impl PolicyDirSource {
         stream::unfold(state, |mut st| async move {
             loop {
                 if st.last_fingerprint.is_some() {
-                    tokio::time::sleep(st.source.interval).await;
+                    let interval = st.source.interval;
+                    st.watch.wait(interval.max(WATCHED_POLL), interval).await;
                 }
+                st.watch.arm();
                 let content = read_content(&st.source.dir).await;
                 let fingerprint = content.fingerprint();
                 if st.last_fingerprint.as_ref() == Some(&fingerprint) {
@@ -75,7 +100,11 @@ impl PolicyDirSource {
                 let snapshot = st.loader.build(&st.source.dir, &content);
                 drop(content);
                 st.last_fingerprint = Some(fingerprint);
-                if st.last_snapshot.as_ref() != Some(&snapshot) {
+                if !st
+                    .last_snapshot
+                    .as_ref()
+                    .is_some_and(|last| last.same_as(&snapshot))
+                {
                     st.last_snapshot = Some(snapshot.clone());
                     return Some((snapshot, st));
                 }
@@ -92,6 +121,7 @@ impl PolicyDirSource {
 
 struct StreamState {
     source: PolicyDirSource,
+    watch: DirWatch,
     loader: Loader,
     last_fingerprint: Option<DirFingerprint>,
     /// Cheap to keep: the policies in it are shared with the loader.
@@ -150,21 +180,29 @@ fn is_policy_file(name: &str) -> bool {
         && (lower.ends_with(".yaml") || lower.ends_with(".yml") || lower.ends_with(".json"))
 }
 
+/// Reads the directory on the blocking pool, in one task (a task per file would cost more than
+/// reading thousands of small files).
 async fn read_content(dir: &Path) -> DirContent {
-    let mut entries = match tokio::fs::read_dir(dir).await {
+    let owned = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || read_content_blocking(&owned))
+        .await
+        .unwrap_or_else(|e| DirContent::Unreadable(format!("reading the directory failed: {e}")))
+}
+
+fn read_content_blocking(dir: &Path) -> DirContent {
+    let entries = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return DirContent::Missing,
         Err(e) => return DirContent::Unreadable(e.to_string()),
     };
     let mut paths = Vec::new();
-    loop {
-        match entries.next_entry().await {
-            Ok(Some(entry)) => {
+    for entry in entries {
+        match entry {
+            Ok(entry) => {
                 if entry.file_name().to_str().is_some_and(is_policy_file) {
                     paths.push(entry.path());
                 }
             }
-            Ok(None) => break,
             Err(e) => return DirContent::Unreadable(e.to_string()),
         }
     }
@@ -172,7 +210,7 @@ async fn read_content(dir: &Path) -> DirContent {
     let mut files = Vec::with_capacity(paths.len());
     for path in paths {
         // Follows symlinks (ConfigMap mounts); a file removed meanwhile is simply gone.
-        match tokio::fs::metadata(&path).await {
+        match std::fs::metadata(&path) {
             Ok(m) if m.is_file() => {}
             Ok(_) => continue,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -181,7 +219,7 @@ async fn read_content(dir: &Path) -> DirContent {
                 continue;
             }
         }
-        match tokio::fs::read_to_string(&path).await {
+        match std::fs::read_to_string(&path) {
             Ok(text) => files.push((path, Ok(text))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => files.push((path, Err(e.to_string()))),

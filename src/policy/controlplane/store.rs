@@ -95,9 +95,27 @@ pub struct PolicyStore {
     applied_to_groups: BTreeMap<String, Group>,
 }
 
-fn upsert<T: PartialEq>(map: &mut BTreeMap<String, T>, name: &str, value: T) -> Option<Change> {
+/// Equality, with a shortcut for policies shared with the source that handed them over (a
+/// policy directory hands the same allocation over again while its file is unchanged).
+trait SameValue {
+    fn same(&self, other: &Self) -> bool;
+}
+
+impl SameValue for Arc<Policy> {
+    fn same(&self, other: &Self) -> bool {
+        Arc::ptr_eq(self, other) || self == other
+    }
+}
+
+impl SameValue for Group {
+    fn same(&self, other: &Self) -> bool {
+        self == other
+    }
+}
+
+fn upsert<T: SameValue>(map: &mut BTreeMap<String, T>, name: &str, value: T) -> Option<Change> {
     match map.get_mut(name) {
-        Some(old) if *old == value => None,
+        Some(old) if old.same(&value) => None,
         Some(old) => {
             *old = value;
             Some(Change::Modified)
@@ -113,7 +131,7 @@ fn remove<T>(map: &mut BTreeMap<String, T>, name: &str) -> Option<Change> {
     map.remove(name).map(|_| Change::Deleted)
 }
 
-fn replace<T: PartialEq>(
+fn replace<T: SameValue>(
     map: &mut BTreeMap<String, T>,
     items: impl IntoIterator<Item = (String, T)>,
 ) -> BTreeMap<String, Change> {
@@ -129,7 +147,7 @@ fn replace<T: PartialEq>(
             None => {
                 changes.insert(name.clone(), Change::Added);
             }
-            Some(old) if old != value => {
+            Some(old) if !old.same(value) => {
                 changes.insert(name.clone(), Change::Modified);
             }
             Some(_) => {}
