@@ -193,30 +193,23 @@ fn resolve_policy(
                 what()
             ));
         }
-        let peers = peer_addresses(store, rule, &what, &mut out.warnings);
-        let services = services(rule, &targets, &what, &mut out.warnings);
-        let interfaces: Vec<LocalInterface> = targets
-            .iter()
-            .map(|t| LocalInterface {
-                ofport: t.iface.ofport,
-                ips: t.iface.ips.clone(),
-            })
-            .collect();
-        let (direction, from, to) = match rule.direction {
-            Direction::In => (rule::Direction::In, peers, applied_to_ports(&interfaces)),
-            Direction::Out => (rule::Direction::Out, applied_to_ips(&interfaces), peers),
-        };
         let rule_priority = i32::try_from(rule.priority).unwrap_or(i32::MAX);
-        out.rules.push(CompiledRuleInput {
+        let template = CompiledRuleInput {
             id: RuleId {
                 policy_uid: reference.uid.clone(),
-                direction,
+                direction: match rule.direction {
+                    Direction::In => rule::Direction::In,
+                    Direction::Out => rule::Direction::Out,
+                },
                 index: rule_priority,
                 services_key: String::new(),
             },
             policy: reference.clone(),
             rule_name: rule.name.clone(),
-            direction,
+            direction: match rule.direction {
+                Direction::In => rule::Direction::In,
+                Direction::Out => rule::Direction::Out,
+            },
             action: match rule.action {
                 Action::Allow => rule::RuleAction::Allow,
                 Action::Drop => rule::RuleAction::Drop,
@@ -227,13 +220,208 @@ fn resolve_policy(
             policy_priority: policy.priority.unwrap_or(0.0),
             rule_priority,
             max_rule_priority: i32::try_from(max_rule_priority).unwrap_or(i32::MAX),
-            from,
-            to,
-            services,
+            from: Vec::new(),
+            to: Vec::new(),
+            services: None,
             enable_logging: rule.enable_logging,
             log_label: rule.log_label.clone(),
-        });
+        };
+        for split in split_by_named_ports(store, rule, &targets, &what, &mut out.warnings) {
+            let interfaces: Vec<LocalInterface> = split
+                .targets
+                .iter()
+                .map(|t| LocalInterface {
+                    ofport: t.iface.ofport,
+                    ips: t.iface.ips.clone(),
+                })
+                .collect();
+            let (from, to) = match rule.direction {
+                Direction::In => (split.peers, applied_to_ports(&interfaces)),
+                Direction::Out => (applied_to_ips(&interfaces), split.peers),
+            };
+            let mut input = template.clone();
+            input.id.services_key = split.services_key;
+            input.from = from;
+            input.to = to;
+            input.services = split.services;
+            out.rules.push(input);
+        }
     }
+}
+
+/// One compiled rule of a controlplane rule: the applied-to members and peers it covers, with
+/// the services they resolve to.
+struct Split<'t, 'a> {
+    targets: Vec<&'t Target<'a>>,
+    peers: Vec<Peer>,
+    services: Option<Vec<Service>>,
+    /// Empty for a rule without named ports; else the resolved services, rendered.
+    services_key: String,
+}
+
+/// The compiled rules of one controlplane rule. Without named ports: one, as written. With
+/// named ports (Antrea's servicesKey grouping): an ingress rule resolves them against each
+/// applied-to member's ports, an egress rule against each `to` group member's ports, and the
+/// members that resolve them the same way share one compiled rule, so that a port one member
+/// declares is never opened on another. An egress rule's ipBlocks go with the services as
+/// resolved against no member (named ports left out).
+fn split_by_named_ports<'t, 'a>(
+    store: &PolicyStore,
+    rule: &Rule,
+    targets: &'t [Target<'a>],
+    what: &dyn Fn() -> String,
+    warnings: &mut Vec<String>,
+) -> Vec<Split<'t, 'a>> {
+    let has_named = rule
+        .services
+        .iter()
+        .any(|s| matches!(s.port, Some(PortMatch::Named(_))));
+    let mut unresolved = BTreeSet::new();
+    let mut splits = Vec::new();
+    if !has_named {
+        splits.push(Split {
+            targets: targets.iter().collect(),
+            peers: peer_addresses(store, rule, what, warnings),
+            services: services(rule, &[], what, warnings, &mut unresolved),
+            services_key: String::new(),
+        });
+        return splits;
+    }
+    match rule.direction {
+        Direction::In => {
+            let peers = peer_addresses(store, rule, what, warnings);
+            let mut groups: BTreeMap<Option<Vec<Service>>, Vec<&Target<'a>>> = BTreeMap::new();
+            let mut resolved_somewhere = BTreeSet::new();
+            let mut service_warnings = Vec::new();
+            for t in targets {
+                let mut missing = BTreeSet::new();
+                let svc = services(rule, &t.ports, what, &mut service_warnings, &mut missing);
+                resolved_somewhere.extend(named_ports(rule).filter(|n| !missing.contains(*n)));
+                groups.entry(svc).or_default().push(t);
+            }
+            push_once(warnings, service_warnings);
+            unresolved.extend(named_ports(rule).filter(|n| !resolved_somewhere.contains(*n)));
+            for (svc, ts) in groups {
+                splits.push(Split {
+                    targets: ts,
+                    peers: peers.clone(),
+                    services_key: services_key(&svc),
+                    services: svc,
+                });
+            }
+            report_unresolved(&unresolved, "applied-to", what, warnings);
+        }
+        Direction::Out => {
+            let mut groups: BTreeMap<Option<Vec<Service>>, BTreeSet<Peer>> = BTreeMap::new();
+            let mut resolved_somewhere = BTreeSet::new();
+            let mut service_warnings = Vec::new();
+            for name in &rule.peer.address_groups {
+                let Some(group) = store.address_group(name) else {
+                    warnings.push(format!(
+                        "{}: AddressGroup {name} is unknown; it matches nothing",
+                        what()
+                    ));
+                    continue;
+                };
+                for member in group.members.values() {
+                    let ports: Vec<&cp::MemberPort> = member.ports.iter().collect();
+                    let mut missing = BTreeSet::new();
+                    let svc = services(rule, &ports, what, &mut service_warnings, &mut missing);
+                    resolved_somewhere.extend(named_ports(rule).filter(|n| !missing.contains(*n)));
+                    groups
+                        .entry(svc)
+                        .or_default()
+                        .extend(member.ips.iter().map(|ip| Peer::host(*ip)));
+                }
+            }
+            if !rule.peer.ip_blocks.is_empty() {
+                let svc = services(rule, &[], what, &mut service_warnings, &mut BTreeSet::new());
+                groups
+                    .entry(svc)
+                    .or_default()
+                    .extend(ip_blocks(rule).into_iter().map(Peer::Cidr));
+            }
+            push_once(warnings, service_warnings);
+            unresolved.extend(named_ports(rule).filter(|n| !resolved_somewhere.contains(*n)));
+            for (svc, peers) in groups {
+                splits.push(Split {
+                    targets: targets.iter().collect(),
+                    peers: peers.into_iter().collect(),
+                    services_key: services_key(&svc),
+                    services: svc,
+                });
+            }
+            report_unresolved(&unresolved, "`to` group", what, warnings);
+        }
+    }
+    splits
+}
+
+/// Appends `new` to `warnings`, each distinct line once (the same service is resolved once per
+/// member).
+fn push_once(warnings: &mut Vec<String>, new: Vec<String>) {
+    let mut seen = BTreeSet::new();
+    warnings.extend(new.into_iter().filter(|w| seen.insert(w.clone())));
+}
+
+/// The names of the named ports a rule's services use.
+fn named_ports(rule: &Rule) -> impl Iterator<Item = &str> {
+    rule.services.iter().filter_map(|s| match &s.port {
+        Some(PortMatch::Named(name)) => Some(name.as_str()),
+        _ => None,
+    })
+}
+
+fn report_unresolved(
+    names: &BTreeSet<&str>,
+    members: &str,
+    what: &dyn Fn() -> String,
+    warnings: &mut Vec<String>,
+) {
+    for name in names {
+        warnings.push(format!(
+            "{}: named port {name} is not declared by any {members} member",
+            what()
+        ));
+    }
+}
+
+/// A compact, stable rendering of resolved services: the key that tells the compiled rules of
+/// one controlplane rule apart (`*` = every service, `-` = none).
+fn services_key(services: &Option<Vec<Service>>) -> String {
+    let Some(services) = services else {
+        return "*".to_owned();
+    };
+    if services.is_empty() {
+        return "-".to_owned();
+    }
+    services
+        .iter()
+        .map(|s| {
+            let mut k = format!("{:?}", s.protocol).to_lowercase();
+            let range = |k: &mut String, from: Option<u16>, to: Option<u16>| {
+                if let Some(p) = from {
+                    k.push_str(&format!(":{p}"));
+                    if let Some(e) = to.filter(|&e| e > p) {
+                        k.push_str(&format!("-{e}"));
+                    }
+                }
+            };
+            range(&mut k, s.port, s.end_port);
+            if s.src_port.is_some() {
+                k.push_str(" src");
+                range(&mut k, s.src_port, s.src_end_port);
+            }
+            if let Some(t) = s.icmp_type {
+                k.push_str(&format!(" type {t}"));
+            }
+            if let Some(c) = s.icmp_code {
+                k.push_str(&format!(" code {c}"));
+            }
+            k
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn display(r: &rule::PolicyRef) -> String {
@@ -300,23 +488,27 @@ fn peer_addresses(
             )),
         }
     }
-    for block in &rule.peer.ip_blocks {
-        peers.extend(
-            ip_block_cidrs(block.cidr, &block.except)
-                .into_iter()
-                .map(Peer::Cidr),
-        );
-    }
+    peers.extend(ip_blocks(rule).into_iter().map(Peer::Cidr));
     peers.into_iter().collect()
 }
 
-/// The rule's services with numeric ports; named ports are resolved against the applied-to
-/// members' ports (a name that resolves nowhere leaves that service out).
-fn services(
-    rule: &Rule,
-    targets: &[Target<'_>],
+/// The rule's ipBlocks as CIDRs, minus their excepts.
+fn ip_blocks(rule: &Rule) -> Vec<ipnet::IpNet> {
+    rule.peer
+        .ip_blocks
+        .iter()
+        .flat_map(|block| ip_block_cidrs(block.cidr, &block.except))
+        .collect()
+}
+
+/// The rule's services with numeric ports; named ports are resolved against `ports` (a name
+/// that resolves to nothing leaves that service out, and is added to `unresolved`).
+fn services<'r>(
+    rule: &'r Rule,
+    ports: &[&cp::MemberPort],
     what: &dyn Fn() -> String,
     warnings: &mut Vec<String>,
+    unresolved: &mut BTreeSet<&'r str>,
 ) -> Option<Vec<Service>> {
     if rule.services.is_empty() {
         return None;
@@ -351,12 +543,9 @@ fn services(
                 });
             }
             Some(PortMatch::Named(name)) => {
-                let resolved = named_port(s, name, targets);
+                let resolved = named_port(s, name, ports);
                 if resolved.is_empty() {
-                    warnings.push(format!(
-                        "{}: named port {name} is not declared by any applied-to member",
-                        what()
-                    ));
+                    unresolved.insert(name.as_str());
                 }
                 out.extend(resolved.into_iter().map(|port| Service {
                     port: Some(port),
@@ -368,10 +557,9 @@ fn services(
     Some(out.into_iter().collect())
 }
 
-fn named_port(s: &ServiceMatch, name: &str, targets: &[Target<'_>]) -> BTreeSet<u16> {
-    targets
+fn named_port(s: &ServiceMatch, name: &str, ports: &[&cp::MemberPort]) -> BTreeSet<u16> {
+    ports
         .iter()
-        .flat_map(|t| t.ports.iter())
         .filter(|p| p.name == name && p.protocol == s.protocol)
         .map(|p| p.port)
         .collect()
@@ -496,6 +684,124 @@ rules: [{direction: In, from: {ipBlocks: [{cidr: 0.0.0.0/0}]}, action: Drop}]
         );
         assert_eq!(egress.to, vec![Peer::Cidr("fd00:1::/64".parse().expect("cidr"))]);
         assert_eq!(egress.services, None);
+    }
+
+    const NAMED_PORTS: &str = "\
+kind: AppliedToGroup
+metadata: {name: atg}
+groupMembers:
+- externalEntity: {name: vm1-a, namespace: vm-ns}
+  ports: [{name: http, port: 8080, protocol: TCP}]
+- externalEntity: {name: vm1-b, namespace: vm-ns}
+  ports: [{name: http, port: 9090, protocol: TCP}]
+- externalEntity: {name: vm1-c, namespace: vm-ns}
+  ports: [{name: http, port: 8080, protocol: TCP}]
+- externalEntity: {name: vm1-d, namespace: vm-ns}
+---
+kind: AddressGroup
+metadata: {name: servers}
+groupMembers:
+- externalEntity: {name: s1, namespace: vm-ns}
+  ips: [\"10.1.0.1\"]
+  ports: [{name: api, port: 443, protocol: TCP}]
+- externalEntity: {name: s2, namespace: vm-ns}
+  ips: [\"10.1.0.2\"]
+  ports: [{name: api, port: 8443, protocol: TCP}]
+- externalEntity: {name: s3, namespace: vm-ns}
+  ips: [\"10.1.0.3\"]
+---
+kind: NetworkPolicy
+metadata: {name: uid-n, uid: uid-n}
+sourceRef: {type: AntreaNetworkPolicy, namespace: vm-ns, name: named, uid: uid-n}
+appliedToGroups: [atg]
+rules:
+- direction: In
+  from: {ipBlocks: [{cidr: 10.0.0.0/8}]}
+  services: [{protocol: TCP, port: http}, {protocol: TCP, port: 22}, {protocol: TCP, port: nosuch}]
+  action: Allow
+- direction: Out
+  to: {addressGroups: [servers], ipBlocks: [{cidr: 192.168.0.0/16}]}
+  services: [{protocol: TCP, port: api}]
+  action: Allow
+";
+
+    #[test]
+    fn named_ports_split_rules_by_what_members_resolve_them_to() {
+        let store = store(NAMED_PORTS);
+        let ifaces = [
+            iface("eth0", 1, &["10.99.0.1"], "vm1-a"),
+            iface("eth1", 2, &["10.99.0.2"], "vm1-b"),
+            iface("eth2", 3, &["10.99.0.3"], "vm1-c"),
+            iface("eth3", 4, &["10.99.0.4"], "vm1-d"),
+        ];
+        let resolved = resolve(&store, &ifaces);
+        let tcp = |p| Service::port(rule::Protocol::Tcp, p);
+        let ingress: Vec<_> = resolved
+            .rules
+            .iter()
+            .filter(|r| r.direction == rule::Direction::In)
+            .map(|r| (r.id.services_key.as_str(), r.to.clone(), r.services.clone()))
+            .collect();
+        // eth0 and eth2 declare http as 8080, eth1 as 9090, eth3 not at all: each group only
+        // opens its own number (and 22).
+        assert_eq!(
+            ingress,
+            [
+                ("tcp:22", vec![Peer::OfPort(4)], Some(vec![tcp(22)])),
+                (
+                    "tcp:22,tcp:8080",
+                    vec![Peer::OfPort(1), Peer::OfPort(3)],
+                    Some(vec![tcp(22), tcp(8080)])
+                ),
+                (
+                    "tcp:22,tcp:9090",
+                    vec![Peer::OfPort(2)],
+                    Some(vec![tcp(22), tcp(9090)])
+                ),
+            ]
+        );
+        let egress: Vec<_> = resolved
+            .rules
+            .iter()
+            .filter(|r| r.direction == rule::Direction::Out)
+            .map(|r| (r.id.services_key.as_str(), r.to.clone(), r.services.clone()))
+            .collect();
+        // The destination declares the port: s1 and s2 differ; s3 and the ipBlock resolve it to
+        // nothing, so their rule matches no traffic (Antrea's "allow no port").
+        let host = |ip: &str| Peer::host(ip.parse().expect("ip"));
+        assert_eq!(
+            egress,
+            [
+                (
+                    "-",
+                    vec![
+                        host("10.1.0.3"),
+                        Peer::Cidr("192.168.0.0/16".parse().expect("cidr"))
+                    ],
+                    Some(vec![])
+                ),
+                ("tcp:443", vec![host("10.1.0.1")], Some(vec![tcp(443)])),
+                ("tcp:8443", vec![host("10.1.0.2")], Some(vec![tcp(8443)])),
+            ]
+        );
+        for r in resolved
+            .rules
+            .iter()
+            .filter(|r| r.direction == rule::Direction::Out)
+        {
+            assert_eq!(r.from.len(), 4, "every local interface is the source");
+        }
+        // Distinct ids, so the compiler keeps each split.
+        let ids: BTreeSet<_> = resolved.rules.iter().map(|r| r.id.clone()).collect();
+        assert_eq!(ids.len(), resolved.rules.len());
+        // A name no member declares is reported once, not per member.
+        assert_eq!(
+            resolved.warnings,
+            [
+                "NetworkPolicy uid-n (AntreaNetworkPolicy vm-ns/named) rules[0]: named port nosuch \
+              is not declared by any applied-to member"
+            ]
+        );
     }
 
     #[test]
