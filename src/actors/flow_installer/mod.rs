@@ -223,12 +223,7 @@ impl FlowInstaller {
 /// switch's flows (unchanged flows keep their counters), or, if the switch cannot be dumped,
 /// Antrea's round protocol in one atomic bundle. Flows with round 0 in their cookie are not the
 /// agent's (e.g. added by hand) and are left alone.
-async fn take_over(
-    switch: &dyn Switch,
-    desired: &FlowSet,
-    round: u16,
-    previous: Option<u16>,
-) -> Vec<FlowMod> {
+async fn take_over(switch: &dyn Switch, desired: FlowSet, round: u16, previous: Option<u16>) -> Vec<FlowMod> {
     match switch.dump_flows(FlowFilter::all()).await {
         Ok(stats) => {
             let current = flowset::flow_set(
@@ -237,7 +232,7 @@ async fn take_over(
                     .map(|s| s.flow)
                     .filter(|f| f.cookie & ROUND_MASK != 0),
             );
-            flowset::diff(&current, desired)
+            flowset::diff_into(&current, desired)
         }
         Err(e) => {
             warn!("cannot dump the switch's flows ({e}); replacing them all in one bundle instead");
@@ -419,7 +414,7 @@ impl Handler<Sync> for FlowInstaller {
         let fut = async move {
             let mods = match known_mods {
                 Some(mods) => mods,
-                None => take_over(switch.as_ref(), &wanted, round, previous_round).await,
+                None => take_over(switch.as_ref(), wanted, round, previous_round).await,
             };
             let count = mods.len();
             if !mods.is_empty() {
