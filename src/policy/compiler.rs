@@ -225,9 +225,8 @@ pub struct Compiler {
     /// Every accepted rule of the current set (placed or not), by id.
     held: BTreeMap<RuleId, Held>,
     /// The rules using each (table, priority): a priority is released when its last user goes,
-    /// and the rules of a priority that moved are found here. Sorted; nearly always one rule,
-    /// for which a vector is a tenth of the size of a set.
-    users: BTreeMap<(u8, Priority), Vec<RuleId>>,
+    /// and the rules of a priority that moved are found here.
+    users: PriorityUsers,
     /// Number of accepted rules per (table, policy zone): a zone's spare priorities are released
     /// with its last rule.
     zones: BTreeMap<(u8, Priority), usize>,
@@ -243,6 +242,40 @@ pub struct Compiler {
     /// NetworkPolicy flows per table, as of the last [`Compiler::update`] or
     /// [`Compiler::flows`].
     flow_counts: BTreeMap<u8, usize>,
+}
+
+/// The rules using each (table, priority), in one ordered set: nearly every priority has a
+/// single user, and a set per priority would cost a whole B-tree node for it.
+#[derive(Clone, Debug, Default)]
+struct PriorityUsers(BTreeSet<((u8, Priority), RuleId)>);
+
+impl PriorityUsers {
+    fn insert(&mut self, key: (u8, Priority), id: RuleId) {
+        self.0.insert((key, id));
+    }
+
+    /// Removes one use; whether it was the priority's last one.
+    fn remove_last(&mut self, key: (u8, Priority), id: &RuleId) -> bool {
+        self.0.remove(&(key, id.clone())) && !self.is_used(key)
+    }
+
+    fn is_used(&self, key: (u8, Priority)) -> bool {
+        self.of(key).next().is_some()
+    }
+
+    /// The rules using `key`, in id order.
+    fn of(&self, key: (u8, Priority)) -> impl Iterator<Item = &RuleId> {
+        let smallest = RuleId {
+            policy_uid: String::new(),
+            direction: Direction::In,
+            index: i32::MIN,
+            services_key: String::new(),
+        };
+        self.0
+            .range((key, smallest)..)
+            .take_while(move |(k, _)| *k == key)
+            .map(|(_, id)| id)
+    }
 }
 
 /// A rule the compiler holds.
@@ -314,7 +347,7 @@ impl Compiler {
             released_by_rule: BTreeMap::new(),
             generation: 0,
             held: BTreeMap::new(),
-            users: BTreeMap::new(),
+            users: PriorityUsers::default(),
             zones: BTreeMap::new(),
             groups: BTreeMap::new(),
             placed: BTreeMap::new(),
@@ -655,14 +688,8 @@ impl Compiler {
         for id in removed.iter().chain(changed.iter().map(|r| &r.id)) {
             let Some(h) = self.held.get(id) else { continue };
             let (t, p) = (h.table, h.prio);
-            if let Some(set) = self.users.get_mut(&(t, p)) {
-                if let Ok(i) = set.binary_search(id) {
-                    set.remove(i);
-                }
-                if set.is_empty() {
-                    self.users.remove(&(t, p));
-                    stale.insert((t, p));
-                }
+            if self.users.remove_last((t, p), id) {
+                stale.insert((t, p));
             }
             if let Some(n) = self.zones.get_mut(&(t, zone(&p))) {
                 *n -= 1;
@@ -674,10 +701,7 @@ impl Compiler {
         }
         for r in &changed {
             let (t, p) = (rule_table(r), priority_of(r));
-            let users = self.users.entry((t, p)).or_default();
-            if let Err(i) = users.binary_search(&r.id) {
-                users.insert(i, r.id.clone());
-            }
+            self.users.insert((t, p), r.id.clone());
             *self.zones.entry((t, zone(&p))).or_insert(0) += 1;
         }
         for (t, z) in gone_zones {
@@ -691,7 +715,7 @@ impl Compiler {
         // Tables with room freed: rules waiting for a priority there are tried again.
         let mut freed: BTreeSet<u8> = BTreeSet::new();
         for (t, p) in stale {
-            if self.users.contains_key(&(t, p)) {
+            if self.users.is_used((t, p)) {
                 continue;
             }
             if let Some(pa) = self.priorities.table_mut(t) {
@@ -799,7 +823,7 @@ impl Compiler {
                 .or_insert_with(|| Arc::clone(&h.rule));
         }
         for key in moved.keys() {
-            for id in self.users.get(key).into_iter().flatten() {
+            for id in self.users.of(*key) {
                 if let Some(h) = self.held.get(id) {
                     replace.entry(id.clone()).or_insert_with(|| Arc::clone(&h.rule));
                 }

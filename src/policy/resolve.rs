@@ -323,7 +323,8 @@ fn split_by_named_ports<'t, 'a>(
                     ));
                     continue;
                 };
-                for member in group.members.values() {
+                // A member without addresses adds no destination (and no rule of its own).
+                for member in group.members.values().filter(|m| !m.ips.is_empty()) {
                     let ports: Vec<&cp::MemberPort> = member.ports.iter().collect();
                     let mut missing = BTreeSet::new();
                     let svc = services(rule, &ports, what, &mut service_warnings, &mut missing);

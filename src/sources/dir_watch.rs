@@ -3,7 +3,8 @@
 //! its next tick.
 //!
 //! The directory is watched where it resolves now, and its parent too, so the ways policy
-//! directories are replaced all wake the poller: files written, renamed in or removed; the
+//! directories are replaced all wake the poller: files written (once closed, so never read half
+//! written), renamed in or removed; the
 //! directory created or removed; a symlink naming it swapped to another directory (how a
 //! Kubernetes ConfigMap mount and many deploy tools update it). After each wake the watch moves
 //! to wherever the path resolves then. The poller keeps polling on a longer period as a safety
@@ -13,20 +14,44 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use inotify::{EventMask, EventStream, Inotify, WatchDescriptor, WatchMask};
 use tracing::{debug, warn};
 
-/// How long to wait after the first event for the rest of a burst (an editor's temporary file
-/// and rename, a deploy tool writing many files) so that one read sees all of it.
+/// How long the directory must stay quiet after an event before it is read, so that one read
+/// sees a whole burst (an editor's temporary file and rename, a deploy tool writing many files).
 pub const SETTLE: Duration = Duration::from_millis(20);
+
+/// The longest a burst may delay the read.
+const MAX_SETTLE: Duration = Duration::from_secs(1);
+
+/// Events on the directory's own watch that mean something in it changed. Not `MODIFY`: a
+/// file rewritten in place is read once closed (`CLOSE_WRITE`), never half written.
+fn dir_mask() -> WatchMask {
+    WatchMask::CREATE
+        | WatchMask::DELETE
+        | WatchMask::CLOSE_WRITE
+        | WatchMask::MOVED_TO
+        | WatchMask::MOVED_FROM
+        | WatchMask::ATTRIB
+        | WatchMask::DELETE_SELF
+        | WatchMask::MOVE_SELF
+        | WatchMask::ONLYDIR
+}
+
+/// Events on the parent's watch: the directory (or the symlink naming it) appearing,
+/// disappearing or being swapped. Only events naming the directory count.
+fn parent_mask() -> WatchMask {
+    WatchMask::CREATE | WatchMask::DELETE | WatchMask::MOVED_TO | WatchMask::MOVED_FROM | WatchMask::ONLYDIR
+}
 
 /// Wakes a poller of one directory.
 pub struct DirWatch {
     dir: PathBuf,
     stream: Option<EventStream<Vec<u8>>>,
-    /// The directory the path resolved to when the watch was set, and its watch.
-    target: Option<(PathBuf, WatchDescriptor)>,
+    /// The watch on the directory as the path resolved at the last [`DirWatch::arm`]; `None`
+    /// while it is missing or cannot be watched.
+    target: Option<WatchDescriptor>,
     parent: Option<WatchDescriptor>,
     /// Set once inotify failed to start: the poller polls on its short period from then on.
     unavailable: bool,
@@ -43,36 +68,38 @@ impl DirWatch {
         }
     }
 
-    /// Whether change events arrive (inotify started); `false` until the first [`DirWatch::wait`].
+    /// Whether change events arrive (inotify started); `false` until the first [`DirWatch::arm`].
     pub fn is_active(&self) -> bool {
         self.stream.is_some()
     }
 
-    /// Waits until something changed in or around the directory, then [`SETTLE`]s; or until
-    /// `poll` passed without an event (`fallback` instead if inotify is unavailable). Returns
-    /// whether an event woke it.
+    /// Waits until something changed in or around the directory and it has been quiet for
+    /// [`SETTLE`]; or until `poll` passed without an event (`fallback` instead if inotify is
+    /// unavailable, or while only the parent can be watched). Returns whether a change woke it.
     ///
     /// Call [`DirWatch::arm`] before each read of the directory, so that a change made during
     /// the read wakes the next wait.
     pub async fn wait(&mut self, poll: Duration, fallback: Duration) -> bool {
         if self.arm() {
-            // The path resolves elsewhere than when the last read started.
+            // The path resolves to another directory (or to none) than at the last arm.
             return true;
         }
+        let deadline = tokio::time::Instant::now()
+            + if self.target.is_some() {
+                poll
+            } else {
+                fallback.min(poll)
+            };
         let Some(stream) = self.stream.as_mut() else {
             tokio::time::sleep(fallback).await;
             return false;
         };
-        let deadline = tokio::time::Instant::now() + poll;
         let failure = loop {
             tokio::select! {
                 event = stream.next() => match event {
-                    // A watch this type removed (the directory moved): nothing changed in it.
-                    Some(Ok(e)) if e.mask == EventMask::IGNORED => continue,
+                    Some(Ok(e)) if !counts(&e, &self.target, &self.parent, &self.dir) => continue,
                     Some(Ok(_)) => {
-                        tokio::time::sleep(SETTLE).await;
-                        // The rest of the burst is covered by the read that follows.
-                        while let Some(Some(Ok(_))) = stream.next().now_or_never() {}
+                        settle(stream).await;
                         return true;
                     }
                     Some(Err(e)) => break format!("reading inotify events failed: {e}"),
@@ -85,9 +112,10 @@ impl DirWatch {
         false
     }
 
-    /// Starts inotify if needed and points the watches at the directory as it resolves now;
-    /// whether that moved the directory watch (to another directory, or away from one that is
-    /// gone). Failures leave the poller polling; they are retried at the next call.
+    /// Starts inotify if needed and points the watches at the directory as it resolves now
+    /// (and at its parent); whether that changed the directory watch: another directory at the
+    /// path (a swapped symlink, a directory removed and created again), or none. Failures
+    /// leave the poller polling on its short period; watches are tried again at every call.
     pub fn arm(&mut self) -> bool {
         if self.unavailable {
             return false;
@@ -109,45 +137,36 @@ impl DirWatch {
             return false;
         };
         let mut watches = stream.watches();
-        if self.parent.is_none() {
-            if let Some(parent) = parent_of(&self.dir) {
-                // The directory itself appearing, disappearing or being swapped (a symlink).
-                let mask = WatchMask::CREATE
-                    | WatchMask::DELETE
-                    | WatchMask::MOVED_TO
-                    | WatchMask::MOVED_FROM
-                    | WatchMask::ONLYDIR;
-                match watches.add(&parent, mask) {
-                    Ok(wd) => self.parent = Some(wd),
-                    Err(e) => debug!(parent = %parent.display(), "cannot watch: {e}"),
+        // Adding a watch on an inode already watched returns its descriptor: a different one
+        // means another directory (or parent) sits at the path now.
+        if let Some(parent) = parent_of(&self.dir) {
+            let now = watches.add(&parent, parent_mask()).ok();
+            if let Some(old) = self.parent.take() {
+                if Some(&old) != now.as_ref() {
+                    let _ = watches.remove(old);
                 }
             }
+            self.parent = now;
         }
-        let resolved = std::fs::canonicalize(&self.dir).ok();
-        if resolved.as_ref() == self.target.as_ref().map(|(p, _)| p) {
-            return false;
-        }
-        if let Some((_, wd)) = self.target.take() {
-            // Fails harmlessly if the directory (and so its watch) is gone already.
-            let _ = watches.remove(wd);
-        }
-        if let Some(path) = resolved {
-            let mask = WatchMask::CREATE
-                | WatchMask::DELETE
-                | WatchMask::MODIFY
-                | WatchMask::CLOSE_WRITE
-                | WatchMask::MOVED_TO
-                | WatchMask::MOVED_FROM
-                | WatchMask::ATTRIB
-                | WatchMask::DELETE_SELF
-                | WatchMask::MOVE_SELF
-                | WatchMask::ONLYDIR;
-            match watches.add(&path, mask) {
-                Ok(wd) => self.target = Some((path, wd)),
-                Err(e) => debug!(dir = %path.display(), "cannot watch: {e}"),
+        let now = match std::fs::canonicalize(&self.dir) {
+            Ok(path) => match watches.add(&path, dir_mask()) {
+                Ok(wd) => Some(wd),
+                Err(e) => {
+                    debug!(dir = %path.display(), "cannot watch: {e}");
+                    None
+                }
+            },
+            Err(_) => None,
+        };
+        let moved = now != self.target;
+        if let Some(old) = self.target.take() {
+            if moved {
+                // Fails harmlessly if the directory (and so its watch) is gone already.
+                let _ = watches.remove(old);
             }
         }
-        true
+        self.target = now;
+        moved
     }
 
     /// Drops the inotify instance after an error; the next wait starts a new one.
@@ -156,6 +175,35 @@ impl DirWatch {
         self.stream = None;
         self.target = None;
         self.parent = None;
+    }
+}
+
+/// Whether an event tells of a change: anything on the directory's watch but the removal of a
+/// watch; on the parent's, only events naming the directory.
+fn counts(
+    e: &inotify::Event<std::ffi::OsString>,
+    target: &Option<WatchDescriptor>,
+    parent: &Option<WatchDescriptor>,
+    dir: &Path,
+) -> bool {
+    if e.mask.contains(EventMask::IGNORED) {
+        return false;
+    }
+    if parent.as_ref() == Some(&e.wd) && target.as_ref() != Some(&e.wd) {
+        return e.name.as_deref() == dir.file_name();
+    }
+    true
+}
+
+/// Waits until no event arrived for [`SETTLE`] (at most [`MAX_SETTLE`]).
+async fn settle(stream: &mut EventStream<Vec<u8>>) {
+    let end = tokio::time::Instant::now() + MAX_SETTLE;
+    loop {
+        let quiet = tokio::time::Instant::now() + SETTLE;
+        match tokio::time::timeout_at(quiet.min(end), stream.next()).await {
+            Ok(Some(Ok(_))) if tokio::time::Instant::now() < end => continue,
+            _ => return,
+        }
     }
 }
 
@@ -268,5 +316,60 @@ mod tests {
         assert!(futures::poll!(&mut wake).is_pending());
         std::fs::write(second.join("a.yaml"), "x").expect("write v2");
         assert!(wake.await);
+    }
+
+    #[tokio::test]
+    async fn neighbours_do_not_wake_it_and_a_recreated_directory_is_watched_again() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("policies");
+        std::fs::create_dir(&dir).expect("mkdir");
+        let mut w = DirWatch::new(&dir);
+        arm(&mut w).await;
+        // Activity next to the directory, in its parent, is not a change of it.
+        std::fs::write(tmp.path().join("other.log"), "x").expect("write neighbour");
+        std::fs::create_dir(tmp.path().join("other-dir")).expect("mkdir neighbour");
+        assert!(!w.wait(Duration::from_millis(300), LONG).await);
+
+        // Removed and created again at the same path: the new directory is watched.
+        {
+            let wake = woken(&mut w);
+            tokio::pin!(wake);
+            assert!(futures::poll!(&mut wake).is_pending());
+            std::fs::remove_dir(&dir).expect("rmdir");
+            std::fs::create_dir(&dir).expect("mkdir again");
+            assert!(wake.await);
+        }
+        arm(&mut w).await;
+        let wake = woken(&mut w);
+        tokio::pin!(wake);
+        assert!(futures::poll!(&mut wake).is_pending());
+        std::fs::write(dir.join("a.yaml"), "x").expect("write in the new directory");
+        assert!(wake.await);
+    }
+
+    #[tokio::test]
+    async fn a_file_written_slowly_is_read_once_closed() {
+        use std::io::Write;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("policies");
+        std::fs::create_dir(&dir).expect("mkdir");
+        std::fs::write(dir.join("a.yaml"), "old").expect("write");
+        let mut w = DirWatch::new(&dir);
+        arm(&mut w).await;
+        let path = dir.join("a.yaml");
+        let writer = std::thread::spawn(move || {
+            let mut f = std::fs::File::create(&path).expect("truncate");
+            f.write_all(b"first half, ").expect("write");
+            f.flush().expect("flush");
+            std::thread::sleep(Duration::from_millis(200));
+            f.write_all(b"second half").expect("write");
+        });
+        assert!(woken(&mut w).await);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("a.yaml")).expect("read"),
+            "first half, second half",
+            "woken only once the writer closed the file"
+        );
+        writer.join().expect("writer");
     }
 }

@@ -1510,3 +1510,29 @@ fn published_conjunctions_follow_the_compiler() {
     let (kept, then) = held.expect("published at 18");
     assert_eq!(*kept, then);
 }
+
+#[test]
+fn priority_users_track_the_last_use_of_each_priority() {
+    let id = |uid: &str, index: i32| RuleId {
+        policy_uid: uid.into(),
+        direction: Direction::Out,
+        index,
+        services_key: String::new(),
+    };
+    let p1 = (7u8, Priority::new(250, 1.0, 0));
+    let p2 = (7u8, Priority::new(250, 2.0, 0));
+    let mut users = PriorityUsers::default();
+    users.insert(p1, id("b", 0));
+    users.insert(p1, id("a", 3));
+    users.insert(p2, id("a", 0));
+    assert_eq!(users.of(p1).collect::<Vec<_>>(), [&id("a", 3), &id("b", 0)]);
+    assert!(!users.remove_last(p1, &id("a", 3)), "b still uses p1");
+    assert!(
+        !users.remove_last(p1, &id("zz", 0)),
+        "not a user: not the last use either"
+    );
+    assert!(users.remove_last(p1, &id("b", 0)));
+    assert!(!users.is_used(p1));
+    assert!(users.is_used(p2), "another priority is untouched");
+    assert_eq!(users.of(p2).count(), 1);
+}
