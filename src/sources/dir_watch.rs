@@ -229,6 +229,16 @@ mod tests {
             .expect("woken within 10 s")
     }
 
+    /// Starts a wait, makes `change` once the wait is in progress, and asserts that an event
+    /// (not the 30 s poll) ends it.
+    async fn woken_by(w: &mut DirWatch, change: impl FnOnce()) {
+        let wake = woken(w);
+        tokio::pin!(wake);
+        assert!(futures::poll!(&mut wake).is_pending());
+        change();
+        assert!(wake.await, "an event woke the poller");
+    }
+
     /// What the poller does before a read (arm), then a wait that times out quickly, with no
     /// event pending.
     async fn arm(w: &mut DirWatch) {
@@ -255,13 +265,7 @@ mod tests {
             &|d| std::fs::remove_file(d.join("a.yaml")).expect("rm"),
         ];
         for change in changes {
-            let w = &mut w;
-            let wake = woken(w);
-            tokio::pin!(wake);
-            // Make the change only once the wait is in progress.
-            assert!(futures::poll!(&mut wake).is_pending());
-            change(&dir);
-            assert!(wake.await, "an event woke the poller");
+            woken_by(&mut w, || change(&dir)).await;
         }
     }
 
@@ -274,34 +278,25 @@ mod tests {
         arm(&mut w).await;
         let first = tmp.path().join("v1");
         std::fs::create_dir(&first).expect("mkdir v1");
-        {
-            let wake = woken(&mut w);
-            tokio::pin!(wake);
-            assert!(futures::poll!(&mut wake).is_pending());
+        woken_by(&mut w, || {
             std::os::unix::fs::symlink(&first, &link).expect("link");
-            assert!(wake.await);
-        }
+        })
+        .await;
         // The watch followed the link: a file written in v1 wakes it.
         arm(&mut w).await;
-        {
-            let wake = woken(&mut w);
-            tokio::pin!(wake);
-            assert!(futures::poll!(&mut wake).is_pending());
+        woken_by(&mut w, || {
             std::fs::write(first.join("a.yaml"), "x").expect("write");
-            assert!(wake.await);
-        }
+        })
+        .await;
         // Swap the link to v2 (atomically, by renaming a new link over it).
         let second = tmp.path().join("v2");
         std::fs::create_dir(&second).expect("mkdir v2");
-        {
-            let wake = woken(&mut w);
-            tokio::pin!(wake);
-            assert!(futures::poll!(&mut wake).is_pending());
+        woken_by(&mut w, || {
             let new_link = tmp.path().join(".policies.new");
             std::os::unix::fs::symlink(&second, &new_link).expect("new link");
             std::fs::rename(&new_link, &link).expect("swap");
-            assert!(wake.await);
-        }
+        })
+        .await;
         // A wait that starts after the swap without a read in between reports the move.
         assert!(w.wait(LONG, LONG).await, "the directory moved since the last arm");
         // Now v2 is watched, and v1 no longer wakes it.
@@ -311,11 +306,10 @@ mod tests {
             !w.wait(Duration::from_millis(300), LONG).await,
             "a change in the old directory does not wake the poller"
         );
-        let wake = woken(&mut w);
-        tokio::pin!(wake);
-        assert!(futures::poll!(&mut wake).is_pending());
-        std::fs::write(second.join("a.yaml"), "x").expect("write v2");
-        assert!(wake.await);
+        woken_by(&mut w, || {
+            std::fs::write(second.join("a.yaml"), "x").expect("write v2");
+        })
+        .await;
     }
 
     #[tokio::test]
@@ -331,20 +325,16 @@ mod tests {
         assert!(!w.wait(Duration::from_millis(300), LONG).await);
 
         // Removed and created again at the same path: the new directory is watched.
-        {
-            let wake = woken(&mut w);
-            tokio::pin!(wake);
-            assert!(futures::poll!(&mut wake).is_pending());
+        woken_by(&mut w, || {
             std::fs::remove_dir(&dir).expect("rmdir");
             std::fs::create_dir(&dir).expect("mkdir again");
-            assert!(wake.await);
-        }
+        })
+        .await;
         arm(&mut w).await;
-        let wake = woken(&mut w);
-        tokio::pin!(wake);
-        assert!(futures::poll!(&mut wake).is_pending());
-        std::fs::write(dir.join("a.yaml"), "x").expect("write in the new directory");
-        assert!(wake.await);
+        woken_by(&mut w, || {
+            std::fs::write(dir.join("a.yaml"), "x").expect("write in the new directory");
+        })
+        .await;
     }
 
     #[tokio::test]
