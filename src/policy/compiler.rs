@@ -197,7 +197,7 @@ pub struct CompileOutput {
     pub skipped: Vec<SkippedRule>,
     /// Rules removed but whose ids are still held (not reused yet): late packet-ins and
     /// statistics may still name them.
-    pub released: BTreeMap<u32, ConjunctionInfo>,
+    pub released: ConjunctionMap,
 }
 
 /// Compiles `rules` with a fresh compiler: the result depends only on the rule set.
@@ -478,7 +478,7 @@ impl Compiler {
             released: self
                 .released
                 .iter()
-                .map(|(&c, (info, _))| (c, (**info).clone()))
+                .map(|(&c, (info, _))| (c, Arc::clone(info)))
                 .collect(),
         }
     }

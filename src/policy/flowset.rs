@@ -75,39 +75,40 @@ pub fn desired_flows(
 /// their cookie differs (their counters are kept). `installed` may be a decoded dump of the
 /// switch: this is how the agent takes over what an earlier run installed.
 pub fn diff(installed: &FlowSet, desired: &FlowSet) -> Vec<FlowMod> {
-    let mut mods = Vec::new();
-    for (key, flow) in desired {
-        if !installed.get(key).is_some_and(|have| same_but_round(have, flow)) {
-            mods.push(FlowMod::add(flow.clone()));
-        }
-    }
-    for (key, flow) in installed {
-        if !desired.contains_key(key) {
-            mods.push(FlowMod::delete_strict(flow.clone()));
-        }
-    }
+    let mut mods: Vec<FlowMod> = desired
+        .iter()
+        .filter(|(key, flow)| needs_add(installed, key, flow))
+        .map(|(_, flow)| FlowMod::add(flow.clone()))
+        .collect();
+    mods.extend(deletes(installed, desired));
     mods
 }
 
 /// [`diff`], consuming `desired`: its flows move into the ADDs instead of being copied, and the
 /// map's memory is freed as it goes (a take-over of 150,000 flows would otherwise hold both).
 pub fn diff_into(installed: &FlowSet, desired: FlowSet) -> Vec<FlowMod> {
-    let mut deletes: Vec<FlowMod> = installed
+    let deletes = deletes(installed, &desired);
+    let mut mods: Vec<FlowMod> = desired
+        .into_iter()
+        .filter(|(key, flow)| needs_add(installed, key, flow))
+        .map(|(_, flow)| FlowMod::add(flow))
+        .collect();
+    mods.extend(deletes);
+    mods
+}
+
+/// Whether a desired flow must be (re)added: new, or changed beyond its cookie's round.
+fn needs_add(installed: &FlowSet, key: &FlowKey, flow: &Flow) -> bool {
+    !installed.get(key).is_some_and(|have| same_but_round(have, flow))
+}
+
+/// DELETE_STRICTs for the installed flows no longer desired.
+fn deletes(installed: &FlowSet, desired: &FlowSet) -> Vec<FlowMod> {
+    installed
         .iter()
         .filter(|(key, _)| !desired.contains_key(key))
         .map(|(_, flow)| FlowMod::delete_strict(flow.clone()))
-        .collect();
-    let mut mods = Vec::new();
-    for (key, flow) in desired {
-        if !installed
-            .get(&key)
-            .is_some_and(|have| same_but_round(have, &flow))
-        {
-            mods.push(FlowMod::add(flow));
-        }
-    }
-    mods.append(&mut deletes);
-    mods
+        .collect()
 }
 
 /// The flow_mods of a full resync at a new round, as one atomic bundle: drop leftovers of an

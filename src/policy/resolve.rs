@@ -194,22 +194,20 @@ fn resolve_policy(
             ));
         }
         let rule_priority = i32::try_from(rule.priority).unwrap_or(i32::MAX);
+        let direction = match rule.direction {
+            Direction::In => rule::Direction::In,
+            Direction::Out => rule::Direction::Out,
+        };
         let template = CompiledRuleInput {
             id: RuleId {
                 policy_uid: reference.uid.clone(),
-                direction: match rule.direction {
-                    Direction::In => rule::Direction::In,
-                    Direction::Out => rule::Direction::Out,
-                },
+                direction,
                 index: rule_priority,
                 services_key: String::new(),
             },
             policy: reference.clone(),
             rule_name: rule.name.clone(),
-            direction: match rule.direction {
-                Direction::In => rule::Direction::In,
-                Direction::Out => rule::Direction::Out,
-            },
+            direction,
             action: match rule.action {
                 Action::Allow => rule::RuleAction::Allow,
                 Action::Drop => rule::RuleAction::Drop,
@@ -276,13 +274,13 @@ fn split_by_named_ports<'t, 'a>(
         .services
         .iter()
         .any(|s| matches!(s.port, Some(PortMatch::Named(_))));
-    let mut unresolved = BTreeSet::new();
     let mut splits = Vec::new();
     if !has_named {
         splits.push(Split {
             targets: targets.iter().collect(),
             peers: peer_addresses(store, rule, what, warnings),
-            services: services(rule, &[], what, warnings, &mut unresolved),
+            // Without named ports nothing can be unresolved.
+            services: services(rule, &[], what, warnings, &mut BTreeSet::new()),
             services_key: String::new(),
         });
         return splits;
@@ -290,17 +288,8 @@ fn split_by_named_ports<'t, 'a>(
     match rule.direction {
         Direction::In => {
             let peers = peer_addresses(store, rule, what, warnings);
-            let mut groups: BTreeMap<Option<Vec<Service>>, Vec<&Target<'a>>> = BTreeMap::new();
-            let mut resolved_somewhere = BTreeSet::new();
-            let mut service_warnings = Vec::new();
-            for t in targets {
-                let mut missing = BTreeSet::new();
-                let svc = services(rule, &t.ports, what, &mut service_warnings, &mut missing);
-                resolved_somewhere.extend(named_ports(rule).filter(|n| !missing.contains(*n)));
-                groups.entry(svc).or_default().push(t);
-            }
-            push_once(warnings, service_warnings);
-            unresolved.extend(named_ports(rule).filter(|n| !resolved_somewhere.contains(*n)));
+            let members = targets.iter().map(|t| (t.ports.clone(), t));
+            let (groups, unresolved) = group_by_services(rule, members, what, warnings);
             for (svc, ts) in groups {
                 splits.push(Split {
                     targets: ts,
@@ -312,39 +301,23 @@ fn split_by_named_ports<'t, 'a>(
             report_unresolved(&unresolved, "applied-to", what, warnings);
         }
         Direction::Out => {
-            let mut groups: BTreeMap<Option<Vec<Service>>, BTreeSet<Peer>> = BTreeMap::new();
-            let mut resolved_somewhere = BTreeSet::new();
-            let mut service_warnings = Vec::new();
-            for name in &rule.peer.address_groups {
-                let Some(group) = store.address_group(name) else {
-                    warnings.push(format!(
-                        "{}: AddressGroup {name} is unknown; it matches nothing",
-                        what()
-                    ));
-                    continue;
-                };
-                // A member without addresses adds no destination (and no rule of its own).
-                for member in group.members.values().filter(|m| !m.ips.is_empty()) {
-                    let ports: Vec<&cp::MemberPort> = member.ports.iter().collect();
-                    let mut missing = BTreeSet::new();
-                    let svc = services(rule, &ports, what, &mut service_warnings, &mut missing);
-                    resolved_somewhere.extend(named_ports(rule).filter(|n| !missing.contains(*n)));
-                    groups
-                        .entry(svc)
-                        .or_default()
-                        .extend(member.ips.iter().map(|ip| Peer::host(*ip)));
-                }
-            }
+            // A member without addresses adds no destination (and no rule of its own); the
+            // ipBlocks declare no ports.
+            let mut members: Vec<(Vec<&cp::MemberPort>, Vec<Peer>)> =
+                address_group_members(store, rule, what, warnings)
+                    .into_iter()
+                    .filter(|m| !m.ips.is_empty())
+                    .map(|m| {
+                        let hosts = m.ips.iter().map(|ip| Peer::host(*ip)).collect();
+                        (m.ports.iter().collect(), hosts)
+                    })
+                    .collect();
             if !rule.peer.ip_blocks.is_empty() {
-                let svc = services(rule, &[], what, &mut service_warnings, &mut BTreeSet::new());
-                groups
-                    .entry(svc)
-                    .or_default()
-                    .extend(ip_blocks(rule).into_iter().map(Peer::Cidr));
+                members.push((Vec::new(), ip_blocks(rule).into_iter().map(Peer::Cidr).collect()));
             }
-            push_once(warnings, service_warnings);
-            unresolved.extend(named_ports(rule).filter(|n| !resolved_somewhere.contains(*n)));
+            let (groups, unresolved) = group_by_services(rule, members, what, warnings);
             for (svc, peers) in groups {
+                let peers: BTreeSet<Peer> = peers.into_iter().flatten().collect();
                 splits.push(Split {
                     targets: targets.iter().collect(),
                     peers: peers.into_iter().collect(),
@@ -356,6 +329,34 @@ fn split_by_named_ports<'t, 'a>(
         }
     }
     splits
+}
+
+/// Members grouped by the services a rule resolves to for them.
+type ByServices<T> = BTreeMap<Option<Vec<Service>>, Vec<T>>;
+
+/// Groups `members` (each with the named ports it declares) by the services the rule resolves
+/// to against those ports, and finds the named ports no member declares. Each distinct
+/// service warning is reported once, not per member.
+fn group_by_services<'r, 'p, T>(
+    rule: &'r Rule,
+    members: impl IntoIterator<Item = (Vec<&'p cp::MemberPort>, T)>,
+    what: &dyn Fn() -> String,
+    warnings: &mut Vec<String>,
+) -> (ByServices<T>, BTreeSet<&'r str>) {
+    let mut groups: ByServices<T> = BTreeMap::new();
+    let mut resolved_somewhere = BTreeSet::new();
+    let mut service_warnings = Vec::new();
+    for (ports, member) in members {
+        let mut missing = BTreeSet::new();
+        let svc = services(rule, &ports, what, &mut service_warnings, &mut missing);
+        resolved_somewhere.extend(named_ports(rule).filter(|n| !missing.contains(*n)));
+        groups.entry(svc).or_default().push(member);
+    }
+    push_once(warnings, service_warnings);
+    let unresolved = named_ports(rule)
+        .filter(|n| !resolved_somewhere.contains(*n))
+        .collect();
+    (groups, unresolved)
 }
 
 /// Appends `new` to `warnings`, each distinct line once (the same service is resolved once per
@@ -476,21 +477,32 @@ fn peer_addresses(
     warnings: &mut Vec<String>,
 ) -> Vec<Peer> {
     let mut peers = BTreeSet::new();
+    for member in address_group_members(store, rule, what, warnings) {
+        peers.extend(member.ips.iter().map(|ip| Peer::host(*ip)));
+    }
+    peers.extend(ip_blocks(rule).into_iter().map(Peer::Cidr));
+    peers.into_iter().collect()
+}
+
+/// The members of the rule's peer AddressGroups; an unknown group is reported and matches
+/// nothing.
+fn address_group_members<'s>(
+    store: &'s PolicyStore,
+    rule: &Rule,
+    what: &dyn Fn() -> String,
+    warnings: &mut Vec<String>,
+) -> Vec<&'s cp::Member> {
+    let mut members = Vec::new();
     for name in &rule.peer.address_groups {
         match store.address_group(name) {
-            Some(group) => {
-                for member in group.members.values() {
-                    peers.extend(member.ips.iter().map(|ip| Peer::host(*ip)));
-                }
-            }
+            Some(group) => members.extend(group.members.values()),
             None => warnings.push(format!(
                 "{}: AddressGroup {name} is unknown; it matches nothing",
                 what()
             )),
         }
     }
-    peers.extend(ip_blocks(rule).into_iter().map(Peer::Cidr));
-    peers.into_iter().collect()
+    members
 }
 
 /// The rule's ipBlocks as CIDRs, minus their excepts.

@@ -4,9 +4,9 @@
 //!
 //! The directory is watched where it resolves now, and its parent too, so the ways policy
 //! directories are replaced all wake the poller: files written (once closed, so never read half
-//! written), renamed in or removed; the
-//! directory created or removed; a symlink naming it swapped to another directory (how a
-//! Kubernetes ConfigMap mount and many deploy tools update it). After each wake the watch moves
+//! written), renamed in or removed; the directory created or removed; a symlink naming it
+//! swapped to another directory (how a Kubernetes ConfigMap mount and many deploy tools update
+//! it). After each wake the watch moves
 //! to wherever the path resolves then. The poller keeps polling on a longer period as a safety
 //! net (network filesystems deliver no events), and polls on its short period if inotify cannot
 //! be used at all.
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::StreamExt;
-use inotify::{EventMask, EventStream, Inotify, WatchDescriptor, WatchMask};
+use inotify::{EventMask, EventStream, Inotify, WatchDescriptor, WatchMask, Watches};
 use tracing::{debug, warn};
 
 /// How long the directory must stay quiet after an event before it is read, so that one read
@@ -141,12 +141,7 @@ impl DirWatch {
         // means another directory (or parent) sits at the path now.
         if let Some(parent) = parent_of(&self.dir) {
             let now = watches.add(&parent, parent_mask()).ok();
-            if let Some(old) = self.parent.take() {
-                if Some(&old) != now.as_ref() {
-                    let _ = watches.remove(old);
-                }
-            }
-            self.parent = now;
+            replace_watch(&mut watches, &mut self.parent, now);
         }
         let now = match std::fs::canonicalize(&self.dir) {
             Ok(path) => match watches.add(&path, dir_mask()) {
@@ -158,15 +153,7 @@ impl DirWatch {
             },
             Err(_) => None,
         };
-        let moved = now != self.target;
-        if let Some(old) = self.target.take() {
-            if moved {
-                // Fails harmlessly if the directory (and so its watch) is gone already.
-                let _ = watches.remove(old);
-            }
-        }
-        self.target = now;
-        moved
+        replace_watch(&mut watches, &mut self.target, now)
     }
 
     /// Drops the inotify instance after an error; the next wait starts a new one.
@@ -176,6 +163,21 @@ impl DirWatch {
         self.target = None;
         self.parent = None;
     }
+}
+
+/// Puts `now` in `slot`, removing the watch it held if that is another one; whether it changed.
+fn replace_watch(
+    watches: &mut Watches,
+    slot: &mut Option<WatchDescriptor>,
+    now: Option<WatchDescriptor>,
+) -> bool {
+    let changed = *slot != now;
+    if let Some(old) = slot.take().filter(|_| changed) {
+        // Fails harmlessly if the directory (and so its watch) is gone already.
+        let _ = watches.remove(old);
+    }
+    *slot = now;
+    changed
 }
 
 /// Whether an event tells of a change: anything on the directory's watch but the removal of a

@@ -134,16 +134,26 @@ enum DirContent {
     Missing,
     Unreadable(String),
     /// Policy files sorted by path, each with its text or why it could not be read.
-    Files(Vec<(PathBuf, Result<String, String>)>),
+    Files(Vec<(PathBuf, Result<FileText, String>)>),
 }
 
 /// A file's text, reduced to what tells a change: its length and a hash.
 type TextFingerprint = (usize, u64);
 
-fn text_fingerprint(text: &str) -> TextFingerprint {
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    text.hash(&mut hasher);
-    (text.len(), hasher.finish())
+/// A file's text with its fingerprint, computed once when read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct FileText {
+    text: String,
+    fingerprint: TextFingerprint,
+}
+
+impl FileText {
+    fn new(text: String) -> Self {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut hasher);
+        let fingerprint = (text.len(), hasher.finish());
+        FileText { text, fingerprint }
+    }
 }
 
 /// [`DirContent`] without the texts: what polling compares from one poll to the next.
@@ -165,7 +175,7 @@ impl DirContent {
                     .map(|(path, text)| {
                         (
                             path.clone(),
-                            text.as_deref().map(text_fingerprint).map_err(Clone::clone),
+                            text.as_ref().map(|f| f.fingerprint).map_err(Clone::clone),
                         )
                     })
                     .collect(),
@@ -220,7 +230,7 @@ fn read_content_blocking(dir: &Path) -> DirContent {
             }
         }
         match std::fs::read_to_string(&path) {
-            Ok(text) => files.push((path, Ok(text))),
+            Ok(text) => files.push((path, Ok(FileText::new(text)))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => files.push((path, Err(e.to_string()))),
         }
@@ -322,7 +332,7 @@ impl Loader {
                 let mut next = BTreeMap::new();
                 for (path, text) in files {
                     let old = self.files.remove(path).unwrap_or_default();
-                    let fingerprint = text.as_deref().ok().map(text_fingerprint);
+                    let fingerprint = text.as_ref().ok().map(|f| f.fingerprint);
                     let loaded = if fingerprint.is_some() && fingerprint == old.text {
                         old
                     } else {
@@ -377,7 +387,7 @@ impl Loader {
 /// The objects of one file; `old` is what was last loaded from it.
 fn load_file(
     path: &Path,
-    text: &Result<String, String>,
+    text: &Result<FileText, String>,
     old: Vec<ValidObject>,
     errors: &mut Vec<String>,
 ) -> Vec<ValidObject> {
@@ -391,7 +401,7 @@ fn load_file(
         old
     };
     let text = match text {
-        Ok(text) => text,
+        Ok(file) => &file.text,
         Err(e) => return keep_all(format!("cannot read: {e}"), errors, old),
     };
     let docs = match parse_documents(path, text) {
@@ -465,7 +475,12 @@ groupMembers: [{externalEntity: {name: vm1, namespace: vm-ns}}]
     fn files(list: &[(&str, &str)]) -> DirContent {
         DirContent::Files(
             list.iter()
-                .map(|(n, t)| (PathBuf::from(format!("/p/{n}")), Ok((*t).to_owned())))
+                .map(|(n, t)| {
+                    (
+                        PathBuf::from(format!("/p/{n}")),
+                        Ok(FileText::new((*t).to_owned())),
+                    )
+                })
                 .collect(),
         )
     }
@@ -631,7 +646,7 @@ groupMembers: [{externalEntity: {name: vm1, namespace: vm-ns}}]
         // again once readable, even with the same text.
         let read_error = DirContent::Files(vec![
             (PathBuf::from("/p/a.yaml"), Err("permission denied".to_owned())),
-            (PathBuf::from("/p/b.yaml"), Ok(changed.clone())),
+            (PathBuf::from("/p/b.yaml"), Ok(FileText::new(changed.clone()))),
         ]);
         let s3 = l.build(Path::new("/p"), &read_error);
         assert_eq!(names(&s3).0, ["api", "web"]);
