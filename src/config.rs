@@ -58,6 +58,23 @@ pub const SUPPORTED_FEATURES_ON_EXTERNAL_NODE: [&str; 6] = [
     "AdminNetworkPolicy",
 ];
 
+/// Feature gates Antrea supports on external Nodes that this agent does not implement: enabling
+/// one is a configuration error (enforce or refuse), with the reason.
+pub const REFUSED_FEATURE_GATES: [(&str, &str); 2] = [
+    (
+        "SupportBundleCollection",
+        "SupportBundleCollection is not implemented by antrea-vm-agent: a SupportBundleCollection \
+         aimed at this VM would never complete; set it to false (collect the agent's log, \
+         `antrea-vm-agent get agentinfo` and `get ovsflows` instead)",
+    ),
+    (
+        "L7NetworkPolicy",
+        "L7NetworkPolicy is not implemented by antrea-vm-agent (there is no L7 engine on the VM): \
+         set it to false; rules with l7Protocols are then installed fail-closed (they drop the \
+         traffic they match) and reported as not realized",
+    ),
+];
+
 /// The only `trafficEncapMode` accepted on an external Node (exact, case-sensitive).
 const NO_ENCAP: &str = "noEncap";
 
@@ -557,6 +574,12 @@ fn parse(yaml: &str, base: &Path, source: &str) -> Result<Config, ConfigErrors> 
             ),
         );
     }
+    // Supported by Antrea on VMs, but not implemented here: refused, each with its reason.
+    for (gate, why) in REFUSED_FEATURE_GATES {
+        if feature_gates.get(gate).copied().unwrap_or(false) {
+            p.problem(format!("featureGates.{gate}"), why);
+        }
+    }
 
     let mut policy_bypass_rules = Vec::new();
     for (i, raw) in raw_rules.iter().enumerate() {
@@ -705,6 +728,18 @@ impl RawBypassRule {
                 format!("port {} for policyBypassRule is invalid", self.port),
             )
         })?;
+        // Not an Antrea check: upstream builds a flow OVS refuses (a port match without L4), and
+        // installing the rule without its port would bypass more than written.
+        if port != 0 && matches!(protocol, BypassProtocol::Icmp | BypassProtocol::Ip) {
+            return Err((
+                "port",
+                format!(
+                    "port {port} for policyBypassRule is not allowed when protocol is {} \
+                     (only tcp and udp have ports)",
+                    self.protocol
+                ),
+            ));
+        }
         Ok(BypassRule {
             direction,
             protocol,
@@ -1125,9 +1160,11 @@ mod tests {
     }
 
     #[test]
-    fn antrea_sample_config_is_accepted() {
+    fn antrea_sample_config_is_accepted_once_support_bundles_are_off() {
         // The shape of build/yamls/externalnode/conf/antrea-agent.conf, with relative kubeconfigs.
-        let yaml = "\
+        // Upstream's sample enables SupportBundleCollection, which this agent refuses (it does
+        // not implement support bundles): with it, the only problem is that gate.
+        let upstream = "\
 featureGates:
   ExternalNode: true
   AntreaPolicy: true
@@ -1145,7 +1182,10 @@ antreaClientConnection:
   kubeconfig: antrea-agent.antrea.kubeconfig
 #ovsBridge: br-int
 ";
-        let c = parse_ok(yaml);
+        let p = only_problem(upstream);
+        assert_eq!(p.path, "featureGates.SupportBundleCollection");
+        let yaml = upstream.replace("SupportBundleCollection: true", "SupportBundleCollection: false");
+        let c = parse_ok(&yaml);
         assert_eq!(c.kubeconfig, Some(PathBuf::from("/base/antrea-agent.kubeconfig")));
         assert_eq!(
             c.antrea_kubeconfig,
@@ -1159,7 +1199,7 @@ antreaClientConnection:
     fn shipped_sample_parses() {
         let c = parse_ok(include_str!("../deploy/antrea-agent.conf.sample"));
         assert_eq!(c.kubeconfig, Some(PathBuf::from("/base/antrea-agent.kubeconfig")));
-        assert!(c.feature_enabled("SupportBundleCollection"));
+        assert!(!c.feature_enabled("SupportBundleCollection"));
         assert!(c.ignored_keys.is_empty(), "{:?}", c.ignored_keys);
     }
 
@@ -1167,7 +1207,7 @@ antreaClientConnection:
     fn all_fields_are_read() {
         let yaml = "\
 nodeType: externalNode
-featureGates: {ExternalNode: true, L7NetworkPolicy: true, Egress: false}
+featureGates: {ExternalNode: true, L7NetworkPolicy: false, Egress: false}
 ovsBridge: br-vm
 ovsDatapathType: netdev
 ovsRunDir: run/ovs
@@ -1298,11 +1338,23 @@ stateDir: /tmp/state
         assert_eq!(p.message, "unsupported features on Virtual Machine: {noencap}");
         assert_eq!(p.path, "trafficEncapMode");
 
-        // Supported gates pass.
+        // Implemented gates pass (and AdminNetworkPolicy, a controller-only gate). The two gates
+        // Antrea supports on VMs but this agent does not implement are refused, each with its
+        // reason, and not as "unsupported features".
         parse_ok(&format!(
-            "{MINIMAL}  AntreaPolicy: true\n  NetworkPolicyStats: true\n  SupportBundleCollection: true\n  \
-             L7NetworkPolicy: true\n  AdminNetworkPolicy: true\n"
+            "{MINIMAL}  AntreaPolicy: true\n  NetworkPolicyStats: true\n  AdminNetworkPolicy: true\n"
         ));
+        let p = parse_err(&format!(
+            "{MINIMAL}  SupportBundleCollection: true\n  L7NetworkPolicy: true\n"
+        ));
+        let paths: Vec<&str> = p.iter().map(|p| p.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "featureGates.SupportBundleCollection",
+                "featureGates.L7NetworkPolicy"
+            ]
+        );
     }
 
     #[test]
@@ -1427,6 +1479,37 @@ stateDir: /tmp/state
             p.message,
             "policyBypassRules configuration is invalid: port 70000 for policyBypassRule is invalid"
         );
+    }
+
+    #[test]
+    fn bypass_rule_port_with_icmp_or_ip_is_refused() {
+        for proto in ["icmp", "ip"] {
+            let p = rule_problem(&format!(
+                "  - {{direction: egress, protocol: {proto}, cidr: 10.0.0.0/8, port: 53}}\n"
+            ));
+            assert_eq!(p.path, "externalNode.policyBypassRules[0].port");
+            assert_eq!(
+                p.message,
+                format!(
+                    "policyBypassRules configuration is invalid: port 53 for policyBypassRule is not \
+                     allowed when protocol is {proto} (only tcp and udp have ports)"
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn gates_antrea_supports_on_vms_but_this_agent_does_not_implement_are_refused() {
+        for (gate, why) in REFUSED_FEATURE_GATES {
+            let p = only_problem(&format!("{MINIMAL}  {gate}: true\n"));
+            assert_eq!(p.path, format!("featureGates.{gate}"));
+            assert_eq!(p.message, why);
+            assert!(p.message.contains("not implemented by antrea-vm-agent"), "{p}");
+            // Off is fine.
+            parse_ok(&format!("{MINIMAL}  {gate}: false\n"));
+        }
+        // AdminNetworkPolicy is a controller-only gate: no effect on an agent, accepted.
+        parse_ok(&format!("{MINIMAL}  AdminNetworkPolicy: true\n"));
     }
 
     #[test]

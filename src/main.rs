@@ -143,6 +143,9 @@ fn compile(path: &Path) -> ExitCode {
             for w in &out.warnings {
                 eprintln!("warning: {w}");
             }
+            for n in &out.not_enforced {
+                eprintln!("not enforced as written: {n}");
+            }
             for flow in &out.flows {
                 println!("{flow}");
             }

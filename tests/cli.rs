@@ -60,6 +60,44 @@ fn check_config_lists_every_problem_with_its_key_path() {
 }
 
 #[test]
+fn check_config_passes_the_shipped_sample_and_explains_refused_gates() {
+    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/antrea-agent.conf.sample");
+    let out = Command::new(BIN)
+        .args(["check-config", "--config", sample])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Antrea's own sample enables support bundles: refused, with the reason.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = std::fs::read_to_string(sample).expect("sample");
+    let with_bundles = text.replace(
+        "  NetworkPolicyStats: true\n",
+        "  NetworkPolicyStats: true\n  SupportBundleCollection: true\n",
+    );
+    assert_ne!(text, with_bundles);
+    let conf = write(dir.path(), "bundles.conf", &with_bundles);
+    let out = Command::new(BIN)
+        .args(["check-config", "--config"])
+        .arg(&conf)
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("featureGates.SupportBundleCollection")
+            && err.contains("SupportBundleCollection is not implemented by antrea-vm-agent")
+            && err.contains("would never complete"),
+        "{err}"
+    );
+}
+
+#[test]
 fn run_accepts_the_go_agents_logging_flags() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = write(

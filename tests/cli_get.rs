@@ -94,7 +94,17 @@ async fn get_every_resource_in_every_format() {
     let cells: Vec<&str> = drop_row.split_whitespace().collect();
     assert_eq!(
         cells,
-        ["drop-ssh", "In", "Drop", "10.0.0.0/8", "TCP/22", "3", "180", "3"],
+        [
+            "drop-ssh",
+            "In",
+            "Drop",
+            "10.0.0.0/8",
+            "TCP/22",
+            "Enforced",
+            "3",
+            "180",
+            "3"
+        ],
         "{detail}"
     );
     let allow_row = detail
@@ -107,6 +117,7 @@ async fn get_every_resource_in_every_format() {
     );
     let j = json(&w, &["networkpolicy", "web"]).await;
     assert_eq!(j[0]["rules"][1]["stats"]["packets"], 3);
+    assert_eq!(j[0]["rules"][1]["state"], "Enforced");
     let y = yaml(&w, &["networkpolicy"]).await;
     assert_eq!(y[0]["sourceRef"]["name"], "web");
     let y = yaml(&w, &["np", "uid-web"]).await;

@@ -134,12 +134,14 @@ fn generations(g1: i64, g2: i64) -> Vec<PolicyGeneration> {
             uid: "p1".into(),
             generation: g1,
             antrea_native: true,
+            not_enforced: None,
         },
         PolicyGeneration {
             name: "p2".into(),
             uid: "p2".into(),
             generation: g2,
             antrea_native: true,
+            not_enforced: None,
         },
     ]
 }

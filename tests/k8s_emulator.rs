@@ -1057,7 +1057,7 @@ async fn policy_status_and_stats_summary_posts_are_accepted() {
     // NetworkPolicyStatus, as the reporter posts it.
     let key = policy_status::node_key(VM_NS, NODE);
     assert_eq!(key, NODE_KEY);
-    let body = policy_status::status_body("uid-1", &key, 1);
+    let body = policy_status::status_body("uid-1", &key, 1, None);
     api.request(Method::Post, &policy_status::status_path("uid-1"), Some(&body))
         .await
         .expect("status accepted");

@@ -230,6 +230,7 @@ fn generation(uid: &str, g: i64, native: bool) -> PolicyGeneration {
         uid: uid.into(),
         generation: g,
         antrea_native: native,
+        not_enforced: None,
     }
 }
 
@@ -407,6 +408,7 @@ async fn stats_deltas_are_posted_from_the_rule_counters() {
             uid: "p1".into(),
             generation: 1,
             antrea_native: true,
+            not_enforced: None,
         }],
         sync_epoch: 1,
     });

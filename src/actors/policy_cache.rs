@@ -20,6 +20,7 @@ use crate::messages::{
 };
 use crate::policy::controlplane::store::{Changes, PolicyStore};
 use crate::policy::controlplane::{Kind, ValidObject};
+use crate::policy::refuse::{self, NotEnforced};
 use crate::policy::resolve::ResolvedView;
 use crate::policy::rule::CompiledRuleInput;
 use crate::sources::policy_dir::PolicySnapshot;
@@ -99,9 +100,20 @@ impl PolicyCache {
         let first = self.resolved.is_none();
         let view = self.resolved.get_or_insert_with(ResolvedView::new);
         let previous_warnings = view.warnings.clone();
+        let previous_refusals: BTreeSet<NotEnforced> = view.all_not_enforced().cloned().collect();
         let changed = view.update(&self.store, &interfaces, affected.as_ref().filter(|_| !first)) || first;
         for w in view.warnings.iter().filter(|w| !previous_warnings.contains(w)) {
             warn!("{w}");
+        }
+        // One line per rule when it starts being installed fail-closed, not per resync.
+        for n in view.all_not_enforced().filter(|n| !previous_refusals.contains(n)) {
+            warn!(
+                policy = %n.policy,
+                reason = n.reason.as_str(),
+                "NetworkPolicy {}: not enforced as written: {}",
+                n.policy,
+                n.message
+            );
         }
         let rules = view.rules.clone();
         if changed {
@@ -129,6 +141,7 @@ impl PolicyCache {
     /// The policies with at least one rule in `rules`, with their generations.
     fn policies_of(&self, rules: &[std::sync::Arc<CompiledRuleInput>]) -> Vec<PolicyGeneration> {
         let uids: BTreeSet<&str> = rules.iter().map(|r| r.policy.uid.as_str()).collect();
+        let view = self.resolved.as_ref();
         self.store
             .policies()
             .filter(|p| uids.contains(p.uid.as_str()))
@@ -140,6 +153,7 @@ impl PolicyCache {
                     .source_ref
                     .as_ref()
                     .is_some_and(|r| r.policy_type.is_antrea_native()),
+                not_enforced: view.and_then(|v| refuse::status_message(v.not_enforced(&p.name))),
             })
             .collect()
     }

@@ -255,7 +255,12 @@ impl AgentInfoReporter {
         let controller: Arc<dyn ApiClient> = w.clients.controller.clone();
         for post in posts {
             let api = controller.clone();
-            let body = policy_status::status_body(&post.name, &node_key, post.generation);
+            let body = policy_status::status_body(
+                &post.name,
+                &node_key,
+                post.generation,
+                post.not_enforced.as_deref(),
+            );
             let path = policy_status::status_path(&post.name);
             let fut = async move { api.request(Method::Post, &path, Some(&body)).await };
             ctx.spawn(fut.into_actor(self).map(move |result, act, ctx| {

@@ -494,6 +494,20 @@ pub fn render_metrics(c: &Collected, out: &mut String) {
             "Number of NetworkPolicy rules in effect on this node (applied to an attached interface).",
             k.effective_rules,
         );
+        header(
+            out,
+            "antrea_vm_agent_rules_not_enforced",
+            "gauge",
+            "NetworkPolicy rules in effect on this node that are installed fail-closed instead of as written, by reason.",
+        );
+        for (reason, n) in &k.not_enforced {
+            sample(
+                out,
+                "antrea_vm_agent_rules_not_enforced",
+                &[("reason", reason.as_str())],
+                n,
+            );
+        }
         gauge(
             out,
             "antrea_vm_agent_address_group_count",
@@ -818,11 +832,20 @@ mod tests {
         assert!(!out.contains("antrea_vm_agent_controller_connected"));
         c.counts = Some(PolicyCounts {
             controller_connected: Some(false),
+            not_enforced: crate::policy::refuse::Reason::ALL
+                .into_iter()
+                .map(|r| (r, usize::from(r == crate::policy::refuse::Reason::L7Protocols)))
+                .collect(),
             ..PolicyCounts::default()
         });
         let mut out = String::new();
         render_metrics(&c, &mut out);
         assert!(out.contains("antrea_vm_agent_controller_connected 0\n"));
+        assert!(
+            out.contains("antrea_vm_agent_rules_not_enforced{reason=\"l7_protocols\"} 1\n"),
+            "{out}"
+        );
+        assert!(out.contains("antrea_vm_agent_rules_not_enforced{reason=\"fqdns\"} 0\n"));
     }
 
     #[test]

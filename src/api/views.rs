@@ -111,10 +111,27 @@ pub struct RuleView {
     pub enable_logging: bool,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub log_label: String,
+    /// `HTTP GET /ok`, `TLS sni=api.example.com`, ...
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub l7_protocols: Vec<String>,
     /// The rule's counters summed over its installed flows; absent when the rule has no flows on
     /// this node or the switch could not be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<RuleCounters>,
+    /// On this node: `Enforced`, `NotEnforcedAsWritten` (installed fail-closed, see
+    /// `notEnforced`) or `NotApplied` (no applied-to member is an attached interface here).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub state: String,
+    /// Why the rule is not enforced as written, and what the agent does instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_enforced: Vec<String>,
+}
+
+/// [`RuleView::state`] values.
+pub mod rule_state {
+    pub const ENFORCED: &str = "Enforced";
+    pub const NOT_ENFORCED_AS_WRITTEN: &str = "NotEnforcedAsWritten";
+    pub const NOT_APPLIED: &str = "NotApplied";
 }
 
 /// One controlplane NetworkPolicy as the agent holds it.
@@ -313,7 +330,8 @@ pub fn tier_name(priority: i32) -> Option<&'static str> {
 }
 
 fn service_text(s: &ServiceMatch) -> String {
-    let mut out = s.protocol.as_str().to_string();
+    // A named port without a protocol takes each member's: shown as `ANY/name`.
+    let mut out = s.protocol.map_or("ANY", |p| p.as_str()).to_string();
     match &s.port {
         Some(PortMatch::Range(r)) if r.start == r.end => out.push_str(&format!("/{}", r.start)),
         Some(PortMatch::Range(r)) => out.push_str(&format!("/{}-{}", r.start, r.end)),
@@ -378,8 +396,27 @@ impl From<&cp::Rule> for RuleView {
             applied_to_groups: r.applied_to_groups.clone(),
             enable_logging: r.enable_logging,
             log_label: r.log_label.clone(),
+            l7_protocols: r.l7_protocols.iter().map(l7_text).collect(),
             stats: None,
+            state: String::new(),
+            not_enforced: Vec::new(),
         }
+    }
+}
+
+fn l7_text(l: &cp::L7Protocol) -> String {
+    match l {
+        cp::L7Protocol::Http { host, method, path } => {
+            let mut out = String::from("HTTP");
+            for (key, v) in [("host", host), ("method", method), ("path", path)] {
+                if !v.is_empty() {
+                    out.push_str(&format!(" {key}={v}"));
+                }
+            }
+            out
+        }
+        cp::L7Protocol::Tls { sni } if sni.is_empty() => "TLS".to_string(),
+        cp::L7Protocol::Tls { sni } => format!("TLS sni={sni}"),
     }
 }
 
@@ -452,7 +489,7 @@ mod tests {
     #[test]
     fn services_render_compactly() {
         let base = ServiceMatch {
-            protocol: Protocol::Tcp,
+            protocol: Some(Protocol::Tcp),
             port: None,
             src_ports: None,
             icmp_type: None,
@@ -467,7 +504,7 @@ mod tests {
         };
         assert_eq!(service_text(&one), "TCP/22");
         let range = ServiceMatch {
-            protocol: Protocol::Udp,
+            protocol: Some(Protocol::Udp),
             port: Some(PortMatch::Range(PortRange {
                 start: 6000,
                 end: 6010,
@@ -481,8 +518,13 @@ mod tests {
             ..base.clone()
         };
         assert_eq!(service_text(&named), "TCP/http");
+        let any_named = ServiceMatch {
+            protocol: None,
+            ..named
+        };
+        assert_eq!(service_text(&any_named), "ANY/http");
         let icmp = ServiceMatch {
-            protocol: Protocol::Icmp,
+            protocol: Some(Protocol::Icmp),
             icmp_type: Some(8),
             icmp_code: Some(0),
             ..base

@@ -152,33 +152,44 @@ pub fn policy_detail(p: &NetworkPolicyView) -> String {
         "ACTION",
         "PEERS",
         "SERVICES",
+        "STATE",
         "PACKETS",
         "BYTES",
         "SESSIONS",
     ]);
+    let mut notes = Vec::new();
     for (i, r) in p.rules.iter().enumerate() {
         let name = if r.name.is_empty() {
             format!("#{i}")
         } else {
             r.name.clone()
         };
-        let services = if r.services.is_empty() {
+        let mut services = if r.services.is_empty() {
             "any".to_string()
         } else {
             shorten(&r.services, 3)
         };
+        if !r.l7_protocols.is_empty() {
+            services.push_str(&format!(" ({})", shorten(&r.l7_protocols, 2)));
+        }
+        notes.extend(r.not_enforced.iter().map(|m| format!("{name}: {m}")));
+        let state = if r.state.is_empty() { "-" } else { &r.state };
         t.row(vec![
             name,
             r.direction.clone(),
             r.action.clone(),
             peers(r),
             services,
+            state.to_string(),
             counter(r.stats, |s| s.packets),
             counter(r.stats, |s| s.bytes),
             counter(r.stats, |s| s.sessions),
         ]);
     }
     out.push_str(&t.render());
+    for n in notes {
+        out.push_str(&format!("not enforced as written: {n}\n"));
+    }
     if let Some(e) = &p.stats_error {
         out.push_str(&format!("counters unavailable: {e}\n"));
     } else if p.effective_rules == 0 {
@@ -375,11 +386,14 @@ mod tests {
                 applied_to_groups: vec![],
                 enable_logging: false,
                 log_label: String::new(),
+                l7_protocols: vec![],
                 stats: Some(RuleCounters {
                     packets: 3,
                     bytes: 180,
                     sessions: 3,
                 }),
+                state: "Enforced".into(),
+                not_enforced: vec![],
             }],
             effective_rules: 1,
             stats_error: None,
@@ -390,7 +404,23 @@ mod tests {
             "{out}"
         );
         assert!(
-            out.contains("r1     In          Drop     10.0.0.0/8   TCP/22     3         180     3"),
+            out.contains(
+                "r1     In          Drop     10.0.0.0/8   TCP/22     Enforced   3         180     3"
+            ),
+            "{out}"
+        );
+        let mut l7 = p.clone();
+        l7.rules[0].action = "Allow".into();
+        l7.rules[0].l7_protocols = vec!["HTTP method=GET path=/ok".into()];
+        l7.rules[0].state = "NotEnforcedAsWritten".into();
+        l7.rules[0].not_enforced = vec!["rule \"r1\" (rules[0]): l7Protocols ...".into()];
+        let out = policy_detail(&l7);
+        assert!(
+            out.contains("TCP/22 (HTTP method=GET path=/ok)   NotEnforcedAsWritten"),
+            "{out}"
+        );
+        assert!(
+            out.contains("not enforced as written: r1: rule \"r1\" (rules[0]): l7Protocols ...\n"),
             "{out}"
         );
     }

@@ -29,13 +29,19 @@ pub fn node_key(namespace: &str, node_name: &str) -> String {
 }
 
 /// The body: this node realized the policy at `generation`. `realizationFailure` is always
-/// present; the agent never reports a failure (as the Go agent).
-pub fn status_body(name: &str, node_key: &str, generation: i64) -> Value {
+/// present: true, with `not_enforced` as the `message`, when some rule is installed fail-closed
+/// instead of as written (enforce or refuse: "realized" means enforced as written).
+pub fn status_body(name: &str, node_key: &str, generation: i64, not_enforced: Option<&str>) -> Value {
+    let mut node = json!({"nodeName": node_key, "generation": generation, "realizationFailure": false});
+    if let Some(message) = not_enforced {
+        node["realizationFailure"] = Value::Bool(true);
+        node["message"] = Value::String(message.to_owned());
+    }
     json!({
         "kind": "NetworkPolicyStatus",
         "apiVersion": "controlplane.antrea.io/v1beta2",
         "metadata": {"name": name},
-        "nodes": [{"nodeName": node_key, "generation": generation, "realizationFailure": false}],
+        "nodes": [node],
     })
 }
 
@@ -45,6 +51,8 @@ pub struct Post {
     pub name: String,
     pub uid: String,
     pub generation: i64,
+    /// The rules not enforced as written (the status `message`), if any.
+    pub not_enforced: Option<String>,
     pub epoch: u64,
 }
 
@@ -77,8 +85,8 @@ pub struct PosterSummary {
 pub struct StatusPoster {
     retry_min: Duration,
     epoch: Option<u64>,
-    /// uid → generation posted successfully in the current epoch.
-    posted: HashMap<String, i64>,
+    /// uid → generation (and failure message) posted successfully in the current epoch.
+    posted: HashMap<String, (i64, Option<String>)>,
     /// uid → what still has to be posted.
     pending: BTreeMap<String, Pending>,
     in_flight: usize,
@@ -123,7 +131,11 @@ impl StatusPoster {
         self.posted.retain(|uid, _| native.contains_key(uid.as_str()));
         self.pending.retain(|uid, _| native.contains_key(uid.as_str()));
         for (uid, p) in native {
-            if self.posted.get(uid) == Some(&p.generation) {
+            if self
+                .posted
+                .get(uid)
+                .is_some_and(|(g, m)| *g == p.generation && *m == p.not_enforced)
+            {
                 continue;
             }
             let keep = self
@@ -162,6 +174,7 @@ impl StatusPoster {
                 name: p.policy.name.clone(),
                 uid: p.policy.uid.clone(),
                 generation: p.generation(),
+                not_enforced: p.policy.not_enforced.clone(),
                 epoch: p.epoch,
             });
         }
@@ -179,16 +192,18 @@ impl StatusPoster {
         }
         // The pending entry may have been replaced meanwhile (new generation or epoch: it stays
         // and goes out on its own) or dropped (the policy is gone: nothing to remember).
-        let same = self
-            .pending
-            .get(&post.uid)
-            .is_some_and(|q| q.epoch == post.epoch && q.policy.generation == post.generation);
+        let same = self.pending.get(&post.uid).is_some_and(|q| {
+            q.epoch == post.epoch
+                && q.policy.generation == post.generation
+                && q.policy.not_enforced == post.not_enforced
+        });
         if !same {
             return None;
         }
         if ok {
             self.pending.remove(&post.uid);
-            self.posted.insert(post.uid.clone(), post.generation);
+            self.posted
+                .insert(post.uid.clone(), (post.generation, post.not_enforced.clone()));
             return None;
         }
         let backoff = {
@@ -240,6 +255,7 @@ mod tests {
             uid: uid.into(),
             generation,
             antrea_native: native,
+            not_enforced: None,
         }
     }
 
@@ -275,10 +291,39 @@ mod tests {
             status_body(
                 "5d5b6c7e-0f0a-4c43-9d61-2a1f9e3c4b10",
                 &node_key("vm-ns", "vm1"),
-                1
+                1,
+                None
             ),
             reference
         );
+        assert_eq!(
+            status_body("uid-1", "vm-ns/vm1", 2, Some("rules[0]: l7Protocols ...")),
+            json!({
+              "kind": "NetworkPolicyStatus",
+              "apiVersion": "controlplane.antrea.io/v1beta2",
+              "metadata": {"name": "uid-1"},
+              "nodes": [{"nodeName": "vm-ns/vm1", "generation": 2, "realizationFailure": true,
+                         "message": "rules[0]: l7Protocols ..."}]
+            })
+        );
+    }
+
+    #[test]
+    fn a_change_of_what_is_not_enforced_is_posted_again() {
+        let now = Instant::now();
+        let mut s = StatusPoster::new(Duration::from_secs(5));
+        s.realized(&realized(vec![policy("a", 1, true)], 1), now);
+        let posts = s.due(now);
+        s.finished(&posts[0], true, now);
+        let mut refused = policy("a", 1, true);
+        refused.not_enforced = Some("rules[0]: fqdns ...".into());
+        s.realized(&realized(vec![refused.clone()], 1), now);
+        let posts = s.due(now);
+        assert_eq!(posts.len(), 1);
+        assert_eq!(posts[0].not_enforced.as_deref(), Some("rules[0]: fqdns ..."));
+        s.finished(&posts[0], true, now);
+        s.realized(&realized(vec![refused], 1), now);
+        assert!(s.due(now).is_empty(), "posted once");
     }
 
     #[test]

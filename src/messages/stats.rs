@@ -16,6 +16,10 @@ pub struct PolicyGeneration {
     pub generation: i64,
     /// Antrea-native policies get a NetworkPolicyStatus; K8s NetworkPolicies do not.
     pub antrea_native: bool,
+    /// `None` when every rule is enforced as written; else the NetworkPolicyStatus `message`
+    /// naming each rule installed fail-closed and why (`realizationFailure: true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_enforced: Option<String>,
 }
 
 /// Flow installer → reporter: the rules published with `sync_epoch` are now in the switch, so

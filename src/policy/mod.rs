@@ -6,6 +6,7 @@ pub mod controlplane;
 pub mod flowset;
 pub mod pipeline;
 pub mod priority;
+pub mod refuse;
 pub mod resolve;
 pub mod rule;
 pub mod state_file;

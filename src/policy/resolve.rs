@@ -14,17 +14,21 @@ use crate::policy::controlplane::store::PolicyStore;
 use crate::policy::controlplane::validate::{
     self as cp, Action, Direction, MemberRef, Policy, PortMatch, Protocol, Rule, ServiceMatch,
 };
+use crate::policy::refuse::{self, NotEnforced};
 use crate::policy::rule::{
     self, applied_to_ips, applied_to_ports, ip_block_cidrs, CompiledRuleInput, LocalInterface, Peer, RuleId,
     Service, DEFAULT_TIER_PRIORITY,
 };
 
-/// The rules that apply on this node, and what could not be used (one line per problem, naming
-/// the policy and rule).
+/// The rules that apply on this node, what could not be used (one line per problem, naming
+/// the policy and rule), and the rules installed fail-closed instead of as written.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Resolved {
     pub rules: Vec<CompiledRuleInput>,
     pub warnings: Vec<String>,
+    /// Rules that apply here but are not enforced as written (see [`crate::policy::refuse`]), by
+    /// policy name then rule.
+    pub not_enforced: Vec<NotEnforced>,
 }
 
 /// Resolves every policy in `store` against the `interfaces` attached here.
@@ -50,13 +54,34 @@ pub struct ResolvedView {
     pub rules: Arc<[Arc<CompiledRuleInput>]>,
     /// What could not be used, policy by policy in name order.
     pub warnings: Vec<String>,
-    /// Per policy name: its rules and warnings.
-    per_policy: BTreeMap<String, (Vec<Arc<CompiledRuleInput>>, Vec<String>)>,
+    /// Per policy name: its rules, warnings and rules not enforced as written.
+    per_policy: BTreeMap<String, PolicyResolution>,
+}
+
+/// One policy's share of a [`ResolvedView`].
+#[derive(Clone, Debug, Default)]
+struct PolicyResolution {
+    rules: Vec<Arc<CompiledRuleInput>>,
+    warnings: Vec<String>,
+    not_enforced: Vec<NotEnforced>,
 }
 
 impl ResolvedView {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The rules of the policy named `policy` (controlplane name) that apply here but are not
+    /// enforced as written, sorted by rule.
+    pub fn not_enforced(&self, policy: &str) -> &[NotEnforced] {
+        self.per_policy
+            .get(policy)
+            .map_or(&[], |p| p.not_enforced.as_slice())
+    }
+
+    /// Every rule not enforced as written, policy by policy in name order.
+    pub fn all_not_enforced(&self) -> impl Iterator<Item = &NotEnforced> {
+        self.per_policy.values().flat_map(|p| p.not_enforced.iter())
     }
 
     /// Resolves the policies named in `affected` again (every policy if `None`: first use, or
@@ -85,7 +110,11 @@ impl ResolvedView {
             if let Some(policy) = store.policy(&name) {
                 resolve_policy(store, policy, &local, &mut out);
             }
-            let (old_rules, old_warnings) = old.unwrap_or_default();
+            let PolicyResolution {
+                rules: old_rules,
+                warnings: old_warnings,
+                ..
+            } = old.unwrap_or_default();
             warnings_changed |= old_warnings != out.warnings;
             let mut kept = 0;
             // Built into a fresh vector: collecting from `out.rules.into_iter()` would reuse
@@ -104,15 +133,22 @@ impl ResolvedView {
                     }),
             );
             changed |= kept != rules.len() || kept != old_rules.len();
-            if !rules.is_empty() || !out.warnings.is_empty() {
-                self.per_policy.insert(name, (rules, out.warnings));
+            if !rules.is_empty() || !out.warnings.is_empty() || !out.not_enforced.is_empty() {
+                self.per_policy.insert(
+                    name,
+                    PolicyResolution {
+                        rules,
+                        warnings: out.warnings,
+                        not_enforced: out.not_enforced,
+                    },
+                );
             }
         }
         if changed {
             let mut all: Vec<(&Arc<CompiledRuleInput>, &str)> = self
                 .per_policy
                 .iter()
-                .flat_map(|(name, (rules, _))| rules.iter().map(move |r| (r, name.as_str())))
+                .flat_map(|(name, p)| p.rules.iter().map(move |r| (r, name.as_str())))
                 .collect();
             // Stable: rules with the same id stay in policy name order, as in `resolve`.
             all.sort_by(|a, b| a.0.id.cmp(&b.0.id).then_with(|| a.1.cmp(b.1)));
@@ -122,7 +158,7 @@ impl ResolvedView {
             self.warnings = self
                 .per_policy
                 .values()
-                .flat_map(|(_, w)| w.iter().cloned())
+                .flat_map(|p| p.warnings.iter().cloned())
                 .collect();
         }
         changed
@@ -187,11 +223,15 @@ fn resolve_policy(
             // Not for this node (or its members are not attached yet).
             continue;
         }
-        if !rule.peer.fqdns.is_empty() || !rule.peer.to_services.is_empty() {
-            out.warnings.push(format!(
-                "{}: fqdns and toServices peers are not supported yet; those peers are ignored",
-                what()
-            ));
+        // Enforce or refuse: what cannot be enforced as written is installed fail-closed (the
+        // peers and services it cannot identify match nothing, an L7 rule drops) and reported.
+        for (reason, text) in refuse::reasons(rule) {
+            out.not_enforced.push(NotEnforced {
+                policy: policy.name.clone(),
+                rule_index: i,
+                reason,
+                message: format!("{}: {text}", refuse::rule_label(rule, i)),
+            });
         }
         let rule_priority = i32::try_from(rule.priority).unwrap_or(i32::MAX);
         let direction = match rule.direction {
@@ -208,7 +248,7 @@ fn resolve_policy(
             policy: reference.clone(),
             rule_name: rule.name.clone(),
             direction,
-            action: match rule.action {
+            action: match refuse::installed_action(rule) {
                 Action::Allow => rule::RuleAction::Allow,
                 Action::Drop => rule::RuleAction::Drop,
                 Action::Reject => rule::RuleAction::Reject,
@@ -280,7 +320,7 @@ fn split_by_named_ports<'t, 'a>(
             targets: targets.iter().collect(),
             peers: peer_addresses(store, rule, what, warnings),
             // Without named ports nothing can be unresolved.
-            services: services(rule, &[], what, warnings, &mut BTreeSet::new()),
+            services: services(rule, &[], &mut BTreeSet::new()),
             services_key: String::new(),
         });
         return splits;
@@ -289,7 +329,7 @@ fn split_by_named_ports<'t, 'a>(
         Direction::In => {
             let peers = peer_addresses(store, rule, what, warnings);
             let members = targets.iter().map(|t| (t.ports.clone(), t));
-            let (groups, unresolved) = group_by_services(rule, members, what, warnings);
+            let (groups, unresolved) = group_by_services(rule, members);
             for (svc, ts) in groups {
                 splits.push(Split {
                     targets: ts,
@@ -315,7 +355,7 @@ fn split_by_named_ports<'t, 'a>(
             if !rule.peer.ip_blocks.is_empty() {
                 members.push((Vec::new(), ip_blocks(rule).into_iter().map(Peer::Cidr).collect()));
             }
-            let (groups, unresolved) = group_by_services(rule, members, what, warnings);
+            let (groups, unresolved) = group_by_services(rule, members);
             for (svc, peers) in groups {
                 let peers: BTreeSet<Peer> = peers.into_iter().flatten().collect();
                 splits.push(Split {
@@ -335,35 +375,23 @@ fn split_by_named_ports<'t, 'a>(
 type ByServices<T> = BTreeMap<Option<Vec<Service>>, Vec<T>>;
 
 /// Groups `members` (each with the named ports it declares) by the services the rule resolves
-/// to against those ports, and finds the named ports no member declares. Each distinct
-/// service warning is reported once, not per member.
+/// to against those ports, and finds the named ports no member declares.
 fn group_by_services<'r, 'p, T>(
     rule: &'r Rule,
     members: impl IntoIterator<Item = (Vec<&'p cp::MemberPort>, T)>,
-    what: &dyn Fn() -> String,
-    warnings: &mut Vec<String>,
 ) -> (ByServices<T>, BTreeSet<&'r str>) {
     let mut groups: ByServices<T> = BTreeMap::new();
     let mut resolved_somewhere = BTreeSet::new();
-    let mut service_warnings = Vec::new();
     for (ports, member) in members {
         let mut missing = BTreeSet::new();
-        let svc = services(rule, &ports, what, &mut service_warnings, &mut missing);
+        let svc = services(rule, &ports, &mut missing);
         resolved_somewhere.extend(named_ports(rule).filter(|n| !missing.contains(*n)));
         groups.entry(svc).or_default().push(member);
     }
-    push_once(warnings, service_warnings);
     let unresolved = named_ports(rule)
         .filter(|n| !resolved_somewhere.contains(*n))
         .collect();
     (groups, unresolved)
-}
-
-/// Appends `new` to `warnings`, each distinct line once (the same service is resolved once per
-/// member).
-fn push_once(warnings: &mut Vec<String>, new: Vec<String>) {
-    let mut seen = BTreeSet::new();
-    warnings.extend(new.into_iter().filter(|w| seen.insert(w.clone())));
 }
 
 /// The names of the named ports a rule's services use.
@@ -515,12 +543,12 @@ fn ip_blocks(rule: &Rule) -> Vec<ipnet::IpNet> {
 }
 
 /// The rule's services with numeric ports; named ports are resolved against `ports` (a name
-/// that resolves to nothing leaves that service out, and is added to `unresolved`).
+/// that resolves to nothing leaves that service out, and is added to `unresolved`). A named port
+/// without a protocol takes the protocol each port of that name declares. An IGMP service
+/// matches nothing (reported by [`refuse::reasons`]).
 fn services<'r>(
     rule: &'r Rule,
     ports: &[&cp::MemberPort],
-    what: &dyn Fn() -> String,
-    warnings: &mut Vec<String>,
     unresolved: &mut BTreeSet<&'r str>,
 ) -> Option<Vec<Service>> {
     if rule.services.is_empty() {
@@ -528,16 +556,15 @@ fn services<'r>(
     }
     let mut out = BTreeSet::new();
     for s in &rule.services {
-        let Some(protocol) = protocol(s.protocol) else {
-            warnings.push(format!(
-                "{}: protocol {:?} is not supported on a VM; service ignored",
-                what(),
-                s.protocol
-            ));
-            continue;
+        let protocol = match s.protocol {
+            None => None,
+            Some(p) => match protocol(p) {
+                Some(p) => Some(p),
+                None => continue,
+            },
         };
         let base = Service {
-            protocol,
+            protocol: protocol.unwrap_or_default(),
             src_port: s.src_ports.map(|r| r.start),
             src_end_port: s.src_ports.filter(|r| r.end > r.start).map(|r| r.end),
             icmp_type: s.icmp_type,
@@ -560,7 +587,8 @@ fn services<'r>(
                 if resolved.is_empty() {
                     unresolved.insert(name.as_str());
                 }
-                out.extend(resolved.into_iter().map(|port| Service {
+                out.extend(resolved.into_iter().map(|(protocol, port)| Service {
+                    protocol,
                     port: Some(port),
                     ..base
                 }));
@@ -570,11 +598,14 @@ fn services<'r>(
     Some(out.into_iter().collect())
 }
 
-fn named_port(s: &ServiceMatch, name: &str, ports: &[&cp::MemberPort]) -> BTreeSet<u16> {
+/// The (protocol, number) pairs a member's ports give the named port `name` of service `s`: the
+/// ports of that name with the service's protocol, or of any protocol when the service has none
+/// (Antrea's `resolveService`).
+fn named_port(s: &ServiceMatch, name: &str, ports: &[&cp::MemberPort]) -> BTreeSet<(rule::Protocol, u16)> {
     ports
         .iter()
-        .filter(|p| p.name == name && p.protocol == s.protocol)
-        .map(|p| p.port)
+        .filter(|p| p.name == name && s.protocol.is_none_or(|want| p.protocol == want))
+        .filter_map(|p| Some((protocol(p.protocol)?, p.port)))
         .collect()
 }
 
@@ -836,6 +867,145 @@ rules:
             resolved.warnings[0].contains("AddressGroup missing is unknown"),
             "{:?}",
             resolved.warnings
+        );
+    }
+
+    const REFUSED: &str = "\
+kind: AppliedToGroup
+metadata: {name: atg}
+groupMembers:
+- externalEntity: {name: vm1-a, namespace: vm-ns}
+  ports: [{name: mdns, port: 5353, protocol: UDP}, {name: web, port: 8080}]
+---
+kind: NetworkPolicy
+metadata: {name: uid-r, uid: uid-r}
+sourceRef: {type: AntreaClusterNetworkPolicy, name: refused, uid: uid-r}
+appliedToGroups: [atg]
+rules:
+- direction: In
+  name: allow-ok
+  from: {ipBlocks: [{cidr: 0.0.0.0/0}]}
+  services: [{protocol: TCP, port: 8080}]
+  l7Protocols: [{http: {method: GET, path: /ok}}]
+  action: Allow
+- direction: In
+  name: drop-mdns
+  services: [{port: mdns}, {port: web}]
+  from: {ipBlocks: [{cidr: 10.0.0.0/8}], labelIdentities: [3]}
+  action: Drop
+  priority: 1
+- direction: Out
+  name: to-names
+  to: {fqdns: [db.example.com], ipBlocks: [{cidr: 192.168.1.0/24}]}
+  action: Allow
+- direction: Out
+  name: to-svc
+  to: {toServices: [{namespace: ns, name: svc}]}
+  action: Reject
+  priority: 1
+- direction: In
+  name: igmp
+  from: {ipBlocks: [{cidr: 10.0.0.0/8}]}
+  services: [{protocol: IGMP}]
+  action: Drop
+  priority: 2
+";
+
+    #[test]
+    fn rules_that_cannot_be_enforced_as_written_are_installed_fail_closed_and_reported() {
+        let store = store(REFUSED);
+        let resolved = resolve(&store, &[iface("eth0", 3, &["10.99.0.2"], "vm1-a")]);
+        assert!(resolved.warnings.is_empty(), "{:?}", resolved.warnings);
+        let by_name = |n: &str| {
+            resolved
+                .rules
+                .iter()
+                .find(|r| r.rule_name == n)
+                .unwrap_or_else(|| panic!("rule {n}"))
+        };
+        // L7 Allow: its L3/L4 part drops.
+        let l7 = by_name("allow-ok");
+        assert_eq!(l7.action, rule::RuleAction::Drop);
+        assert_eq!(l7.services, Some(vec![Service::port(rule::Protocol::Tcp, 8080)]));
+        // Named ports without a protocol take the member's: UDP 5353 and TCP 8080; the label
+        // identity adds no source, the ipBlock stays.
+        let named = by_name("drop-mdns");
+        assert_eq!(named.action, rule::RuleAction::Drop);
+        assert_eq!(
+            named.services,
+            Some(vec![
+                Service::port(rule::Protocol::Tcp, 8080),
+                Service::port(rule::Protocol::Udp, 5353)
+            ])
+        );
+        assert_eq!(named.id.services_key, "tcp:8080,udp:5353");
+        assert_eq!(named.from, vec![Peer::Cidr("10.0.0.0/8".parse().expect("cidr"))]);
+        // FQDN peers match nothing: only the ipBlock is allowed.
+        assert_eq!(
+            by_name("to-names").to,
+            vec![Peer::Cidr("192.168.1.0/24".parse().expect("cidr"))]
+        );
+        // toServices alone: the Reject has no destination (inert), reported.
+        assert!(by_name("to-svc").to.is_empty());
+        // IGMP matches nothing.
+        assert_eq!(by_name("igmp").services, Some(vec![]));
+        let reasons: Vec<(usize, refuse::Reason)> = resolved
+            .not_enforced
+            .iter()
+            .map(|n| (n.rule_index, n.reason))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                (0, refuse::Reason::L7Protocols),
+                (1, refuse::Reason::LabelIdentities),
+                (2, refuse::Reason::Fqdns),
+                (3, refuse::Reason::ToServices),
+                (4, refuse::Reason::Igmp),
+            ]
+        );
+        assert_eq!(
+            resolved.not_enforced[0].message,
+            "rule \"allow-ok\" (rules[0]): l7Protocols (HTTP/TLS inspection) are not supported on a VM \
+             (no L7 engine): all the traffic its ports and peers match is dropped"
+        );
+        // Not applied here: nothing to report.
+        assert!(resolve(&store, &[]).not_enforced.is_empty());
+        // The incremental view reports the same, per policy.
+        let mut view = ResolvedView::new();
+        view.update(&store, &[iface("eth0", 3, &["10.99.0.2"], "vm1-a")], None);
+        assert_eq!(view.not_enforced("uid-r"), resolved.not_enforced.as_slice());
+        assert_eq!(view.all_not_enforced().count(), 5);
+    }
+
+    #[test]
+    fn a_named_port_without_protocol_resolves_per_member_protocol() {
+        let store = store(
+            "kind: AppliedToGroup\nmetadata: {name: atg}\ngroupMembers:\n\
+             - externalEntity: {name: a, namespace: vm-ns}\n  ports: [{name: dns, port: 53, protocol: UDP}]\n\
+             - externalEntity: {name: b, namespace: vm-ns}\n  ports: [{name: dns, port: 5353, protocol: TCP}]\n---\n\
+             kind: NetworkPolicy\nmetadata: {name: p, uid: p}\nappliedToGroups: [atg]\n\
+             rules: [{direction: In, services: [{port: dns}, {protocol: UDP, port: dns}], action: Drop}]\n",
+        );
+        let resolved = resolve(
+            &store,
+            &[
+                iface("eth0", 1, &["10.0.0.1"], "a"),
+                iface("eth1", 2, &["10.0.0.2"], "b"),
+            ],
+        );
+        let got: Vec<_> = resolved
+            .rules
+            .iter()
+            .map(|r| (r.id.services_key.as_str(), r.to.clone()))
+            .collect();
+        // a: UDP 53 (both services); b: TCP 5353 only (the UDP one does not resolve for it).
+        assert_eq!(
+            got,
+            [
+                ("tcp:5353", vec![Peer::OfPort(2)]),
+                ("udp:53", vec![Peer::OfPort(1)])
+            ]
         );
     }
 

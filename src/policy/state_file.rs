@@ -65,11 +65,13 @@ pub struct StateError {
     pub problems: Vec<String>,
 }
 
-/// The result of compiling a state: the flows, and warnings about rules that could not be used.
+/// The result of compiling a state: the flows, warnings about rules that could not be used, and
+/// the rules installed fail-closed instead of as written (one line each, naming the policy).
 #[derive(Debug, Default)]
 pub struct CompiledState {
     pub flows: Vec<String>,
     pub warnings: Vec<String>,
+    pub not_enforced: Vec<String>,
 }
 
 /// Compiles a state document (YAML or JSON text).
@@ -155,9 +157,15 @@ pub fn compile_state(text: &str) -> Result<CompiledState, StateError> {
             .then(b.priority.cmp(&a.priority))
             .then(a.cmp(b))
     });
+    let not_enforced = resolved
+        .not_enforced
+        .iter()
+        .map(|n| format!("NetworkPolicy {}: {}", n.policy, n.message))
+        .collect();
     Ok(CompiledState {
         flows: sorted.iter().map(|f| render_flow(f, &names)).collect(),
         warnings,
+        not_enforced,
     })
 }
 
@@ -253,6 +261,78 @@ networkPolicies:
         let mut expected = keys.clone();
         expected.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
         assert_eq!(keys, expected);
+    }
+
+    /// A state with one rule (`RULE` replaced) applied to eth0, whose ExternalEntity declares
+    /// `mdns` as UDP 5353.
+    fn one_rule_state(rule: &str) -> String {
+        format!(
+            "
+interfaces:
+- {{name: eth0, ofport: 3, uplinkOfport: 2, ips: [10.99.0.2], externalEntity: {{namespace: vm-ns, name: vm1-3e616}}}}
+appliedToGroups:
+- metadata: {{name: atg}}
+  groupMembers: [{{externalEntity: {{namespace: vm-ns, name: vm1-3e616}}, ports: [{{name: mdns, port: 5353, protocol: UDP}}]}}]
+networkPolicies:
+- metadata: {{name: uid-1, uid: uid-1}}
+  sourceRef: {{type: AntreaClusterNetworkPolicy, name: np, uid: uid-1}}
+  appliedToGroups: [atg]
+  priority: 5
+  tierPriority: 250
+  rules:
+  - {rule}
+"
+        )
+    }
+
+    #[test]
+    fn rules_not_enforced_as_written_compile_fail_closed() {
+        // An L7 Allow compiles to the flows of the same rule written as a Drop, and is reported.
+        let l7 = compile_state(&one_rule_state(
+            "{direction: In, name: allow-ok, from: {ipBlocks: [{cidr: 0.0.0.0/0}]}, services: [{protocol: TCP, port: 8080}], \
+             l7Protocols: [{http: {method: GET, path: /ok}}], action: Allow}",
+        ))
+        .expect("valid");
+        let drop = compile_state(&one_rule_state(
+            "{direction: In, name: allow-ok, from: {ipBlocks: [{cidr: 0.0.0.0/0}]}, services: [{protocol: TCP, port: 8080}], action: Drop}",
+        ))
+        .expect("valid");
+        assert_eq!(l7.flows, drop.flows);
+        assert!(drop.not_enforced.is_empty());
+        assert_eq!(l7.not_enforced.len(), 1);
+        assert!(
+            l7.not_enforced[0].starts_with("NetworkPolicy uid-1: rule \"allow-ok\" (rules[0]): l7Protocols"),
+            "{:?}",
+            l7.not_enforced
+        );
+
+        // An FQDN peer next to an ipBlock: the flows of the ipBlock alone, reported.
+        let fqdn = compile_state(&one_rule_state(
+            "{direction: Out, to: {fqdns: [db.example.com], ipBlocks: [{cidr: 192.168.1.0/24}]}, action: Allow}",
+        ))
+        .expect("valid");
+        let ip_only = compile_state(&one_rule_state(
+            "{direction: Out, to: {ipBlocks: [{cidr: 192.168.1.0/24}]}, action: Allow}",
+        ))
+        .expect("valid");
+        assert_eq!(fqdn.flows, ip_only.flows);
+        assert!(fqdn.not_enforced[0].contains("fqdns peers (db.example.com) are not supported yet"));
+
+        // A named port without a protocol takes the member's UDP.
+        let named = compile_state(&one_rule_state(
+            "{direction: In, from: {ipBlocks: [{cidr: 10.0.0.0/8}]}, services: [{port: mdns}], action: Drop}",
+        ))
+        .expect("valid");
+        assert!(named.warnings.is_empty() && named.not_enforced.is_empty());
+        assert!(
+            named
+                .flows
+                .iter()
+                .any(|f| f.contains("udp,tp_dst=5353") && f.contains("conjunction(")),
+            "{:#?}",
+            named.flows
+        );
+        assert!(!named.flows.iter().any(|f| f.contains("tcp,tp_dst=5353")));
     }
 
     #[test]

@@ -2,13 +2,15 @@
 //! and groups it holds (as API views), and the counts upstream exports as metrics. A child module
 //! so the handlers can read the cache's fields; they never change them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use actix::{Context, Handler, Message};
 
 use super::PolicyCache;
-use crate::api::views::{GroupView, NetworkPolicyView};
+use crate::api::views::{rule_state, GroupView, NetworkPolicyView};
 use crate::policy::controlplane::Direction;
+use crate::policy::refuse::Reason;
+use crate::policy::rule;
 
 /// The NetworkPolicies the cache holds, sorted by name; with `name`, only those it designates
 /// (controlplane name, UID, source name or `namespace/name`).
@@ -44,6 +46,9 @@ pub struct PolicyCounts {
     pub applied_to_groups: usize,
     /// Rules in effect on this node.
     pub effective_rules: usize,
+    /// Rules in effect on this node but installed fail-closed instead of as written, by reason
+    /// (every reason present, 0 included; a rule with two reasons counts under both).
+    pub not_enforced: BTreeMap<Reason, usize>,
     /// Whether the policy source delivered its first complete view.
     pub policies_known: bool,
     /// Every antrea-controller watch connected; `None` for a source without connections.
@@ -63,12 +68,22 @@ impl PolicyCache {
         }
         counts
     }
+
+    /// The controlplane rules in effect here, as (policy UID, direction, index in direction).
+    fn effective_rule_keys(&self) -> BTreeSet<(&str, rule::Direction, i32)> {
+        self.resolved
+            .iter()
+            .flat_map(|r| r.rules.iter())
+            .map(|r| (r.policy.uid.as_str(), r.direction, r.rule_priority))
+            .collect()
+    }
 }
 
 impl Handler<GetNetworkPolicies> for PolicyCache {
     type Result = actix::MessageResult<GetNetworkPolicies>;
     fn handle(&mut self, msg: GetNetworkPolicies, _: &mut Context<Self>) -> Self::Result {
         let effective = self.effective_rules_by_uid();
+        let effective_keys = self.effective_rule_keys();
         let views = self
             .store
             .policies()
@@ -80,7 +95,32 @@ impl Handler<GetNetworkPolicies> for PolicyCache {
                     .map(|s| s.uid.as_str())
                     .filter(|u| !u.is_empty())
                     .unwrap_or(p.uid.as_str());
-                NetworkPolicyView::from_policy(p, effective.get(uid).copied().unwrap_or(0))
+                let mut view = NetworkPolicyView::from_policy(p, effective.get(uid).copied().unwrap_or(0));
+                let not_enforced = self
+                    .resolved
+                    .as_ref()
+                    .map_or(&[][..], |r| r.not_enforced(&p.name));
+                for (i, (rule, rv)) in p.rules.iter().zip(view.rules.iter_mut()).enumerate() {
+                    let direction = match rule.direction {
+                        Direction::In => rule::Direction::In,
+                        Direction::Out => rule::Direction::Out,
+                    };
+                    let index = i32::try_from(rule.priority).unwrap_or(i32::MAX);
+                    rv.not_enforced = not_enforced
+                        .iter()
+                        .filter(|n| n.rule_index == i)
+                        .map(|n| n.message.clone())
+                        .collect();
+                    rv.state = if !rv.not_enforced.is_empty() {
+                        rule_state::NOT_ENFORCED_AS_WRITTEN
+                    } else if effective_keys.contains(&(uid, direction, index)) {
+                        rule_state::ENFORCED
+                    } else {
+                        rule_state::NOT_APPLIED
+                    }
+                    .to_string();
+                }
+                view
             })
             .filter(|v| msg.name.as_deref().is_none_or(|n| v.is_named(n)))
             .collect();
@@ -116,10 +156,14 @@ impl Handler<GetPolicyCounts> for PolicyCache {
             address_groups: self.store.address_groups().count(),
             applied_to_groups: self.store.applied_to_groups().count(),
             effective_rules: self.resolved.as_ref().map_or(0, |r| r.rules.len()),
+            not_enforced: Reason::ALL.into_iter().map(|r| (r, 0)).collect(),
             policies_known: self.policies_known,
             controller_connected: self.controller_connected(),
             ..PolicyCounts::default()
         };
+        for n in self.resolved.iter().flat_map(|r| r.all_not_enforced()) {
+            *counts.not_enforced.entry(n.reason).or_insert(0) += 1;
+        }
         for p in self.store.policies() {
             counts.network_policies += 1;
             for r in &p.rules {

@@ -8,7 +8,8 @@
 //! 1-65535, `endPort >= port`, ranges only on numbered ports, port fields only for TCP/UDP/SCTP,
 //! ICMP/IGMP fields only for their protocol; rule peers on the side their direction reads; group
 //! members with exactly one reference. Views normalise: IPv4-mapped addresses become IPv4,
-//! networks have host bits cleared, an absent protocol is TCP and an absent action Allow.
+//! networks have host bits cleared, an absent protocol is TCP (except with a named port, where it
+//! stays unset: the member's declared port gives it, as in Antrea) and an absent action Allow.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -366,7 +367,10 @@ pub enum PortMatch {
 /// ICMP, `igmp_type`/`group_address` only for IGMP.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ServiceMatch {
-    pub protocol: Protocol,
+    /// `None` only for a named port without a protocol (as antrea-controller sends AdminNetworkPolicy
+    /// and BaselineAdminNetworkPolicy named ports): the protocol is the one each member declares
+    /// for that name.
+    pub protocol: Option<Protocol>,
     /// `None` = every port.
     pub port: Option<PortMatch>,
     /// Source ports (`srcPort`..`srcEndPort`); `None` = any.
@@ -747,7 +751,10 @@ pub fn is_valid_port_name(name: &str) -> bool {
 
 fn service(p: &mut Problems, path: &str, s: &Service) -> Option<ServiceMatch> {
     let before = p.0.len();
+    let named_port = matches!(s.port, Some(IntOrString::Str(_)));
     let protocol = match s.protocol.as_deref() {
+        // A named port without a protocol takes the member's (resolved per member).
+        None if named_port => None,
         None => Some(Protocol::Tcp),
         Some(text) => Protocol::parse(text).or_else(|| {
             p.add(
@@ -877,7 +884,9 @@ fn service(p: &mut Problems, path: &str, s: &Service) -> Option<ServiceMatch> {
             }
         },
     };
-    let protocol = protocol?;
+    if s.protocol.is_some() && protocol.is_none() {
+        return None;
+    }
     (p.0.len() == before).then_some(ServiceMatch {
         protocol,
         port,
@@ -1166,7 +1175,7 @@ mod tests {
                     ..Peer::default()
                 },
                 services: vec![ServiceMatch {
-                    protocol: Protocol::Tcp,
+                    protocol: Some(Protocol::Tcp),
                     port: Some(PortMatch::Range(PortRange { start: 22, end: 22 })),
                     src_ports: None,
                     icmp_type: None,
@@ -1214,7 +1223,7 @@ mod tests {
                 end: 9000
             }))
         );
-        assert_eq!(allow_web.services[1].protocol, Protocol::Icmp);
+        assert_eq!(allow_web.services[1].protocol, Some(Protocol::Icmp));
         assert_eq!(
             (allow_web.services[1].icmp_type, allow_web.services[1].icmp_code),
             (Some(8), Some(0))
@@ -1418,10 +1427,13 @@ mod tests {
             {"port": "http"},
             {"protocol": "SCTP", "port": 1, "endPort": 65535, "srcPort": 1024, "srcEndPort": 2048},
             {"protocol": "IGMP", "igmpType": 22, "groupAddress": "224.0.0.251"},
+            {"port": 22},
         ]}))])))
         .unwrap();
         let s = &ok.rules[0].services;
-        assert_eq!(s[0].protocol, Protocol::Tcp);
+        // A named port without a protocol takes the member's; a numbered one is TCP.
+        assert_eq!(s[0].protocol, None);
+        assert_eq!(s[3].protocol, Some(Protocol::Tcp));
         assert_eq!(s[0].port, Some(PortMatch::Named("http".into())));
         assert_eq!(
             s[1].port,
