@@ -125,6 +125,38 @@ impl Lab {
         self.tcp_check(false, ip, port)
     }
 
+    /// UDP from the outside host to the VM: a `nc -u -l` in the VM on `ip:port`, two datagrams
+    /// with a token from the outside host. True if a token arrived within 2 s.
+    pub fn udp_from_ext(&self, ip: &str, port: u16) -> bool {
+        let out_path = self.unique_path("udp", "out");
+        let out = std::fs::File::create(&out_path).expect("create the nc output file");
+        let mut server = self.ns_command(self.vm_ns(), "nc");
+        server.args(["-u", "-l", "-n", ip, &port.to_string()]);
+        server.stdin(Stdio::null()).stdout(out).stderr(Stdio::null());
+        let mut server = server.spawn().expect("start nc -u -l");
+        let listen_check = format!("ss -Hlunp 'sport = :{port}' | grep -q 'pid={},'", server.id());
+        if !poll_until(Duration::from_secs(10), || {
+            self.vm(&listen_check).status.success()
+        }) {
+            let _ = server.kill();
+            let _ = server.wait();
+            panic!("nc did not start listening on UDP {ip} port {port}");
+        }
+        let token = format!("avm-udp-{:08x}", rand::random::<u32>());
+        for _ in 0..2 {
+            self.ext(&format!(
+                "printf '%s\\n' '{token}' | timeout 2 nc -u -n -w 0 '{ip}' {port}"
+            ));
+        }
+        let received = poll_until(Duration::from_secs(2), || {
+            std::fs::read_to_string(&out_path).is_ok_and(|t| t.contains(&token))
+        });
+        let _ = server.kill();
+        let _ = server.wait();
+        let _ = std::fs::remove_file(&out_path);
+        received
+    }
+
     fn tcp_check(&self, server_in_vm: bool, ip: &str, port: u16) -> bool {
         let (server_ns, client_ns) = if server_in_vm {
             (self.vm_ns().to_string(), self.ext_ns().to_string())
