@@ -374,3 +374,116 @@ async fn metrics_over_tls_require_the_bearer_token() {
     assert_eq!(w.get_api("/metrics").await.status, 200);
     w.shutdown().await;
 }
+
+/// Enforce or refuse through the real policy cache: rules it cannot enforce as written are
+/// installed fail-closed, shown per rule on `/networkpolicies`, counted by reason on `/metrics`,
+/// and a change of them reaches the API at once; a named port without a protocol takes the
+/// member's.
+#[actix_rt::test]
+async fn rules_not_enforced_as_written_are_reported_by_the_policy_cache() {
+    let w = start(ListenerSetup::default());
+    w.source.set(external_node());
+    let ee = antrea_vm_agent::k8s::external_node::external_entity_name("vm1", "eth0");
+    let policy = |extra_rule: &str| {
+        format!(
+            "apiVersion: controlplane.antrea.io/v1beta2\nkind: AppliedToGroup\nmetadata: {{name: atg-vm1}}\n\
+             groupMembers: [{{externalEntity: {{name: {ee}, namespace: vm-ns}}, \
+             ports: [{{name: mdns, port: 5353, protocol: UDP}}]}}]\n---\n\
+             apiVersion: controlplane.antrea.io/v1beta2\nkind: NetworkPolicy\nmetadata: {{name: uid-web, uid: uid-web}}\n\
+             sourceRef: {{type: AntreaNetworkPolicy, namespace: vm-ns, name: web, uid: uid-web}}\n\
+             appliedToGroups: [atg-vm1]\npriority: 5\ntierPriority: 250\nrules:\n\
+             - {{direction: In, name: allow-ok, from: {{ipBlocks: [{{cidr: 10.0.0.0/8}}]}}, \
+             services: [{{protocol: TCP, port: 8080}}], l7Protocols: [{{http: {{method: GET, path: /ok}}}}], action: Allow, priority: 0}}\n\
+             - {{direction: In, name: drop-mdns, from: {{ipBlocks: [{{cidr: 10.0.0.0/8}}]}}, \
+             services: [{{port: mdns}}], action: Drop, priority: 1}}\n{extra_rule}"
+        )
+    };
+    w.write_policies(&policy(
+        "- {direction: Out, name: to-db, to: {fqdns: [db.example.com]}, action: Allow, priority: 0}\n",
+    ));
+    eventually("ready", || w.ready()).await;
+    eventually("three rules effective", || async {
+        let a = w.get_api("/networkpolicies").await;
+        a.status == 200 && a.json()[0]["effectiveRules"] == 3
+    })
+    .await;
+    let j = w.get_api("/networkpolicies").await.json();
+    let rules = &j[0]["rules"];
+    assert_eq!(rules[0]["state"], "NotEnforcedAsWritten", "{j}");
+    assert_eq!(rules[0]["l7Protocols"][0], "HTTP method=GET path=/ok", "{j}");
+    assert_eq!(rules[1]["state"], "Enforced", "{j}");
+    assert_eq!(rules[1]["services"][0], "ANY/mdns", "{j}");
+    assert_eq!(rules[2]["state"], "NotEnforcedAsWritten", "{j}");
+    assert!(
+        rules[2]["notEnforced"][0]
+            .as_str()
+            .is_some_and(|m| m.starts_with("rule \"to-db\" (rules[2]): fqdns peers (db.example.com)")),
+        "{j}"
+    );
+    let metrics = series(&w.get_tcp("/metrics", &[]).await.body);
+    assert_eq!(
+        metrics
+            .get("antrea_vm_agent_rules_not_enforced{reason=\"l7_protocols\"}")
+            .map(String::as_str),
+        Some("1")
+    );
+    assert_eq!(
+        metrics
+            .get("antrea_vm_agent_rules_not_enforced{reason=\"fqdns\"}")
+            .map(String::as_str),
+        Some("1")
+    );
+    // The switch: the named port is UDP 5353, not TCP.
+    let port_5353 = |proto: u8| {
+        w.switch
+            .flows()
+            .iter()
+            .any(|f| f.matches.ip_proto == Some(proto) && f.matches.tp_dst.is_some_and(|p| p.value == 5353))
+    };
+    eventually("the UDP 5353 flow", || async { port_5353(17) }).await;
+    assert!(!port_5353(6), "no TCP 5353");
+
+    // The FQDN rule removed: only the L7 rule is left not enforced as written. A second policy
+    // applied to an ExternalEntity with no attached interface here gets no flows (no inert rule)
+    // and its rule shows `NotApplied`.
+    let elsewhere = "---\napiVersion: controlplane.antrea.io/v1beta2\nkind: AppliedToGroup\n\
+                     metadata: {name: atg-other}\ngroupMembers: [{externalEntity: {name: other-vm, namespace: vm-ns}}]\n\
+                     ---\napiVersion: controlplane.antrea.io/v1beta2\nkind: NetworkPolicy\n\
+                     metadata: {name: uid-other, uid: uid-other}\nappliedToGroups: [atg-other]\n\
+                     rules: [{direction: In, name: deny-all, action: Drop, l7Protocols: [{tls: {sni: x.example.com}}]}]\n";
+    w.write_policies(&format!("{}{elsewhere}", policy("")));
+    eventually("the other policy is held", || async {
+        w.get_api("/networkpolicies")
+            .await
+            .json()
+            .as_array()
+            .is_some_and(|a| a.len() == 2)
+    })
+    .await;
+    let j = w.get_api("/networkpolicies").await.json();
+    let other = j
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["name"] == "uid-other"))
+        .expect("uid-other");
+    assert_eq!(other["effectiveRules"], 0, "{j}");
+    assert_eq!(other["rules"][0]["state"], "NotApplied", "{j}");
+    assert!(
+        other["rules"][0].get("notEnforced").is_none(),
+        "not applied here: {j}"
+    );
+    eventually("the fqdn rule is gone from the gauge", || async {
+        let m = series(&w.get_tcp("/metrics", &[]).await.body);
+        m.get("antrea_vm_agent_rules_not_enforced{reason=\"fqdns\"}")
+            .map(String::as_str)
+            == Some("0")
+    })
+    .await;
+    let metrics = series(&w.get_tcp("/metrics", &[]).await.body);
+    assert_eq!(
+        metrics
+            .get("antrea_vm_agent_rules_not_enforced{reason=\"l7_protocols\"}")
+            .map(String::as_str),
+        Some("1")
+    );
+    w.shutdown().await;
+}
