@@ -809,6 +809,7 @@ fn alert_rules_are_well_formed_and_cover_the_agent_failures() {
     );
     find("antrea_agent_ovs_flow_ops_error_count");
     find("antrea_vm_agent_actor_restarts_total");
+    find("antrea_vm_agent_rules_not_enforced");
     // The job selectors match the scrape jobs.
     let scrape = yaml("metrics/prometheus-scrape.yml");
     for job in scrape
