@@ -105,14 +105,20 @@ impl PolicyCache {
         for w in view.warnings.iter().filter(|w| !previous_warnings.contains(w)) {
             warn!("{w}");
         }
-        // One line per rule when it starts being installed fail-closed, not per resync.
+        // One line per rule when it starts being installed fail-closed (or for other reasons),
+        // not per resync.
+        let mut new_by_rule: BTreeMap<(&str, usize), Vec<&NotEnforced>> = BTreeMap::new();
         for n in view.all_not_enforced().filter(|n| !previous_refusals.contains(n)) {
+            new_by_rule.entry((&n.policy, n.rule_index)).or_default().push(n);
+        }
+        for ((policy, _), list) in new_by_rule {
+            let reasons: Vec<&str> = list.iter().map(|n| n.reason.as_str()).collect();
+            let messages: Vec<&str> = list.iter().map(|n| n.message.as_str()).collect();
             warn!(
-                policy = %n.policy,
-                reason = n.reason.as_str(),
-                "NetworkPolicy {}: not enforced as written: {}",
-                n.policy,
-                n.message
+                policy,
+                reasons = %reasons.join(","),
+                "NetworkPolicy {policy}: not enforced as written: {}",
+                messages.join("; ")
             );
         }
         let rules = view.rules.clone();

@@ -28,15 +28,18 @@ pub enum Reason {
     ToServices,
     LabelIdentities,
     Igmp,
+    /// A source policy type the agent cannot place in the pipeline (e.g. a newer controller's).
+    PolicyType,
 }
 
 impl Reason {
     /// Every reason, in label order (the gauge is exported for each, 0 included).
-    pub const ALL: [Reason; 5] = [
+    pub const ALL: [Reason; 6] = [
         Reason::Fqdns,
         Reason::Igmp,
         Reason::L7Protocols,
         Reason::LabelIdentities,
+        Reason::PolicyType,
         Reason::ToServices,
     ];
 
@@ -47,6 +50,7 @@ impl Reason {
             Reason::ToServices => "to_services",
             Reason::LabelIdentities => "label_identities",
             Reason::Igmp => "igmp",
+            Reason::PolicyType => "policy_type",
         }
     }
 }
@@ -154,6 +158,15 @@ pub fn reasons(rule: &Rule) -> Vec<(Reason, String)> {
         ));
     }
     out
+}
+
+/// Why a rule of a policy whose source type the agent does not know is not installed: it allows
+/// nothing, and what it would drop is not dropped.
+pub fn unsupported_policy_type(policy_type: &str) -> String {
+    format!(
+        "policy type {policy_type} is not supported on a VM: the rule is not installed (it allows \
+         nothing; what it would drop or reject is not)"
+    )
 }
 
 /// The action a rule is installed with: its own, except that a rule with `l7Protocols` drops

@@ -165,6 +165,8 @@ impl ResolvedView {
     }
 }
 
+/// The rule compiler's view of the policy's source; `Err` names a source type the agent does not
+/// know how to place in the pipeline.
 fn policy_ref(policy: &Policy) -> Result<rule::PolicyRef, String> {
     let Some(src) = &policy.source_ref else {
         // Hand-written standalone objects may omit sourceRef: an Antrea-native policy of that name.
@@ -181,7 +183,7 @@ fn policy_ref(policy: &Policy) -> Result<rule::PolicyRef, String> {
         cp::PolicyType::AntreaNetworkPolicy => rule::PolicyType::AntreaNetworkPolicy,
         cp::PolicyType::AdminNetworkPolicy => rule::PolicyType::AdminNetworkPolicy,
         cp::PolicyType::BaselineAdminNetworkPolicy => rule::PolicyType::BaselineAdminNetworkPolicy,
-        other => return Err(format!("policy type {other:?} is not supported on a VM")),
+        other => return Err(other.as_str().to_owned()),
     };
     Ok(rule::PolicyRef {
         policy_type,
@@ -203,9 +205,22 @@ fn resolve_policy(
 ) {
     let reference = match policy_ref(policy) {
         Ok(r) => r,
-        Err(e) => {
-            out.warnings
-                .push(format!("NetworkPolicy {}: {e}; ignored", policy.name));
+        Err(policy_type) => {
+            // Not installed at all; reported for each rule that applies here.
+            for (i, rule) in policy.rules.iter().enumerate() {
+                if !local_targets(store, policy.rule_applied_to_groups(rule), local).is_empty() {
+                    out.not_enforced.push(NotEnforced {
+                        policy: policy.name.clone(),
+                        rule_index: i,
+                        reason: refuse::Reason::PolicyType,
+                        message: format!(
+                            "{}: {}",
+                            refuse::rule_label(rule, i),
+                            refuse::unsupported_policy_type(&policy_type)
+                        ),
+                    });
+                }
+            }
             return;
         }
     };
@@ -976,6 +991,29 @@ rules:
         view.update(&store, &[iface("eth0", 3, &["10.99.0.2"], "vm1-a")], None);
         assert_eq!(view.not_enforced("uid-r"), resolved.not_enforced.as_slice());
         assert_eq!(view.all_not_enforced().count(), 5);
+    }
+
+    #[test]
+    fn a_policy_type_the_agent_cannot_place_is_reported_for_its_local_rules() {
+        let store = store(
+            "kind: AppliedToGroup\nmetadata: {name: atg}\ngroupMembers: [{externalEntity: {name: a, namespace: vm-ns}}]\n---\n\
+             kind: NetworkPolicy\nmetadata: {name: p, uid: p}\nappliedToGroups: [atg]\n\
+             sourceRef: {type: K8sClusterNetworkPolicy, name: cnp, uid: p}\n\
+             rules: [{direction: In, name: deny, action: Drop}]\n",
+        );
+        let resolved = resolve(&store, &[iface("eth0", 1, &["10.0.0.1"], "a")]);
+        assert!(resolved.rules.is_empty());
+        assert_eq!(resolved.not_enforced.len(), 1);
+        assert_eq!(resolved.not_enforced[0].reason, refuse::Reason::PolicyType);
+        assert_eq!(
+            resolved.not_enforced[0].message,
+            "rule \"deny\" (rules[0]): policy type K8sClusterNetworkPolicy is not supported on a VM: the rule \
+             is not installed (it allows nothing; what it would drop or reject is not)"
+        );
+        // Not applied here: nothing to report.
+        assert!(resolve(&store, &[iface("eth0", 1, &["10.0.0.1"], "b")])
+            .not_enforced
+            .is_empty());
     }
 
     #[test]
