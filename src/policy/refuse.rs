@@ -13,7 +13,9 @@
 //!   an L7 engine no request is known to pass, and in Antrea the engine's default for an L7 rule's
 //!   traffic is to reject what no L7 match allows.
 //!
-//! Everything the agent refuses is listed in [`reasons`]: one function, one arm per reason.
+//! Everything the agent refuses is a [`Reason`]; the per-rule checks are all in [`reasons`] (one
+//! arm per reason; the FQDN arm is a stop-gap until FQDN peers are supported). A source policy type
+//! the agent cannot place in the pipeline is the one refusal decided per policy, by the resolver.
 
 use serde::Serialize;
 
