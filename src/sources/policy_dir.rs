@@ -307,23 +307,30 @@ struct LoadedFile {
     errors: Vec<String>,
 }
 
-/// Builds snapshots, remembering per file the objects last loaded from it.
+/// Builds snapshots, remembering per file the objects last loaded from it, and per object name
+/// the version last enforced (what stays in force while two files define the name).
 #[derive(Debug, Default)]
 struct Loader {
     files: BTreeMap<PathBuf, LoadedFile>,
+    enforced: BTreeMap<ObjectKey, ValidObject>,
 }
 
 impl Loader {
     fn build(&mut self, dir: &Path, content: &DirContent) -> PolicySnapshot {
         let mut errors = Vec::new();
         match content {
-            DirContent::Missing => {
-                self.files.clear();
-                errors.push(format!(
-                    "policy directory {} does not exist: no policies loaded",
-                    dir.display()
-                ));
-            }
+            // A directory that vanished (unmounted, replaced, removed by mistake) is an outage of
+            // the source, not an instruction to open the host: what it held stays in force.
+            DirContent::Missing if self.files.is_empty() => errors.push(format!(
+                "policy directory {} does not exist: no policies loaded",
+                dir.display()
+            )),
+            DirContent::Missing => errors.push(format!(
+                "policy directory {} does not exist (removed or not mounted); keeping the {} \
+                 objects last loaded from it until it is back",
+                dir.display(),
+                self.enforced.len()
+            )),
             DirContent::Unreadable(e) => errors.push(format!(
                 "policy directory {}: cannot read: {e}; keeping the policies last loaded from it",
                 dir.display()
@@ -352,35 +359,70 @@ impl Loader {
         }
 
         let mut snapshot = PolicySnapshot::default();
-        let mut seen: BTreeMap<ObjectKey, &Path> = BTreeMap::new();
-        for (path, loaded) in &self.files {
-            for object in &loaded.objects {
-                let key = key_of(object);
-                if let Some(first) = seen.get(&key) {
-                    errors.push(format!(
-                        "policy file {}: {} {} is also defined in {}; ignored",
-                        path.display(),
-                        key.0,
-                        key.1,
-                        first.display()
-                    ));
-                    continue;
+        let mut enforced = BTreeMap::new();
+        for (key, definitions) in self.definitions() {
+            let object = match definitions.as_slice() {
+                [(_, object)] => Some((*object).clone()),
+                _ => {
+                    let kept = self.enforced.get(&key).cloned();
+                    let outcome = if kept.is_some() {
+                        "keeping the version enforced before the conflict"
+                    } else {
+                        "none of them is enforced"
+                    };
+                    for (path, _) in &definitions {
+                        let others: Vec<String> = definitions
+                            .iter()
+                            .filter(|(p, _)| p != path)
+                            .map(|(p, _)| p.display().to_string())
+                            .collect();
+                        let elsewhere = if others.is_empty() {
+                            "more than once in the same file".to_string()
+                        } else {
+                            format!("also in {}", others.join(", "))
+                        };
+                        errors.push(format!(
+                            "policy file {}: {} {} is defined {elsewhere}: a conflict; {outcome} \
+                             until only one definition is left",
+                            path.display(),
+                            key.0,
+                            key.1,
+                        ));
+                    }
+                    errors.dedup();
+                    kept
                 }
-                seen.insert(key, path);
-                match object {
-                    ValidObject::NetworkPolicy(p) => snapshot.network_policies.push(Arc::clone(p)),
-                    ValidObject::AddressGroup(g) => snapshot.address_groups.push(g.clone()),
-                    ValidObject::AppliedToGroup(g) => snapshot.applied_to_groups.push(g.clone()),
-                    // Never stored: load_file rejects patches.
-                    ValidObject::AddressGroupPatch(_) | ValidObject::AppliedToGroupPatch(_) => {}
-                }
+            };
+            let Some(object) = object else { continue };
+            match &object {
+                ValidObject::NetworkPolicy(p) => snapshot.network_policies.push(Arc::clone(p)),
+                ValidObject::AddressGroup(g) => snapshot.address_groups.push(g.clone()),
+                ValidObject::AppliedToGroup(g) => snapshot.applied_to_groups.push(g.clone()),
+                // Never stored: load_file rejects patches.
+                ValidObject::AddressGroupPatch(_) | ValidObject::AppliedToGroupPatch(_) => {}
             }
+            enforced.insert(key, object);
         }
+        self.enforced = enforced;
         snapshot.network_policies.sort_by(|a, b| a.name.cmp(&b.name));
         snapshot.address_groups.sort_by(|a, b| a.name.cmp(&b.name));
         snapshot.applied_to_groups.sort_by(|a, b| a.name.cmp(&b.name));
         snapshot.errors = errors;
         snapshot
+    }
+
+    /// Every object name with the files (and versions) that define it, in path order.
+    fn definitions(&self) -> BTreeMap<ObjectKey, Vec<(&Path, &ValidObject)>> {
+        let mut definitions: BTreeMap<ObjectKey, Vec<(&Path, &ValidObject)>> = BTreeMap::new();
+        for (path, loaded) in &self.files {
+            for object in &loaded.objects {
+                definitions
+                    .entry(key_of(object))
+                    .or_default()
+                    .push((path.as_path(), object));
+            }
+        }
+        definitions
     }
 }
 
@@ -408,6 +450,15 @@ fn load_file(
         Ok(docs) => docs,
         Err(e) => return keep_all(format!("cannot parse: {e}"), errors, old),
     };
+    // A file emptied (truncated, half-saved, a failed copy) never means "no policies": only
+    // deleting it, or removing some objects from a file that still holds others, removes them.
+    if docs.is_empty() && !old.is_empty() {
+        return keep_all(
+            "holds no objects (delete the file to remove its objects)".to_string(),
+            errors,
+            old,
+        );
+    }
     let mut out = Vec::with_capacity(docs.len());
     for (i, doc) in docs.into_iter().enumerate() {
         let key = raw_key(&doc);
@@ -670,14 +721,77 @@ groupMembers: [{externalEntity: {name: vm1, namespace: vm-ns}}]
     }
 
     #[test]
-    fn duplicates_keep_the_first_file() {
+    fn a_name_defined_in_two_files_keeps_the_enforced_version_never_the_file_order() {
         let mut l = Loader::default();
-        let s = build(&mut l, &[("a.yaml", ATG), ("b.yaml", ATG)]);
-        assert_eq!(s.applied_to_groups.len(), 1);
+        // Only z.yaml defines `web`: it is enforced.
+        let s = build(&mut l, &[("z.yaml", NP)]);
+        let enforced = s.network_policies.clone();
+        // a.yaml (earlier in file order) defines it too, differently: a conflict reported for
+        // both files, and z.yaml's version stays.
+        let other = NP.replace("action: Allow", "action: Drop");
+        let s = build(&mut l, &[("a.yaml", &other), ("z.yaml", NP)]);
+        assert_eq!(s.network_policies, enforced);
         assert_eq!(
             s.errors,
-            ["policy file /p/b.yaml: AppliedToGroup vm1 is also defined in /p/a.yaml; ignored"]
+            [
+                "policy file /p/a.yaml: NetworkPolicy web is defined also in /p/z.yaml: a conflict; \
+                 keeping the version enforced before the conflict until only one definition is left",
+                "policy file /p/z.yaml: NetworkPolicy web is defined also in /p/a.yaml: a conflict; \
+                 keeping the version enforced before the conflict until only one definition is left",
+            ]
         );
+        // z.yaml changes its version during the conflict: still the version enforced before.
+        let s = build(
+            &mut l,
+            &[
+                ("a.yaml", &other),
+                ("z.yaml", &NP.replace("priority: 5", "priority: 6")),
+            ],
+        );
+        assert_eq!(s.network_policies, enforced);
+        // Resolved by removing it from z.yaml: a.yaml's version is the only one, enforced.
+        let s = build(&mut l, &[("a.yaml", &other), ("z.yaml", ATG)]);
+        assert!(s.errors.is_empty(), "{:?}", s.errors);
+        let alone = build(&mut Loader::default(), &[("x.yaml", &other)]);
+        assert_eq!(s.network_policies, alone.network_policies);
+        // A conflict with nothing enforced before (both new, or twice in one file): neither.
+        let mut l = Loader::default();
+        let s = build(&mut l, &[("a.yaml", ATG), ("b.yaml", ATG)]);
+        assert!(s.applied_to_groups.is_empty());
+        assert!(s.errors[0].ends_with("none of them is enforced until only one definition is left"));
+        let mut l = Loader::default();
+        let s = build(&mut l, &[("a.yaml", &format!("{ATG}---\n{ATG}"))]);
+        assert!(s.applied_to_groups.is_empty());
+        assert_eq!(
+            s.errors,
+            [
+                "policy file /p/a.yaml: AppliedToGroup vm1 is defined more than once in the same file: \
+              a conflict; none of them is enforced until only one definition is left"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_emptied_file_keeps_its_objects_until_deleted() {
+        let mut l = Loader::default();
+        let s = build(&mut l, &[("a.yaml", NP), ("b.yaml", ATG)]);
+        let good = s.network_policies.clone();
+        for empty in ["", "\n", "# just a comment\n", "---\n", "null\n"] {
+            let s = build(&mut l, &[("a.yaml", empty), ("b.yaml", ATG)]);
+            assert_eq!(s.network_policies, good, "{empty:?}");
+            assert_eq!(
+                s.errors,
+                [
+                    "policy file /p/a.yaml: holds no objects (delete the file to remove its objects); \
+                  keeping the object last loaded from it"
+                ],
+                "{empty:?}"
+            );
+        }
+        // Deleting the file removes them.
+        let s = build(&mut l, &[("b.yaml", ATG)]);
+        assert!(s.network_policies.is_empty());
+        assert!(s.errors.is_empty());
     }
 
     #[test]
@@ -693,8 +807,22 @@ groupMembers: [{externalEntity: {name: vm1, namespace: vm-ns}}]
             s.errors,
             ["policy directory /p: cannot read: permission denied; keeping the policies last loaded from it"]
         );
+        // Gone (removed, unmounted): what it held stays enforced until it is back.
         let s = l.build(Path::new("/p"), &DirContent::Missing);
+        assert_eq!(names(&s).0, ["web"]);
+        assert_eq!(
+            s.errors,
+            [
+                "policy directory /p does not exist (removed or not mounted); keeping the 1 objects \
+              last loaded from it until it is back"
+            ]
+        );
+        // Back, now empty: an explicit change, the policies go.
+        let s = l.build(Path::new("/p"), &files(&[]));
         assert_eq!(names(&s), (vec![], vec![], vec![]));
+        assert!(s.errors.is_empty());
+        // Never there: nothing loaded, said so.
+        let s = Loader::default().build(Path::new("/p"), &DirContent::Missing);
         assert_eq!(
             s.errors,
             ["policy directory /p does not exist: no policies loaded"]
