@@ -3,6 +3,7 @@
 //! file ([`file::FileSource`]); the Kubernetes watch will be another implementation; tests use
 //! [`fake::FakeSource`].
 
+pub mod bounded;
 pub mod dir_watch;
 pub mod fake;
 pub mod file;

@@ -22,15 +22,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{self, BoxStream, StreamExt};
-use serde::Deserialize;
 use serde_json::Value;
 
+use super::bounded::{parse_values, read_regular_file, FileRead};
 use super::dir_watch::DirWatch;
+use crate::config::InputLimits;
 use crate::policy::controlplane::{ControlplaneObject, Group, Kind, Policy, ValidObject};
 
 /// The safety-net poll period while inotify events arrive (a network filesystem may deliver
 /// none); without inotify the source polls every `interval`.
 const WATCHED_POLL: Duration = Duration::from_secs(5);
+
+/// From this much text read in one pass on, the allocator's free memory is handed back after the
+/// texts are dropped (a large or rejected input leaves its peak behind otherwise).
+const TRIM_AFTER_BYTES: usize = 1 << 20;
 
 /// Everything the directory holds right now.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -64,6 +69,7 @@ impl PolicySnapshot {
 pub struct PolicyDirSource {
     pub dir: PathBuf,
     pub interval: Duration,
+    pub limits: InputLimits,
 }
 
 impl PolicyDirSource {
@@ -71,7 +77,14 @@ impl PolicyDirSource {
         PolicyDirSource {
             dir: dir.into(),
             interval,
+            limits: InputLimits::default(),
         }
+    }
+
+    /// The same source with other reading limits.
+    pub fn with_limits(mut self, limits: InputLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// A new stream of snapshots: the first is the current content, then one per change that
@@ -92,13 +105,12 @@ impl PolicyDirSource {
                     st.watch.wait(interval.max(WATCHED_POLL), interval).await;
                 }
                 st.watch.arm();
-                let content = read_content(&st.source.dir).await;
+                let content = read_content(&st.source.dir, &st.source.limits).await;
                 let fingerprint = content.fingerprint();
                 if st.last_fingerprint.as_ref() == Some(&fingerprint) {
                     continue;
                 }
-                let snapshot = st.loader.build(&st.source.dir, &content);
-                drop(content);
+                let snapshot = build_off_thread(&mut st, content).await;
                 st.last_fingerprint = Some(fingerprint);
                 if !st
                     .last_snapshot
@@ -116,6 +128,40 @@ impl PolicyDirSource {
     /// Human description for logs, e.g. `policy directory /etc/antrea/policies`.
     pub fn describe(&self) -> String {
         format!("policy directory {}", self.dir.display())
+    }
+}
+
+/// Parses on the blocking pool: a large or hostile file never holds the thread that runs the
+/// policy cache (or answers health). The loader travels to the pool and back.
+async fn build_off_thread(st: &mut StreamState, content: DirContent) -> PolicySnapshot {
+    let mut loader = std::mem::take(&mut st.loader);
+    let dir = st.source.dir.clone();
+    let limits = st.source.limits.clone();
+    let joined = tokio::task::spawn_blocking(move || {
+        let snapshot = loader.build_within(&dir, &content, &limits);
+        let read = content.text_bytes();
+        drop(content);
+        if read >= TRIM_AFTER_BYTES {
+            crate::memory::release_free_memory();
+        }
+        (loader, snapshot)
+    })
+    .await;
+    match joined {
+        Ok((loader, snapshot)) => {
+            st.loader = loader;
+            snapshot
+        }
+        // The parse panicked (a bug): the last snapshot stays in force, with the error; the
+        // loader starts over on the next change.
+        Err(e) => {
+            let mut last = st.last_snapshot.clone().unwrap_or_default();
+            last.errors.push(format!(
+                "policy directory {}: loading failed: {e}; keeping the policies last loaded",
+                st.source.dir.display()
+            ));
+            last
+        }
     }
 }
 
@@ -165,6 +211,18 @@ enum DirFingerprint {
 }
 
 impl DirContent {
+    /// How much text this read holds.
+    fn text_bytes(&self) -> usize {
+        match self {
+            DirContent::Files(files) => files
+                .iter()
+                .filter_map(|(_, t)| t.as_ref().ok())
+                .map(|t| t.text.len())
+                .sum(),
+            _ => 0,
+        }
+    }
+
     fn fingerprint(&self) -> DirFingerprint {
         match self {
             DirContent::Missing => DirFingerprint::Missing,
@@ -192,14 +250,17 @@ fn is_policy_file(name: &str) -> bool {
 
 /// Reads the directory on the blocking pool, in one task (a task per file would cost more than
 /// reading thousands of small files).
-async fn read_content(dir: &Path) -> DirContent {
+async fn read_content(dir: &Path, limits: &InputLimits) -> DirContent {
     let owned = dir.to_path_buf();
-    tokio::task::spawn_blocking(move || read_content_blocking(&owned))
+    let max_bytes = limits.max_file_bytes;
+    tokio::task::spawn_blocking(move || read_content_blocking(&owned, max_bytes))
         .await
         .unwrap_or_else(|e| DirContent::Unreadable(format!("reading the directory failed: {e}")))
 }
 
-fn read_content_blocking(dir: &Path) -> DirContent {
+/// Reads every policy file of `dir`: only regular files (symlinks followed), at most
+/// `max_bytes` each, never blocking (a FIFO or device under a policy name is reported, not read).
+fn read_content_blocking(dir: &Path, max_bytes: u64) -> DirContent {
     let entries = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return DirContent::Missing,
@@ -219,19 +280,13 @@ fn read_content_blocking(dir: &Path) -> DirContent {
     paths.sort();
     let mut files = Vec::with_capacity(paths.len());
     for path in paths {
-        // Follows symlinks (ConfigMap mounts); a file removed meanwhile is simply gone.
-        match std::fs::metadata(&path) {
-            Ok(m) if m.is_file() => {}
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => {
-                files.push((path, Err(e.to_string())));
-                continue;
+        match read_regular_file(&path, max_bytes) {
+            Ok(FileRead::Text(text)) => files.push((path, Ok(FileText::new(text)))),
+            // Removed meanwhile: simply gone.
+            Ok(FileRead::Missing) => {}
+            Ok(FileRead::NotRegular(what)) => {
+                files.push((path, Err(format!("skipped: it is {what}, not a regular file"))));
             }
-        }
-        match std::fs::read_to_string(&path) {
-            Ok(text) => files.push((path, Ok(FileText::new(text)))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => files.push((path, Err(e.to_string()))),
         }
     }
@@ -239,19 +294,13 @@ fn read_content_blocking(dir: &Path) -> DirContent {
 }
 
 /// The objects of a file: JSON (`.json`) or YAML documents; arrays and `...List` objects are
-/// flattened, empty documents skipped.
-fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, String> {
+/// flattened, empty documents skipped. Parsed within `limits`.
+fn parse_documents(path: &Path, text: &str, limits: &InputLimits) -> Result<Vec<Value>, String> {
     let is_json = path
         .extension()
         .and_then(|e| e.to_str())
         .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-    let docs = if is_json {
-        vec![serde_json::from_str::<Value>(text).map_err(|e| e.to_string())?]
-    } else {
-        serde_norway::Deserializer::from_str(text)
-            .map(|doc| Value::deserialize(doc).map_err(|e| e.to_string()))
-            .collect::<Result<Vec<_>, _>>()?
-    };
+    let docs = parse_values(text, is_json, limits).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     for doc in docs {
         flatten(doc, &mut out);
@@ -316,7 +365,12 @@ struct Loader {
 }
 
 impl Loader {
+    #[cfg(test)]
     fn build(&mut self, dir: &Path, content: &DirContent) -> PolicySnapshot {
+        self.build_within(dir, content, &InputLimits::default())
+    }
+
+    fn build_within(&mut self, dir: &Path, content: &DirContent, limits: &InputLimits) -> PolicySnapshot {
         let mut errors = Vec::new();
         match content {
             // A directory that vanished (unmounted, replaced, removed by mistake) is an outage of
@@ -344,7 +398,7 @@ impl Loader {
                         old
                     } else {
                         let mut file_errors = Vec::new();
-                        let objects = load_file(path, text, old.objects, &mut file_errors);
+                        let objects = load_file(path, text, old.objects, limits, &mut file_errors);
                         LoadedFile {
                             text: fingerprint,
                             objects,
@@ -431,6 +485,7 @@ fn load_file(
     path: &Path,
     text: &Result<FileText, String>,
     old: Vec<ValidObject>,
+    limits: &InputLimits,
     errors: &mut Vec<String>,
 ) -> Vec<ValidObject> {
     let keep_all = |why: String, errors: &mut Vec<String>, old: Vec<ValidObject>| {
@@ -444,11 +499,11 @@ fn load_file(
     };
     let text = match text {
         Ok(file) => &file.text,
-        Err(e) => return keep_all(format!("cannot read: {e}"), errors, old),
+        Err(e) => return keep_all(e.clone(), errors, old),
     };
-    let docs = match parse_documents(path, text) {
+    let docs = match parse_documents(path, text, limits) {
         Ok(docs) => docs,
-        Err(e) => return keep_all(format!("cannot parse: {e}"), errors, old),
+        Err(e) => return keep_all(e, errors, old),
     };
     // A file emptied (truncated, half-saved, a failed copy) never means "no policies": only
     // deleting it, or removing some objects from a file that still holds others, removes them.
@@ -696,7 +751,10 @@ groupMembers: [{externalEntity: {name: vm1, namespace: vm-ns}}]
         // Reading fails for a file that loaded before: its objects are kept and it is parsed
         // again once readable, even with the same text.
         let read_error = DirContent::Files(vec![
-            (PathBuf::from("/p/a.yaml"), Err("permission denied".to_owned())),
+            (
+                PathBuf::from("/p/a.yaml"),
+                Err("cannot read: permission denied".to_owned()),
+            ),
             (PathBuf::from("/p/b.yaml"), Ok(FileText::new(changed.clone()))),
         ]);
         let s3 = l.build(Path::new("/p"), &read_error);
