@@ -182,3 +182,184 @@ fn external_nodes_pointing_at_non_uplinks_change_nothing() {
     assert!(agent.is_running());
     agent.stop();
 }
+
+/// `/readyz` from inside the VM namespace: (HTTP status, seconds).
+fn readyz(lab: &Lab) -> (String, f64) {
+    let out = lab.vm(
+        "curl -s -o /dev/null --max-time 2 -w '%{http_code} %{time_total}' http://127.0.0.1:10351/readyz",
+    );
+    let text = out.stdout_text();
+    let mut parts = text.split_whitespace();
+    let code = parts.next().unwrap_or("none").to_string();
+    let secs = parts.next().and_then(|s| s.parse().ok()).unwrap_or(f64::INFINITY);
+    (code, secs)
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .expect("agent status")
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// Bad policy input under an enforced Drop, one case after the other on one agent: a file
+/// emptied in place, a second file defining the same name, a FIFO and a dangling symlink under
+/// policy names, 60,000-level nesting (while `/readyz` is polled), a 20,000-level ExternalNode,
+/// an oversized file, 100,000 bad objects, and the directory removed and put back. The Drop keeps
+/// dropping real packets throughout, and memory comes back after the large inputs.
+#[test]
+fn bad_policy_files_never_weaken_enforcement_nor_wedge_the_agent() {
+    let lab = Lab::new();
+    let mut agent = attached_with_drop(&lab, "");
+    let dir = policy_dir(&lab);
+    let drop_file = dir.join("10-drop.yaml");
+    let log_name = |name: &str| dir.join(name).display().to_string();
+
+    // Emptied in place (a truncating editor, a failed copy).
+    std::fs::write(&drop_file, "").expect("truncate");
+    agent.wait_for_log(
+        &format!(
+            "policy file {}: holds no objects (delete the file to remove its objects); keeping the \
+             object last loaded from it",
+            log_name("10-drop.yaml")
+        ),
+        Duration::from_secs(20),
+    );
+    assert_drop_holds(&lab, "with the file emptied");
+    write_policy(&lab, "10-drop.yaml", &drop_policy());
+
+    // The same name in a lexically earlier file, allowing: a conflict, the Drop stays.
+    write_policy(
+        &lab,
+        "05-allow.yaml",
+        &drop_policy().replace("action: Drop", "action: Allow"),
+    );
+    agent.wait_for_log(
+        &format!(
+            "policy file {}: NetworkPolicy uid-drop is defined also in {}: a conflict; keeping the \
+             version enforced before the conflict until only one definition is left",
+            log_name("05-allow.yaml"),
+            log_name("10-drop.yaml")
+        ),
+        Duration::from_secs(20),
+    );
+    assert_drop_holds(&lab, "with a conflicting definition");
+    std::fs::remove_file(dir.join("05-allow.yaml")).expect("rm");
+
+    // Not regular files: reported once, never read, nothing hangs.
+    let made = std::process::Command::new("mkfifo")
+        .arg(dir.join("20-fifo.yaml"))
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    std::os::unix::fs::symlink(dir.join("gone.yaml"), dir.join("21-dangling.yaml")).expect("symlink");
+    for (name, what) in [
+        ("20-fifo.yaml", "a FIFO"),
+        ("21-dangling.yaml", "a dangling symlink"),
+    ] {
+        agent.wait_for_log(
+            &format!(
+                "policy file {}: skipped: it is {what}, not a regular file",
+                log_name(name)
+            ),
+            Duration::from_secs(20),
+        );
+    }
+    assert_eq!(
+        agent.log().matches("20-fifo.yaml: skipped").count(),
+        1,
+        "one log line for the FIFO"
+    );
+    std::fs::remove_file(dir.join("20-fifo.yaml")).expect("rm");
+    std::fs::remove_file(dir.join("21-dangling.yaml")).expect("rm");
+
+    // Deep nesting, while /readyz is polled: it keeps answering fast.
+    let rss_before = rss_kib(agent.pid());
+    let (code, _) = readyz(&lab);
+    assert_eq!(code, "200", "ready before the deep file");
+    write_policy(&lab, "30-deep.yaml", &"{a: ".repeat(60_000));
+    write_en(&lab, NIC, &[VM_IP4, VM_IP6]);
+    write_atomically(&lab.en_file(), &format!("metadata: {}", "[".repeat(20_000)));
+    let mut slowest = 0f64;
+    for _ in 0..25 {
+        let (code, secs) = readyz(&lab);
+        assert_eq!(code, "200", "/readyz answers during the deep input");
+        slowest = slowest.max(secs);
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    println!(
+        "/readyz slowest answer during 60,000-level nesting: {:.1} ms",
+        slowest * 1000.0
+    );
+    assert!(slowest < 0.1, "/readyz took {slowest} s");
+    agent.wait_for_log(
+        &format!(
+            "policy file {}: nesting deeper than 64 levels at line 1 \
+             (standalone.inputLimits.maxNestingDepth)",
+            log_name("30-deep.yaml")
+        ),
+        Duration::from_secs(10),
+    );
+    agent.wait_for_log(
+        &format!(
+            "ExternalNode file {}: nesting deeper than 64 levels at line 1",
+            lab.en_file().display()
+        ),
+        Duration::from_secs(10),
+    );
+    std::fs::remove_file(dir.join("30-deep.yaml")).expect("rm");
+    lab.write_external_node(&[VM_IP4, VM_IP6]);
+
+    // Large input: an oversized file (not even read) and 100,000 bad objects.
+    std::fs::write(dir.join("40-huge.yaml"), "#".repeat(9 << 20)).expect("write");
+    write_policy(
+        &lab,
+        "41-many.json",
+        &format!("[{}]", vec!["{\"kind\": 1}"; 100_000].join(",")),
+    );
+    agent.wait_for_log(
+        &format!(
+            "policy file {}: is 9437184 bytes, more than the 8388608 bytes allowed \
+             (standalone.inputLimits.maxFileBytes)",
+            log_name("40-huge.yaml")
+        ),
+        Duration::from_secs(20),
+    );
+    agent.wait_for_log(
+        &format!(
+            "policy file {}: 99990 more objects are invalid (only the first 10 are listed)",
+            log_name("41-many.json")
+        ),
+        Duration::from_secs(20),
+    );
+    assert_drop_holds(&lab, "after the large inputs");
+    std::fs::remove_file(dir.join("40-huge.yaml")).expect("rm");
+    std::fs::remove_file(dir.join("41-many.json")).expect("rm");
+    std::thread::sleep(Duration::from_secs(1));
+    let rss_after = rss_kib(agent.pid());
+    println!("agent RSS: {rss_before} KiB before the large inputs, {rss_after} KiB after");
+    assert!(
+        rss_after * 10 <= rss_before * 12,
+        "RSS {rss_after} KiB after vs {rss_before} KiB before"
+    );
+
+    // The directory removed, then put back: the Drop stays in force meanwhile.
+    let gone = lab.dir().join("policies.gone");
+    std::fs::rename(&dir, &gone).expect("move the directory away");
+    agent.wait_for_log(
+        &format!(
+            "policy directory {} does not exist (removed or not mounted); keeping the 2 objects \
+             last loaded from it until it is back",
+            dir.display()
+        ),
+        Duration::from_secs(20),
+    );
+    assert_drop_holds(&lab, "while the policy directory is gone");
+    std::fs::rename(&gone, &dir).expect("put the directory back");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_drop_holds(&lab, "after the policy directory is back");
+    assert!(agent.is_running());
+    agent.stop();
+}

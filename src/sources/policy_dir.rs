@@ -33,6 +33,9 @@ use crate::policy::controlplane::{ControlplaneObject, Group, Kind, Policy, Valid
 /// none); without inotify the source polls every `interval`.
 const WATCHED_POLL: Duration = Duration::from_secs(5);
 
+/// The invalid objects of one file listed one by one; the rest are counted in one line.
+const MAX_OBJECT_ERRORS_PER_FILE: usize = 10;
+
 /// From this much text read in one pass on, the allocator's free memory is handed back after the
 /// texts are dropped (a large or rejected input leaves its peak behind otherwise).
 const TRIM_AFTER_BYTES: usize = 1 << 20;
@@ -515,6 +518,7 @@ fn load_file(
         );
     }
     let mut out = Vec::with_capacity(docs.len());
+    let mut unreported = 0usize;
     for (i, doc) in docs.into_iter().enumerate() {
         let key = raw_key(&doc);
         let loaded = ControlplaneObject::from_value(doc)
@@ -536,14 +540,26 @@ fn load_file(
                 } else {
                     ""
                 };
-                errors.push(format!(
-                    "policy file {}: object {}: {msg}{kept}",
-                    path.display(),
-                    i + 1
-                ));
+                // A file of 100,000 bad objects is one problem, not 100,000 log lines.
+                if errors.len() < MAX_OBJECT_ERRORS_PER_FILE {
+                    errors.push(format!(
+                        "policy file {}: object {}: {msg}{kept}",
+                        path.display(),
+                        i + 1
+                    ));
+                } else {
+                    unreported += 1;
+                }
                 out.extend(previous.cloned());
             }
         }
+    }
+    if unreported > 0 {
+        errors.push(format!(
+            "policy file {}: {unreported} more objects are invalid (only the first \
+             {MAX_OBJECT_ERRORS_PER_FILE} are listed)",
+            path.display()
+        ));
     }
     out
 }
@@ -826,6 +842,18 @@ groupMembers: [{externalEntity: {name: vm1, namespace: vm-ns}}]
                 "policy file /p/a.yaml: AppliedToGroup vm1 is defined more than once in the same file: \
               a conflict; none of them is enforced until only one definition is left"
             ]
+        );
+    }
+
+    #[test]
+    fn a_file_of_many_bad_objects_is_a_few_lines() {
+        let mut l = Loader::default();
+        let many = format!("[{}]", vec!["1"; 1000].join(","));
+        let s = build(&mut l, &[("a.json", &many)]);
+        assert_eq!(s.errors.len(), MAX_OBJECT_ERRORS_PER_FILE + 1);
+        assert_eq!(
+            s.errors.last().map(String::as_str),
+            Some("policy file /p/a.json: 990 more objects are invalid (only the first 10 are listed)")
         );
     }
 
