@@ -54,6 +54,16 @@ impl FileSource {
     }
 }
 
+/// Parses the ExternalNode file's text within the limits.
+fn parse_external_node(text: &str, json: bool, limits: &InputLimits) -> Result<ExternalNodeObject, String> {
+    if text.trim().is_empty() {
+        return Err("file is empty (remove the file to delete the ExternalNode)".into());
+    }
+    // The limits first (cheap, bounded); then the typed parse, whose errors name line and column.
+    parse_values(text, json, limits).map_err(|e| e.to_string())?;
+    serde_norway::from_str::<ExternalNodeObject>(text).map_err(|e| e.to_string())
+}
+
 fn read_blocking(path: &Path, limits: &InputLimits) -> SourceEvent {
     let error = |why: String| SourceEvent::Error(format!("ExternalNode file {}: {why}", path.display()));
     let text = match read_regular_file(path, limits.max_file_bytes) {
@@ -62,20 +72,13 @@ fn read_blocking(path: &Path, limits: &InputLimits) -> SourceEvent {
         Ok(FileRead::NotRegular(what)) => return error(format!("skipped: it is {what}, not a regular file")),
         Err(e) => return error(e.to_string()),
     };
-    if text.trim().is_empty() {
-        return error("file is empty (remove the file to delete the ExternalNode)".into());
-    }
     let json = path
         .extension()
         .and_then(|e| e.to_str())
         .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-    // The limits first (cheap, bounded); then the typed parse, whose errors name line and column.
-    let event = match parse_values(&text, json, limits) {
-        Err(e) => error(e.to_string()),
-        Ok(_) => match serde_norway::from_str::<ExternalNodeObject>(&text) {
-            Ok(obj) => SourceEvent::Present(Box::new(obj)),
-            Err(e) => error(e.to_string()),
-        },
+    let event = match parse_external_node(&text, json, limits) {
+        Ok(obj) => SourceEvent::Present(Box::new(obj)),
+        Err(why) => error(why),
     };
     if text.len() >= TRIM_AFTER_BYTES {
         drop(text);
@@ -139,6 +142,36 @@ mod tests {
         }
         std::fs::remove_file(&path).expect("rm");
         assert_eq!(next(&mut events).await, Some(SourceEvent::Absent));
+    }
+
+    const EN: &str = "apiVersion: crd.antrea.io/v1alpha1\nkind: ExternalNode\n\
+                      metadata: {name: vm1, namespace: vm-ns}\n\
+                      spec:\n  interfaces:\n  - name: eth0\n    ips: [\"10.0.0.2\", \"fd00::2\"]\n";
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Random edits of a valid ExternalNode file: no panic, a bounded time, and whatever is
+        /// accepted never names an address that cannot identify an uplink.
+        #[test]
+        fn random_mutations_are_parsed_or_refused_in_bounded_time(
+            edits in proptest::collection::vec(crate::sources::mutations::mutation(), 1..4)
+        ) {
+            let limits = InputLimits::default();
+            let mut text = EN.to_string();
+            for edit in &edits {
+                text = edit.apply(&text);
+                let started = std::time::Instant::now();
+                let parsed = parse_external_node(&text, false, &limits);
+                proptest::prop_assert!(started.elapsed() < Duration::from_secs(3));
+                if let Ok(node) = parsed.map_err(|_| ()).and_then(|o| o.validate("vm1", "vm-ns").map_err(|_| ())) {
+                    for ip in node.interfaces.iter().flat_map(|i| &i.ips) {
+                        let ip = ip.to_canonical();
+                        proptest::prop_assert!(!ip.is_loopback() && !ip.is_unspecified() && !ip.is_multicast());
+                    }
+                }
+            }
+        }
     }
 
     #[tokio::test]

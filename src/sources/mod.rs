@@ -8,6 +8,8 @@ pub mod dir_watch;
 pub mod fake;
 pub mod file;
 pub mod kube_external_node;
+#[cfg(test)]
+pub(crate) mod mutations;
 pub mod policy_dir;
 pub mod select;
 

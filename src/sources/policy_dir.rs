@@ -561,6 +561,30 @@ fn load_file(
             path.display()
         ));
     }
+    // Only a file that loads without errors removes objects: an object whose kind or name was
+    // garbled, or that vanished from a half-broken file, stays in force as last loaded.
+    if !errors.is_empty() {
+        let present: std::collections::BTreeSet<ObjectKey> = out.iter().map(key_of).collect();
+        let missing: Vec<ValidObject> = old
+            .into_iter()
+            .filter(|o| !present.contains(&key_of(o)))
+            .collect();
+        if !missing.is_empty() {
+            let names: Vec<String> = missing
+                .iter()
+                .map(|o| {
+                    let (kind, name) = key_of(o);
+                    format!("{kind} {name}")
+                })
+                .collect();
+            errors.push(format!(
+                "policy file {}: keeping {} as last loaded until the file loads without errors",
+                path.display(),
+                names.join(", ")
+            ));
+            out.extend(missing);
+        }
+    }
     out
 }
 
@@ -922,6 +946,89 @@ groupMembers: [{externalEntity: {name: vm1, namespace: vm-ns}}]
         }
         for no in [".a.yaml", "..data", "a.yaml~", "a.yaml.swp", "README", "a.txt"] {
             assert!(!is_policy_file(no), "{no}");
+        }
+    }
+
+    const SSH: &str = "\
+apiVersion: controlplane.antrea.io/v1beta2
+kind: NetworkPolicy
+metadata: {name: ssh}
+appliedToGroups: [vm1]
+priority: 1
+tierPriority: 250
+rules:
+- direction: In
+  services: [{protocol: TCP, port: 22}]
+  action: Drop
+";
+
+    #[test]
+    fn a_garbled_object_in_a_half_broken_file_stays_enforced() {
+        let mut l = Loader::default();
+        let two = format!("{NP}---\n{SSH}");
+        build(&mut l, &[("a.yaml", &two)]);
+        // `kind` garbled: neither kind nor name can be told, yet ssh stays.
+        let s = build(
+            &mut l,
+            &[(
+                "a.yaml",
+                &two.replace("kind: NetworkPolicy\nmetadata: {name: ssh}", "kin: x"),
+            )],
+        );
+        assert_eq!(names(&s).0, ["ssh", "web"]);
+        assert_eq!(
+            s.errors.last().map(String::as_str),
+            Some("policy file /p/a.yaml: keeping NetworkPolicy ssh as last loaded until the file loads without errors")
+        );
+        // Removed from a file that loads cleanly: gone.
+        let s = build(&mut l, &[("a.yaml", NP)]);
+        assert_eq!(names(&s).0, ["web"]);
+        assert!(s.errors.is_empty());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// Random edits of an enforced file: no panic, a bounded time, the other file's objects
+        /// untouched, nothing removed unless the edited file loads cleanly, and nothing enforced
+        /// that is neither the last good version nor valid in the current text.
+        #[test]
+        fn random_mutations_never_weaken_enforcement(
+            edits in proptest::collection::vec(crate::sources::mutations::mutation(), 1..4)
+        ) {
+            let mut l = Loader::default();
+            let other = format!("{ATG}---\n{SSH}");
+            let first = build(&mut l, &[("a.yaml", NP), ("b.yaml", &other)]);
+            proptest::prop_assert!(first.errors.is_empty());
+            let mut last = first.clone();
+            let mut text = NP.to_string();
+            for edit in &edits {
+                text = edit.apply(&text);
+                let started = std::time::Instant::now();
+                let s = build(&mut l, &[("a.yaml", &text), ("b.yaml", &other)]);
+                proptest::prop_assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+                let alone = build(&mut Loader::default(), &[("a.yaml", &text)]);
+                let ssh = |s: &PolicySnapshot| s.network_policies.iter().find(|p| p.name == "ssh").cloned();
+                if ssh(&alone).is_none() {
+                    proptest::prop_assert_eq!(ssh(&s), ssh(&first));
+                }
+                proptest::prop_assert!(s.applied_to_groups.iter().any(|g| g == &first.applied_to_groups[0]));
+                for p in &s.network_policies {
+                    proptest::prop_assert!(
+                        last.network_policies.contains(p) || alone.network_policies.contains(p),
+                        "{} appeared from nowhere", p.name
+                    );
+                }
+                if !alone.errors.is_empty() || alone.network_policies.is_empty() {
+                    for p in &last.network_policies {
+                        proptest::prop_assert!(
+                            s.network_policies.iter().any(|q| q.name == p.name),
+                            "{} removed by a file that does not load cleanly: {:?}", p.name, s.errors
+                        );
+                    }
+                }
+                last = s;
+            }
         }
     }
 
