@@ -38,7 +38,7 @@ const MAX_OBJECT_ERRORS_PER_FILE: usize = 10;
 
 /// From this much text read in one pass on, the allocator's free memory is handed back after the
 /// texts are dropped (a large or rejected input leaves its peak behind otherwise).
-const TRIM_AFTER_BYTES: usize = 1 << 20;
+const TRIM_AFTER_BYTES: usize = 256 << 10;
 
 /// Everything the directory holds right now.
 #[derive(Clone, Debug, Default, PartialEq)]
