@@ -206,7 +206,7 @@ fn rss_kib(pid: u32) -> u64 {
 
 /// Bad policy input under an enforced Drop, one case after the other on one agent: a file
 /// emptied in place, a second file defining the same name, a FIFO and a dangling symlink under
-/// policy names, 60,000-level nesting (while `/readyz` is polled), a 20,000-level ExternalNode,
+/// policy names, 60,000-level nesting and 180,000 values (while `/readyz` is polled), a 20,000-level ExternalNode,
 /// an oversized file, 100,000 bad objects, and the directory removed and put back. The Drop keeps
 /// dropping real packets throughout, and memory comes back after the large inputs.
 #[test]
@@ -276,10 +276,11 @@ fn bad_policy_files_never_weaken_enforcement_nor_wedge_the_agent() {
     std::fs::remove_file(dir.join("21-dangling.yaml")).expect("rm");
 
     // Deep nesting, while /readyz is polled: it keeps answering fast.
-    let rss_before = rss_kib(agent.pid());
     let (code, _) = readyz(&lab);
     assert_eq!(code, "200", "ready before the deep file");
     write_policy(&lab, "30-deep.yaml", &"{a: ".repeat(60_000));
+    // Within the limits but slow to parse and validate (180,000 values): off the actors' threads.
+    write_policy(&lab, "31-wide.yaml", &"- {a: 1}\n".repeat(60_000));
     write_en(&lab, NIC, &[VM_IP4, VM_IP6]);
     write_atomically(&lab.en_file(), &format!("metadata: {}", "[".repeat(20_000)));
     let mut slowest = 0f64;
@@ -309,15 +310,31 @@ fn bad_policy_files_never_weaken_enforcement_nor_wedge_the_agent() {
         ),
         Duration::from_secs(10),
     );
+    agent.wait_for_log(
+        &format!(
+            "policy file {}: 59990 more objects are invalid",
+            log_name("31-wide.yaml")
+        ),
+        Duration::from_secs(20),
+    );
     std::fs::remove_file(dir.join("30-deep.yaml")).expect("rm");
+    std::fs::remove_file(dir.join("31-wide.yaml")).expect("rm");
     lab.write_external_node(&[VM_IP4, VM_IP6]);
 
-    // Large input: an oversized file (not even read) and 100,000 bad objects.
-    std::fs::write(dir.join("40-huge.yaml"), "#".repeat(9 << 20)).expect("write");
+    // Large input rejected: an oversized file (not even read), 150,000 objects (refused before
+    // parsing), and a 100,000-element array of bad objects. Memory comes back afterwards.
+    std::thread::sleep(Duration::from_secs(3));
+    let rss_before = rss_kib(agent.pid());
+    write_atomically(&dir.join("40-huge.yaml"), &"#".repeat(9 << 20));
     write_policy(
         &lab,
         "41-many.json",
-        &format!("[{}]", vec!["{\"kind\": 1}"; 100_000].join(",")),
+        &format!("[{}]", vec!["{\"kind\": 1}"; 150_000].join(",")),
+    );
+    write_policy(
+        &lab,
+        "42-array.json",
+        &format!("[{}]", vec!["1"; 100_000].join(",")),
     );
     agent.wait_for_log(
         &format!(
@@ -329,17 +346,46 @@ fn bad_policy_files_never_weaken_enforcement_nor_wedge_the_agent() {
     );
     agent.wait_for_log(
         &format!(
-            "policy file {}: 99990 more objects are invalid (only the first 10 are listed)",
+            "policy file {}: more than 200000 elements (standalone.inputLimits.maxElements)",
             log_name("41-many.json")
+        ),
+        Duration::from_secs(20),
+    );
+    agent.wait_for_log(
+        &format!(
+            "policy file {}: 99990 more objects are invalid (only the first 10 are listed)",
+            log_name("42-array.json")
         ),
         Duration::from_secs(20),
     );
     assert_drop_holds(&lab, "after the large inputs");
     std::fs::remove_file(dir.join("40-huge.yaml")).expect("rm");
     std::fs::remove_file(dir.join("41-many.json")).expect("rm");
-    std::thread::sleep(Duration::from_secs(1));
+    std::fs::remove_file(dir.join("42-array.json")).expect("rm");
+    // The source hands free memory back after a large input, and again 2 s later.
+    std::thread::sleep(Duration::from_secs(4));
     let rss_after = rss_kib(agent.pid());
-    println!("agent RSS: {rss_before} KiB before the large inputs, {rss_after} KiB after");
+    if std::env::var("HOSTILE_SMAPS").is_ok() {
+        let smaps = std::fs::read_to_string(format!("/proc/{}/smaps", agent.pid())).unwrap_or_default();
+        let mut current = String::new();
+        let mut rows = Vec::new();
+        for l in smaps.lines() {
+            if l.chars().next().is_some_and(|c| c.is_ascii_hexdigit())
+                && l.contains('-')
+                && !l.starts_with("Rss")
+            {
+                current = l.to_string();
+            } else if let Some(v) = l.strip_prefix("Rss:") {
+                let kb: u64 = v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+                rows.push((kb, current.clone()));
+            }
+        }
+        rows.sort();
+        for r in rows.iter().rev().take(8) {
+            println!("SMAPS {} kB {}", r.0, r.1);
+        }
+    }
+    println!("agent RSS: {rss_before} KiB before the rejected large inputs, {rss_after} KiB after");
     assert!(
         rss_after * 10 <= rss_before * 12,
         "RSS {rss_after} KiB after vs {rss_before} KiB before"

@@ -40,6 +40,9 @@ const MAX_OBJECT_ERRORS_PER_FILE: usize = 10;
 /// texts are dropped (a large or rejected input leaves its peak behind otherwise).
 const TRIM_AFTER_BYTES: usize = 256 << 10;
 
+/// How long after a large pass the free memory is handed back once more.
+const LATE_TRIM_DELAY: Duration = Duration::from_secs(2);
+
 /// Everything the directory holds right now.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PolicySnapshot {
@@ -100,6 +103,7 @@ impl PolicyDirSource {
             loader: Loader::default(),
             last_fingerprint: None,
             last_snapshot: None,
+            trim_next: false,
         };
         stream::unfold(state, |mut st| async move {
             loop {
@@ -140,19 +144,31 @@ async fn build_off_thread(st: &mut StreamState, content: DirContent) -> PolicySn
     let mut loader = std::mem::take(&mut st.loader);
     let dir = st.source.dir.clone();
     let limits = st.source.limits.clone();
+    // The pass after a large one trims too: what the large one built (the previous snapshot, a
+    // removed file's objects) is only freed now.
+    let trim_anyway = st.trim_next;
     let joined = tokio::task::spawn_blocking(move || {
         let snapshot = loader.build_within(&dir, &content, &limits);
-        let read = content.text_bytes();
+        let large = content.text_bytes() >= TRIM_AFTER_BYTES;
         drop(content);
-        if read >= TRIM_AFTER_BYTES {
+        if large || trim_anyway {
             crate::memory::release_free_memory();
         }
-        (loader, snapshot)
+        (loader, snapshot, large)
     })
     .await;
     match joined {
-        Ok((loader, snapshot)) => {
+        Ok((loader, snapshot, large)) => {
             st.loader = loader;
+            st.trim_next = large;
+            if large {
+                // The actors downstream drop what they derived from the previous snapshot only
+                // once they have taken this one: hand that back a little later as well.
+                tokio::spawn(async {
+                    tokio::time::sleep(LATE_TRIM_DELAY).await;
+                    let _ = tokio::task::spawn_blocking(crate::memory::release_free_memory).await;
+                });
+            }
             snapshot
         }
         // The parse panicked (a bug): the last snapshot stays in force, with the error; the
@@ -175,6 +191,8 @@ struct StreamState {
     last_fingerprint: Option<DirFingerprint>,
     /// Cheap to keep: the policies in it are shared with the loader.
     last_snapshot: Option<PolicySnapshot>,
+    /// The last pass read a large input: the next one hands free memory back too.
+    trim_next: bool,
 }
 
 /// The raw content of the directory: what polling compares.
@@ -561,6 +579,8 @@ fn load_file(
             path.display()
         ));
     }
+    // 100,000 invalid objects must not leave a 100,000-slot vector behind.
+    out.shrink_to_fit();
     // Only a file that loads without errors removes objects: an object whose kind or name was
     // garbled, or that vanished from a half-broken file, stays in force as last loaded.
     if !errors.is_empty() {
