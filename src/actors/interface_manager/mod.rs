@@ -215,26 +215,6 @@ async fn apply_wanted(
     let mut refused = Vec::new();
     for w in wanted {
         match find_link(&links, &w.name, &w.ips) {
-            Ok((link, found)) if !attached.contains_key(&link.name) => {
-                if let Err(why) = uplink_candidate(&links, &link, &found) {
-                    refused.push(format!(
-                        "{} (name {:?}, ips [{}]): resolves to {}, which cannot be an uplink: {why}; \
-                         nothing on the host was changed",
-                        w.entry,
-                        w.name,
-                        join_ips(&w.ips),
-                        link.name
-                    ));
-                } else if targets.contains_key(&link.name) {
-                    errors.push(format!(
-                        "ExternalEntity {}: resolves to {}, which another interface of the ExternalNode already uses",
-                        w.entity.name, link.name
-                    ));
-                    unresolved.insert(&w.entity);
-                } else {
-                    targets.insert(link.name.clone(), (w, link, found));
-                }
-            }
             Ok((link, _)) if targets.contains_key(&link.name) => {
                 errors.push(format!(
                     "ExternalEntity {}: resolves to {}, which another interface of the ExternalNode already uses",
@@ -243,7 +223,25 @@ async fn apply_wanted(
                 unresolved.insert(&w.entity);
             }
             Ok((link, found)) => {
-                targets.insert(link.name.clone(), (w, link, found));
+                // A link not attached yet must be able to be an uplink (an attached one is).
+                let eligible = if attached.contains_key(&link.name) {
+                    Ok(())
+                } else {
+                    uplink_candidate(&links, &link, &found)
+                };
+                match eligible {
+                    Ok(()) => {
+                        targets.insert(link.name.clone(), (w, link, found));
+                    }
+                    Err(why) => refused.push(format!(
+                        "{} (name {:?}, ips [{}]): resolves to {}, which cannot be an uplink: {why}; \
+                         nothing on the host was changed",
+                        w.entry,
+                        w.name,
+                        join_ips(&w.ips),
+                        link.name
+                    )),
+                }
             }
             Err(e) => {
                 errors.push(format!("ExternalEntity {}: {e}", w.entity.name));
@@ -252,7 +250,7 @@ async fn apply_wanted(
         }
     }
     // A refused entry refuses the whole ExternalNode: nothing is attached or detached, so the
-    //    last good state stays exactly as it is.
+    // last good state stays exactly as it is.
     if !refused.is_empty() {
         errors.extend(refused);
         return;
