@@ -216,9 +216,38 @@ pub struct Standalone {
     /// An ExternalNode object (YAML) standing in for the one normally read from the API server; its
     /// removal means the ExternalNode was deleted.
     pub external_node_file: PathBuf,
-    /// Directory of local policy files (accepted, reserved).
+    /// Directory of local policy files.
     pub policy_dir: Option<PathBuf>,
+    /// Limits on reading and parsing both.
+    pub input_limits: InputLimits,
 }
+
+/// `standalone.inputLimits`: what one policy file or the ExternalNode file may cost to parse.
+/// The defaults are far above real files (a 10,000-rule policy set is about 2 MB over many
+/// files, nested 8 levels deep); larger or deeper input is refused with an error naming the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InputLimits {
+    /// `maxFileBytes`: the largest file read (default 8 MiB).
+    pub max_file_bytes: u64,
+    /// `maxNestingDepth`: the deepest nesting of lists and mappings (default 64, at most 128).
+    pub max_nesting_depth: usize,
+    /// `maxElements`: the most values (scalars, lists, mappings) in one file (default 200,000; a
+    /// policy with ten rules has about 60, an AddressGroup of 10,000 IPs about 40,000).
+    pub max_elements: usize,
+}
+
+impl Default for InputLimits {
+    fn default() -> Self {
+        InputLimits {
+            max_file_bytes: 8 << 20,
+            max_nesting_depth: 64,
+            max_elements: 200_000,
+        }
+    }
+}
+
+/// The YAML parser's own recursion limit: a deeper `maxNestingDepth` could never be reached.
+pub const MAX_NESTING_DEPTH_LIMIT: usize = 128;
 
 /// A certificate chain and its private key, both PEM files.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -443,9 +472,14 @@ fn parse(yaml: &str, base: &Path, source: &str) -> Result<Config, ConfigErrors> 
     let disable_tx_checksum_offload = p.boolean(&top, "disableTXChecksumOffload", "").unwrap_or(false);
     let packet_in_rate_raw = p.integer(&top, "packetInRate", "");
 
-    let sa = p.section(&top, "standalone", &["externalNodeFile", "policyDir"]);
+    let sa = p.section(
+        &top,
+        "standalone",
+        &["externalNodeFile", "policyDir", "inputLimits"],
+    );
     let en_file = p.path(&sa, "externalNodeFile", "standalone");
     let policy_dir = p.path(&sa, "policyDir", "standalone");
+    let input_limits = p.input_limits(&sa);
     let state_dir = p
         .path(&top, "stateDir", "")
         .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
@@ -617,6 +651,7 @@ fn parse(yaml: &str, base: &Path, source: &str) -> Result<Config, ConfigErrors> 
         (Some(external_node_file), policy_dir) => Some(Standalone {
             external_node_file,
             policy_dir,
+            input_limits,
         }),
         (None, Some(_)) => {
             p.problem(
@@ -921,6 +956,42 @@ impl Parser<'_> {
         }
     }
 
+    /// `standalone.inputLimits`; every value must be positive.
+    fn input_limits(&mut self, standalone: &Fields<'_>) -> InputLimits {
+        const PARENT: &str = "standalone.inputLimits";
+        let fields = self.section(
+            standalone,
+            "inputLimits",
+            &["maxFileBytes", "maxNestingDepth", "maxElements"],
+        );
+        let defaults = InputLimits::default();
+        let mut positive = |key: &str, max: i64| -> Option<i64> {
+            let n = self.integer(&fields, key, PARENT)?;
+            if n < 1 || n > max {
+                self.problem(
+                    join(PARENT, key),
+                    format!("{n} is invalid: must be between 1 and {max}"),
+                );
+                return None;
+            }
+            Some(n)
+        };
+        let max_file_bytes = positive("maxFileBytes", 1 << 40);
+        let max_nesting_depth = positive("maxNestingDepth", MAX_NESTING_DEPTH_LIMIT as i64);
+        let max_elements = positive("maxElements", 1 << 40);
+        InputLimits {
+            max_file_bytes: max_file_bytes
+                .and_then(|n| u64::try_from(n).ok())
+                .unwrap_or(defaults.max_file_bytes),
+            max_nesting_depth: max_nesting_depth
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(defaults.max_nesting_depth),
+            max_elements: max_elements
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(defaults.max_elements),
+        }
+    }
+
     fn feature_gates(&mut self, v: Option<&&Value>) -> BTreeMap<String, bool> {
         let mut gates = BTreeMap::new();
         let map = match v.map(|v| untag(v)) {
@@ -1108,6 +1179,29 @@ mod tests {
         problems.remove(0)
     }
 
+    #[test]
+    fn input_limits_default_and_are_validated() {
+        let c = parse_ok(MINIMAL);
+        let limits = c.standalone.expect("standalone").input_limits;
+        assert_eq!(limits, InputLimits::default());
+        let yaml = "nodeType: externalNode\nfeatureGates: {ExternalNode: true}\nstandalone:\n  \
+                    externalNodeFile: /x\n  inputLimits: {maxFileBytes: 1024, maxNestingDepth: 16, maxElements: 50}\n";
+        let limits = parse_ok(yaml).standalone.expect("standalone").input_limits;
+        assert_eq!(
+            limits,
+            InputLimits {
+                max_file_bytes: 1024,
+                max_nesting_depth: 16,
+                max_elements: 50
+            }
+        );
+        let p = only_problem(&yaml.replace("maxNestingDepth: 16", "maxNestingDepth: 500"));
+        assert_eq!(p.path, "standalone.inputLimits.maxNestingDepth");
+        assert_eq!(p.message, "500 is invalid: must be between 1 and 128");
+        let p = only_problem(&yaml.replace("maxFileBytes: 1024", "maxFileBytes: 0"));
+        assert_eq!(p.path, "standalone.inputLimits.maxFileBytes");
+    }
+
     fn with_rules(rules: &str) -> String {
         format!("{MINIMAL}externalNode:\n  policyBypassRules:\n{rules}")
     }
@@ -1145,7 +1239,8 @@ mod tests {
             c.standalone,
             Some(Standalone {
                 external_node_file: PathBuf::from("/etc/antrea/en.yaml"),
-                policy_dir: None
+                policy_dir: None,
+                input_limits: InputLimits::default(),
             })
         );
         assert_eq!(c.state_dir, PathBuf::from("/var/lib/antrea-vm-agent"));
@@ -1269,7 +1364,8 @@ stateDir: /tmp/state
             c.standalone,
             Some(Standalone {
                 external_node_file: PathBuf::from("/base/en.yaml"),
-                policy_dir: Some(PathBuf::from("/base/policies"))
+                policy_dir: Some(PathBuf::from("/base/policies")),
+                input_limits: InputLimits::default(),
             })
         );
         assert_eq!(c.state_dir, PathBuf::from("/tmp/state"));

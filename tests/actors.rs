@@ -290,6 +290,71 @@ async fn invalid_external_node_keeps_the_last_good_state() {
     let _ = w.supervisor.send(Shutdown).await;
 }
 
+/// An ExternalNode whose IPs are on a link that can never be an uplink (a bridge, a tunnel, the
+/// loopback) is refused as a whole with an error naming the entry and the reason: the attached
+/// NIC stays attached and nothing on the host changes.
+#[actix_rt::test]
+async fn an_ineligible_uplink_is_refused_and_the_host_is_untouched() {
+    use antrea_vm_agent::host::LinkNature;
+    let w = start_world();
+    w.source.set(external_node(&["10.0.0.2"]));
+    w.converge().await;
+    w.host.add_link("br0", "02:00:00:00:0b:01", 1500);
+    w.host.set_nature(
+        "br0",
+        LinkNature {
+            kind: Some("bridge".into()),
+            ..Default::default()
+        },
+    );
+    w.host
+        .seed_address("br0", &address("10.5.0.2/24"))
+        .expect("seed br0");
+    w.host.add_link("vx0", "02:00:00:00:0b:02", 1450);
+    w.host.set_nature(
+        "vx0",
+        LinkNature {
+            kind: Some("vxlan".into()),
+            ..Default::default()
+        },
+    );
+    w.host
+        .seed_address("vx0", &address("10.6.0.2/24"))
+        .expect("seed vx0");
+    w.host
+        .seed_address("lo", &address("10.7.0.2/32"))
+        .expect("seed lo");
+    let mutations = w.host.mutation_count();
+    let im = w.peers().await.interfaces.expect("interface manager");
+    for (name, ip, link, reason) in [
+        ("br0", "10.5.0.2", "br0", "br0 is a Linux bridge"),
+        (
+            "vx0",
+            "10.6.0.2",
+            "vx0",
+            "vx0 is a vxlan device, not a physical-like interface",
+        ),
+        // A name that is no link is only a label: the IPs lead to lo.
+        ("nic9", "10.7.0.2", "lo", "lo is the loopback interface"),
+    ] {
+        w.source.set(external_node_named(name, &[ip]));
+        let want = format!(
+            "ExternalNode vm-ns/vm1 (fake source): spec.interfaces[0] (name {name:?}, ips [{ip}]): \
+             resolves to {link}, which cannot be an uplink: {reason}"
+        );
+        eventually("the refusal reported", || async {
+            let status = im.send(StatusQuery).await.expect("alive");
+            status.detail["errors"]
+                .as_array()
+                .is_some_and(|e| e.iter().any(|m| m.as_str().is_some_and(|m| m.starts_with(&want))))
+        })
+        .await;
+        assert!(w.attached(), "eth0 stays attached");
+        assert_eq!(w.host.mutation_count(), mutations, "nothing on the host changed");
+    }
+    let _ = w.supervisor.send(Shutdown).await;
+}
+
 /// For each actor: a panic inside a handler is followed by a restart, and the system converges
 /// without touching the host again.
 #[actix_rt::test]

@@ -49,8 +49,11 @@ impl ExternalNodeWatcher {
         let next = match event {
             SourceEvent::Absent => None,
             SourceEvent::Present(obj) => match obj.validate(&self.node_name, &self.namespace) {
-                Ok(node) => Some(node),
-                Err(e) => return self.fail(e.to_string()),
+                Ok(mut node) => {
+                    node.source = self.source.describe();
+                    Some(node)
+                }
+                Err(e) => return self.fail(format!("{} ({})", e, self.source.describe())),
             },
             SourceEvent::Error(msg) => return self.fail(msg),
         };

@@ -609,6 +609,26 @@ pub fn render_metrics(c: &Collected, out: &mut String) {
         );
         render_rule_families(stats, out);
     }
+    if let Some(errors) = detail(c, ActorKind::PolicyCache)
+        .and_then(|d| d.get("sourceErrors"))
+        .and_then(Value::as_array)
+    {
+        gauge(
+            out,
+            "antrea_vm_agent_policy_source_errors",
+            "Number of problems the policy source reports now (unreadable or missing policy directory, \
+             files that cannot be read or parsed, conflicts); the last good policies stay enforced.",
+            errors.len(),
+        );
+    }
+    if let Some(watcher) = c.statuses.get(&ActorKind::ExternalNodeWatcher) {
+        gauge(
+            out,
+            "antrea_vm_agent_external_node_source_error",
+            "1 when the ExternalNode source is unreadable or invalid (the last valid ExternalNode stays in force).",
+            u8::from(watcher.last_error.is_some()),
+        );
+    }
     if let Some(n) = attached_interfaces(c) {
         gauge(
             out,
@@ -829,6 +849,21 @@ mod tests {
         assert!(out.contains("antrea_vm_agent_packet_ins_total{outcome=\"rejected\"} 1\n"));
         assert!(out.contains("antrea_vm_agent_interfaces_attached 1\n"));
         assert!(out.contains("antrea_vm_agent_ready 1\n"));
+        assert!(
+            out.contains("antrea_vm_agent_external_node_source_error 0\n"),
+            "{out}"
+        );
+        assert!(!out.contains("antrea_vm_agent_policy_source_errors"));
+        c.statuses.insert(
+            ActorKind::PolicyCache,
+            status(
+                ActorKind::PolicyCache,
+                json!({"sourceErrors": ["policy file /p/a.yaml: holds no objects"]}),
+            ),
+        );
+        let mut out = String::new();
+        render_metrics(&c, &mut out);
+        assert!(out.contains("antrea_vm_agent_policy_source_errors 1\n"), "{out}");
         assert!(!out.contains("antrea_vm_agent_controller_connected"));
         c.counts = Some(PolicyCounts {
             controller_connected: Some(false),

@@ -17,7 +17,7 @@ use super::kernel::{
     RT_SCOPE_HOST, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN,
 };
 use super::netlink::{describe_route, rewrite_label};
-use super::{Address, HostError, HostNet, Link, Route};
+use super::{Address, HostError, HostNet, Link, LinkNature, Route};
 
 /// An address family, for [`FakeHost::max_default_routes_seen`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -466,6 +466,7 @@ impl FakeHost {
                     mtu,
                     up,
                     promisc: false,
+                    nature: LinkNature::default(),
                 },
                 altnames: Vec::new(),
                 addresses: Vec::new(),
@@ -483,6 +484,15 @@ impl FakeHost {
     /// Test hook: a link that is down (like a just-created OVS internal port). Not logged.
     pub fn add_link_down(&self, name: &str, mac: &str, mtu: u32) -> u32 {
         self.add_link_with_state(name, mac, mtu, false)
+    }
+
+    /// Test hook: sets what the kernel would say a link is (loopback, driver kind, master), to
+    /// model links that must never become uplinks. Not logged.
+    pub fn set_nature(&self, name: &str, nature: LinkNature) {
+        let mut st = self.lock();
+        if let Some(l) = st.links.values_mut().find(|l| l.link.name == name) {
+            l.link.nature = nature;
+        }
     }
 
     /// Test hook: removes a link with its addresses and routes (like OVS deleting an internal

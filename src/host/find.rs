@@ -116,6 +116,7 @@ mod tests {
             mtu: 1500,
             up: true,
             promisc: false,
+            nature: crate::host::LinkNature::default(),
         }
     }
 

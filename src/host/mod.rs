@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
+pub mod eligibility;
 pub mod fake;
 pub mod find;
 pub mod kernel;
@@ -28,6 +29,27 @@ pub struct Link {
     /// IFF_PROMISC as set by a user of the link (OVS sets it on ports it attaches).
     #[serde(default)]
     pub promisc: bool,
+    /// What the kernel says the link is; decides whether it may become an uplink
+    /// ([`eligibility`]). The default is a plain Ethernet NIC.
+    #[serde(default)]
+    pub nature: LinkNature,
+}
+
+/// The kernel's description of a link's nature: its driver kind, hardware type and master.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkNature {
+    /// IFLA_INFO_KIND (`veth`, `bridge`, `openvswitch`, `vxlan`…); `None` for hardware NICs.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// The ARPHRD hardware type when it is not Ethernet (`LOOPBACK`, `NONE`, `IPGRE`…).
+    #[serde(default)]
+    pub hw_type: Option<String>,
+    /// IFF_LOOPBACK.
+    #[serde(default)]
+    pub loopback: bool,
+    /// IFLA_MASTER: the index of the bond, bridge or OVS datapath this link is a port of.
+    #[serde(default)]
+    pub master: Option<u32>,
 }
 
 /// An interface address with the attributes needed to put it back exactly.

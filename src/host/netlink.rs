@@ -37,7 +37,7 @@ use rtnetlink::packet_core::{
 use rtnetlink::packet_route::address::{
     AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressScope, CacheInfo,
 };
-use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags, LinkMessage, Prop};
+use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags, LinkInfo, LinkLayerType, LinkMessage, Prop};
 use rtnetlink::packet_route::route::{
     RouteAddress, RouteAttribute, RouteFlags, RouteMessage, RouteProtocol, RouteScope, RouteType,
 };
@@ -47,7 +47,7 @@ use super::kernel::{
     validate_ifname, IFA_F_NODAD, IFA_SETTABLE_FLAGS, LIFETIME_FOREVER, MAX_IFNAME_LEN, RTN_BROADCAST,
     RTN_LOCAL, RTN_UNICAST, RT_TABLE_LOCAL,
 };
-use super::{Address, HostError, HostNet, Link, Route};
+use super::{Address, HostError, HostNet, Link, LinkNature, Route};
 
 /// How long `rename` keeps retrying on EBUSY-like errors, and how long it waits between tries.
 const RENAME_RETRY_FOR: Duration = Duration::from_secs(1);
@@ -300,11 +300,25 @@ fn parse_link(msg: &LinkMessage) -> Option<Link> {
     let mut name = None;
     let mut mac = None;
     let mut mtu = 0;
+    let mut nature = LinkNature {
+        loopback: msg.header.flags.contains(LinkFlags::Loopback),
+        hw_type: (msg.header.link_layer_type != LinkLayerType::Ether)
+            .then(|| msg.header.link_layer_type.to_string()),
+        ..LinkNature::default()
+    };
     for attr in &msg.attributes {
         match attr {
             LinkAttribute::IfName(n) => name = Some(n.clone()),
             LinkAttribute::Address(a) if !a.is_empty() => mac = Some(format_mac(a)),
             LinkAttribute::Mtu(m) => mtu = *m,
+            LinkAttribute::Controller(index) => nature.master = Some(*index),
+            LinkAttribute::LinkInfo(infos) => {
+                for info in infos {
+                    if let LinkInfo::Kind(kind) = info {
+                        nature.kind = Some(kind.to_string());
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -315,6 +329,7 @@ fn parse_link(msg: &LinkMessage) -> Option<Link> {
         mtu,
         up: msg.header.flags.contains(LinkFlags::Up),
         promisc: msg.header.flags.contains(LinkFlags::Promisc),
+        nature,
     })
 }
 

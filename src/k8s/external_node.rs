@@ -52,6 +52,9 @@ pub struct ExternalNode {
     pub name: String,
     pub namespace: String,
     pub interfaces: Vec<ExternalNodeInterface>,
+    /// Where it came from, for error messages (e.g. `file /etc/antrea/external-node.yaml`);
+    /// set by the watcher, empty when unknown.
+    pub source: String,
 }
 
 /// One interface of an ExternalNode.
@@ -152,7 +155,21 @@ impl ExternalNodeObject {
                         format!("{ip:?} is not an IP address"),
                     )
                 })?;
+                if let Some(why) = unusable_ip(parsed) {
+                    return Err(bad(
+                        &format!("spec.interfaces[{i}].ips[{j}]"),
+                        format!("{ip} is {why}; an uplink needs an address other hosts can reach"),
+                    ));
+                }
                 ips.push(parsed);
+            }
+            if ips.iter().all(is_link_local) {
+                return Err(bad(
+                    &format!("spec.interfaces[{i}].ips"),
+                    "lists only link-local addresses, which cannot identify an uplink \
+                     (every interface has one); list the interface's routable addresses"
+                        .into(),
+                ));
             }
             ips.sort();
             ips.dedup();
@@ -166,7 +183,33 @@ impl ExternalNodeObject {
             name: self.metadata.name.clone(),
             namespace: namespace.to_string(),
             interfaces,
+            source: String::new(),
         })
+    }
+}
+
+/// Why an IP can never identify an uplink, if it cannot: loopback, unspecified, multicast or
+/// broadcast addresses.
+fn unusable_ip(ip: IpAddr) -> Option<&'static str> {
+    let ip = ip.to_canonical();
+    if ip.is_loopback() {
+        Some("a loopback address")
+    } else if ip.is_unspecified() {
+        Some("the unspecified address")
+    } else if ip.is_multicast() {
+        Some("a multicast address")
+    } else if matches!(ip, IpAddr::V4(v4) if v4.is_broadcast()) {
+        Some("the broadcast address")
+    } else {
+        None
+    }
+}
+
+/// IPv4 169.254.0.0/16 or IPv6 fe80::/10.
+fn is_link_local(ip: &IpAddr) -> bool {
+    match ip.to_canonical() {
+        IpAddr::V4(a) => a.is_link_local(),
+        IpAddr::V6(a) => (a.segments()[0] & 0xffc0) == 0xfe80,
     }
 }
 
@@ -217,5 +260,37 @@ mod tests {
             en.validate("vm1", "default").expect_err("names").field,
             "spec.interfaces"
         );
+    }
+
+    #[test]
+    fn loopback_link_local_only_and_other_unusable_ips_are_refused() {
+        let err = |ips: &str| {
+            object(&format!(
+                "metadata: {{name: vm1}}\nspec: {{interfaces: [{{ips: [{ips}]}}]}}\n"
+            ))
+            .validate("vm1", "default")
+            .expect_err("refused")
+            .to_string()
+        };
+        assert_eq!(
+            err("\"127.0.0.1\""),
+            "ExternalNode /vm1: spec.interfaces[0].ips[0]: 127.0.0.1 is a loopback address; \
+             an uplink needs an address other hosts can reach"
+        );
+        assert!(err("\"10.0.0.2\", \"::1\"")
+            .starts_with("ExternalNode /vm1: spec.interfaces[0].ips[1]: ::1 is a loopback address"));
+        assert!(err("\"::ffff:127.0.0.2\"").contains("is a loopback address"));
+        assert!(err("\"0.0.0.0\"").contains("the unspecified address"));
+        assert!(err("\"ff02::1\"").contains("a multicast address"));
+        assert!(err("\"255.255.255.255\"").contains("the broadcast address"));
+        assert_eq!(
+            err("\"fe80::1\", \"169.254.1.1\""),
+            "ExternalNode /vm1: spec.interfaces[0].ips: lists only link-local addresses, which \
+             cannot identify an uplink (every interface has one); list the interface's routable \
+             addresses"
+        );
+        // A link-local address next to a routable one is accepted.
+        let ok = object("metadata: {name: vm1}\nspec: {interfaces: [{ips: [\"fe80::1\", \"10.0.0.2\"]}]}\n");
+        assert!(ok.validate("vm1", "default").is_ok());
     }
 }

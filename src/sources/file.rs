@@ -2,19 +2,25 @@
 //! are the ExternalNode's add, update and delete. The file is polled (cheap, and robust to editors
 //! that replace files and to directories that do not exist yet).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::stream::{self, BoxStream, StreamExt};
 
+use super::bounded::{parse_values, read_regular_file, FileRead};
 use super::{ExternalNodeSource, SourceEvent};
+use crate::config::InputLimits;
 use crate::k8s::external_node::ExternalNodeObject;
+
+/// From this size on, the allocator's free memory is handed back after the file is dropped.
+const TRIM_AFTER_BYTES: usize = 256 << 10;
 
 /// Reads the ExternalNode from a file every `interval`, reporting only changes.
 #[derive(Clone, Debug)]
 pub struct FileSource {
     pub path: PathBuf,
     pub interval: Duration,
+    pub limits: InputLimits,
 }
 
 impl FileSource {
@@ -22,27 +28,63 @@ impl FileSource {
         FileSource {
             path: path.into(),
             interval,
+            limits: InputLimits::default(),
         }
     }
 
-    /// One observation of the file.
-    pub async fn read(&self) -> SourceEvent {
-        match tokio::fs::read_to_string(&self.path).await {
-            Ok(text) if text.trim().is_empty() => SourceEvent::Error(format!(
-                "ExternalNode file {}: file is empty (remove the file to delete the ExternalNode)",
-                self.path.display()
-            )),
-            Ok(text) => match serde_norway::from_str::<ExternalNodeObject>(&text) {
-                Ok(obj) => SourceEvent::Present(Box::new(obj)),
-                Err(e) => SourceEvent::Error(format!("ExternalNode file {}: {e}", self.path.display())),
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => SourceEvent::Absent,
-            Err(e) => SourceEvent::Error(format!(
-                "ExternalNode file {}: cannot read: {e}",
-                self.path.display()
-            )),
-        }
+    /// The same source with other reading limits.
+    pub fn with_limits(mut self, limits: InputLimits) -> Self {
+        self.limits = limits;
+        self
     }
+
+    /// One observation of the file, read and parsed on the blocking pool (never on an actor's
+    /// thread) within the limits.
+    pub async fn read(&self) -> SourceEvent {
+        let path = self.path.clone();
+        let limits = self.limits.clone();
+        tokio::task::spawn_blocking(move || read_blocking(&path, &limits))
+            .await
+            .unwrap_or_else(|e| {
+                SourceEvent::Error(format!(
+                    "ExternalNode file {}: reading failed: {e}",
+                    self.path.display()
+                ))
+            })
+    }
+}
+
+/// Parses the ExternalNode file's text within the limits.
+fn parse_external_node(text: &str, json: bool, limits: &InputLimits) -> Result<ExternalNodeObject, String> {
+    if text.trim().is_empty() {
+        return Err("file is empty (remove the file to delete the ExternalNode)".into());
+    }
+    // The limits first (cheap, bounded); then the typed parse, whose errors name line and column.
+    parse_values(text, json, limits).map_err(|e| e.to_string())?;
+    serde_norway::from_str::<ExternalNodeObject>(text).map_err(|e| e.to_string())
+}
+
+fn read_blocking(path: &Path, limits: &InputLimits) -> SourceEvent {
+    let error = |why: String| SourceEvent::Error(format!("ExternalNode file {}: {why}", path.display()));
+    let text = match read_regular_file(path, limits.max_file_bytes) {
+        Ok(FileRead::Text(text)) => text,
+        Ok(FileRead::Missing) => return SourceEvent::Absent,
+        Ok(FileRead::NotRegular(what)) => return error(format!("skipped: it is {what}, not a regular file")),
+        Err(e) => return error(e.to_string()),
+    };
+    let json = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let event = match parse_external_node(&text, json, limits) {
+        Ok(obj) => SourceEvent::Present(Box::new(obj)),
+        Err(why) => error(why),
+    };
+    if text.len() >= TRIM_AFTER_BYTES {
+        drop(text);
+        crate::memory::release_free_memory();
+    }
+    event
 }
 
 impl ExternalNodeSource for FileSource {
@@ -100,5 +142,69 @@ mod tests {
         }
         std::fs::remove_file(&path).expect("rm");
         assert_eq!(next(&mut events).await, Some(SourceEvent::Absent));
+    }
+
+    const EN: &str = "apiVersion: crd.antrea.io/v1alpha1\nkind: ExternalNode\n\
+                      metadata: {name: vm1, namespace: vm-ns}\n\
+                      spec:\n  interfaces:\n  - name: eth0\n    ips: [\"10.0.0.2\", \"fd00::2\"]\n";
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Random edits of a valid ExternalNode file: no panic, a bounded time, and whatever is
+        /// accepted never names an address that cannot identify an uplink.
+        #[test]
+        fn random_mutations_are_parsed_or_refused_in_bounded_time(
+            edits in proptest::collection::vec(crate::sources::mutations::mutation(), 1..4)
+        ) {
+            let limits = InputLimits::default();
+            let mut text = EN.to_string();
+            for edit in &edits {
+                text = edit.apply(&text);
+                let started = std::time::Instant::now();
+                let parsed = parse_external_node(&text, false, &limits);
+                proptest::prop_assert!(started.elapsed() < Duration::from_secs(3));
+                if let Ok(node) = parsed.map_err(|_| ()).and_then(|o| o.validate("vm1", "vm-ns").map_err(|_| ())) {
+                    for ip in node.interfaces.iter().flat_map(|i| &i.ips) {
+                        let ip = ip.to_canonical();
+                        proptest::prop_assert!(!ip.is_loopback() && !ip.is_unspecified() && !ip.is_multicast());
+                    }
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn fifos_deep_nesting_and_large_files_are_errors_in_bounded_time() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("en.yaml");
+        let source = FileSource::new(&path, Duration::from_millis(10)).with_limits(InputLimits {
+            max_file_bytes: 64 << 10,
+            ..InputLimits::default()
+        });
+        let error = |event: SourceEvent| match event {
+            SourceEvent::Error(msg) => msg,
+            other => panic!("expected an error, got {other:?}"),
+        };
+        let made = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        let started = std::time::Instant::now();
+        assert_eq!(
+            error(source.read().await),
+            format!(
+                "ExternalNode file {}: skipped: it is a FIFO, not a regular file",
+                path.display()
+            )
+        );
+        std::fs::remove_file(&path).expect("rm");
+        std::fs::write(&path, format!("metadata: {}", "{a: ".repeat(10_000))).expect("write");
+        assert!(error(source.read().await)
+            .ends_with("nesting deeper than 64 levels at line 1 (standalone.inputLimits.maxNestingDepth)"));
+        std::fs::write(&path, "x".repeat(100 << 10)).expect("write");
+        assert!(error(source.read().await).contains("more than the 65536 bytes allowed"));
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 }

@@ -3,10 +3,13 @@
 //! file ([`file::FileSource`]); the Kubernetes watch will be another implementation; tests use
 //! [`fake::FakeSource`].
 
+pub mod bounded;
 pub mod dir_watch;
 pub mod fake;
 pub mod file;
 pub mod kube_external_node;
+#[cfg(test)]
+pub(crate) mod mutations;
 pub mod policy_dir;
 pub mod select;
 

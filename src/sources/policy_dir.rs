@@ -22,15 +22,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{self, BoxStream, StreamExt};
-use serde::Deserialize;
 use serde_json::Value;
 
+use super::bounded::{parse_values, read_regular_file, FileRead};
 use super::dir_watch::DirWatch;
+use crate::config::InputLimits;
 use crate::policy::controlplane::{ControlplaneObject, Group, Kind, Policy, ValidObject};
 
 /// The safety-net poll period while inotify events arrive (a network filesystem may deliver
 /// none); without inotify the source polls every `interval`.
 const WATCHED_POLL: Duration = Duration::from_secs(5);
+
+/// The invalid objects of one file listed one by one; the rest are counted in one line.
+const MAX_OBJECT_ERRORS_PER_FILE: usize = 10;
+
+/// From this much text read in one pass on, the allocator's free memory is handed back after the
+/// texts are dropped (a large or rejected input leaves its peak behind otherwise).
+const TRIM_AFTER_BYTES: usize = 256 << 10;
+
+/// How long after a large pass the free memory is handed back once more.
+const LATE_TRIM_DELAY: Duration = Duration::from_secs(2);
 
 /// Everything the directory holds right now.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -64,6 +75,7 @@ impl PolicySnapshot {
 pub struct PolicyDirSource {
     pub dir: PathBuf,
     pub interval: Duration,
+    pub limits: InputLimits,
 }
 
 impl PolicyDirSource {
@@ -71,7 +83,14 @@ impl PolicyDirSource {
         PolicyDirSource {
             dir: dir.into(),
             interval,
+            limits: InputLimits::default(),
         }
+    }
+
+    /// The same source with other reading limits.
+    pub fn with_limits(mut self, limits: InputLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// A new stream of snapshots: the first is the current content, then one per change that
@@ -84,6 +103,7 @@ impl PolicyDirSource {
             loader: Loader::default(),
             last_fingerprint: None,
             last_snapshot: None,
+            trim_next: false,
         };
         stream::unfold(state, |mut st| async move {
             loop {
@@ -92,13 +112,12 @@ impl PolicyDirSource {
                     st.watch.wait(interval.max(WATCHED_POLL), interval).await;
                 }
                 st.watch.arm();
-                let content = read_content(&st.source.dir).await;
+                let content = read_content(&st.source.dir, &st.source.limits).await;
                 let fingerprint = content.fingerprint();
                 if st.last_fingerprint.as_ref() == Some(&fingerprint) {
                     continue;
                 }
-                let snapshot = st.loader.build(&st.source.dir, &content);
-                drop(content);
+                let snapshot = build_off_thread(&mut st, content).await;
                 st.last_fingerprint = Some(fingerprint);
                 if !st
                     .last_snapshot
@@ -119,6 +138,52 @@ impl PolicyDirSource {
     }
 }
 
+/// Parses on the blocking pool: a large or hostile file never holds the thread that runs the
+/// policy cache (or answers health). The loader travels to the pool and back.
+async fn build_off_thread(st: &mut StreamState, content: DirContent) -> PolicySnapshot {
+    let mut loader = std::mem::take(&mut st.loader);
+    let dir = st.source.dir.clone();
+    let limits = st.source.limits.clone();
+    // The pass after a large one trims too: what the large one built (the previous snapshot, a
+    // removed file's objects) is only freed now.
+    let trim_anyway = st.trim_next;
+    let joined = tokio::task::spawn_blocking(move || {
+        let snapshot = loader.build_within(&dir, &content, &limits);
+        let large = content.text_bytes() >= TRIM_AFTER_BYTES;
+        drop(content);
+        if large || trim_anyway {
+            crate::memory::release_free_memory();
+        }
+        (loader, snapshot, large)
+    })
+    .await;
+    match joined {
+        Ok((loader, snapshot, large)) => {
+            st.loader = loader;
+            st.trim_next = large;
+            if large {
+                // The actors downstream drop what they derived from the previous snapshot only
+                // once they have taken this one: hand that back a little later as well.
+                tokio::spawn(async {
+                    tokio::time::sleep(LATE_TRIM_DELAY).await;
+                    let _ = tokio::task::spawn_blocking(crate::memory::release_free_memory).await;
+                });
+            }
+            snapshot
+        }
+        // The parse panicked (a bug): the last snapshot stays in force, with the error; the
+        // loader starts over on the next change.
+        Err(e) => {
+            let mut last = st.last_snapshot.clone().unwrap_or_default();
+            last.errors.push(format!(
+                "policy directory {}: loading failed: {e}; keeping the policies last loaded",
+                st.source.dir.display()
+            ));
+            last
+        }
+    }
+}
+
 struct StreamState {
     source: PolicyDirSource,
     watch: DirWatch,
@@ -126,6 +191,8 @@ struct StreamState {
     last_fingerprint: Option<DirFingerprint>,
     /// Cheap to keep: the policies in it are shared with the loader.
     last_snapshot: Option<PolicySnapshot>,
+    /// The last pass read a large input: the next one hands free memory back too.
+    trim_next: bool,
 }
 
 /// The raw content of the directory: what polling compares.
@@ -165,6 +232,18 @@ enum DirFingerprint {
 }
 
 impl DirContent {
+    /// How much text this read holds.
+    fn text_bytes(&self) -> usize {
+        match self {
+            DirContent::Files(files) => files
+                .iter()
+                .filter_map(|(_, t)| t.as_ref().ok())
+                .map(|t| t.text.len())
+                .sum(),
+            _ => 0,
+        }
+    }
+
     fn fingerprint(&self) -> DirFingerprint {
         match self {
             DirContent::Missing => DirFingerprint::Missing,
@@ -192,14 +271,17 @@ fn is_policy_file(name: &str) -> bool {
 
 /// Reads the directory on the blocking pool, in one task (a task per file would cost more than
 /// reading thousands of small files).
-async fn read_content(dir: &Path) -> DirContent {
+async fn read_content(dir: &Path, limits: &InputLimits) -> DirContent {
     let owned = dir.to_path_buf();
-    tokio::task::spawn_blocking(move || read_content_blocking(&owned))
+    let max_bytes = limits.max_file_bytes;
+    tokio::task::spawn_blocking(move || read_content_blocking(&owned, max_bytes))
         .await
         .unwrap_or_else(|e| DirContent::Unreadable(format!("reading the directory failed: {e}")))
 }
 
-fn read_content_blocking(dir: &Path) -> DirContent {
+/// Reads every policy file of `dir`: only regular files (symlinks followed), at most
+/// `max_bytes` each, never blocking (a FIFO or device under a policy name is reported, not read).
+fn read_content_blocking(dir: &Path, max_bytes: u64) -> DirContent {
     let entries = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return DirContent::Missing,
@@ -219,19 +301,13 @@ fn read_content_blocking(dir: &Path) -> DirContent {
     paths.sort();
     let mut files = Vec::with_capacity(paths.len());
     for path in paths {
-        // Follows symlinks (ConfigMap mounts); a file removed meanwhile is simply gone.
-        match std::fs::metadata(&path) {
-            Ok(m) if m.is_file() => {}
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => {
-                files.push((path, Err(e.to_string())));
-                continue;
+        match read_regular_file(&path, max_bytes) {
+            Ok(FileRead::Text(text)) => files.push((path, Ok(FileText::new(text)))),
+            // Removed meanwhile: simply gone.
+            Ok(FileRead::Missing) => {}
+            Ok(FileRead::NotRegular(what)) => {
+                files.push((path, Err(format!("skipped: it is {what}, not a regular file"))));
             }
-        }
-        match std::fs::read_to_string(&path) {
-            Ok(text) => files.push((path, Ok(FileText::new(text)))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => files.push((path, Err(e.to_string()))),
         }
     }
@@ -239,19 +315,13 @@ fn read_content_blocking(dir: &Path) -> DirContent {
 }
 
 /// The objects of a file: JSON (`.json`) or YAML documents; arrays and `...List` objects are
-/// flattened, empty documents skipped.
-fn parse_documents(path: &Path, text: &str) -> Result<Vec<Value>, String> {
+/// flattened, empty documents skipped. Parsed within `limits`.
+fn parse_documents(path: &Path, text: &str, limits: &InputLimits) -> Result<Vec<Value>, String> {
     let is_json = path
         .extension()
         .and_then(|e| e.to_str())
         .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-    let docs = if is_json {
-        vec![serde_json::from_str::<Value>(text).map_err(|e| e.to_string())?]
-    } else {
-        serde_norway::Deserializer::from_str(text)
-            .map(|doc| Value::deserialize(doc).map_err(|e| e.to_string()))
-            .collect::<Result<Vec<_>, _>>()?
-    };
+    let docs = parse_values(text, is_json, limits).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     for doc in docs {
         flatten(doc, &mut out);
@@ -307,23 +377,35 @@ struct LoadedFile {
     errors: Vec<String>,
 }
 
-/// Builds snapshots, remembering per file the objects last loaded from it.
+/// Builds snapshots, remembering per file the objects last loaded from it, and per object name
+/// the version last enforced (what stays in force while two files define the name).
 #[derive(Debug, Default)]
 struct Loader {
     files: BTreeMap<PathBuf, LoadedFile>,
+    enforced: BTreeMap<ObjectKey, ValidObject>,
 }
 
 impl Loader {
+    #[cfg(test)]
     fn build(&mut self, dir: &Path, content: &DirContent) -> PolicySnapshot {
+        self.build_within(dir, content, &InputLimits::default())
+    }
+
+    fn build_within(&mut self, dir: &Path, content: &DirContent, limits: &InputLimits) -> PolicySnapshot {
         let mut errors = Vec::new();
         match content {
-            DirContent::Missing => {
-                self.files.clear();
-                errors.push(format!(
-                    "policy directory {} does not exist: no policies loaded",
-                    dir.display()
-                ));
-            }
+            // A directory that vanished (unmounted, replaced, removed by mistake) is an outage of
+            // the source, not an instruction to open the host: what it held stays in force.
+            DirContent::Missing if self.files.is_empty() => errors.push(format!(
+                "policy directory {} does not exist: no policies loaded",
+                dir.display()
+            )),
+            DirContent::Missing => errors.push(format!(
+                "policy directory {} does not exist (removed or not mounted); keeping the {} \
+                 objects last loaded from it until it is back",
+                dir.display(),
+                self.enforced.len()
+            )),
             DirContent::Unreadable(e) => errors.push(format!(
                 "policy directory {}: cannot read: {e}; keeping the policies last loaded from it",
                 dir.display()
@@ -337,7 +419,7 @@ impl Loader {
                         old
                     } else {
                         let mut file_errors = Vec::new();
-                        let objects = load_file(path, text, old.objects, &mut file_errors);
+                        let objects = load_file(path, text, old.objects, limits, &mut file_errors);
                         LoadedFile {
                             text: fingerprint,
                             objects,
@@ -352,35 +434,70 @@ impl Loader {
         }
 
         let mut snapshot = PolicySnapshot::default();
-        let mut seen: BTreeMap<ObjectKey, &Path> = BTreeMap::new();
-        for (path, loaded) in &self.files {
-            for object in &loaded.objects {
-                let key = key_of(object);
-                if let Some(first) = seen.get(&key) {
-                    errors.push(format!(
-                        "policy file {}: {} {} is also defined in {}; ignored",
-                        path.display(),
-                        key.0,
-                        key.1,
-                        first.display()
-                    ));
-                    continue;
+        let mut enforced = BTreeMap::new();
+        for (key, definitions) in self.definitions() {
+            let object = match definitions.as_slice() {
+                [(_, object)] => Some((*object).clone()),
+                _ => {
+                    let kept = self.enforced.get(&key).cloned();
+                    let outcome = if kept.is_some() {
+                        "keeping the version enforced before the conflict"
+                    } else {
+                        "none of them is enforced"
+                    };
+                    for (path, _) in &definitions {
+                        let others: Vec<String> = definitions
+                            .iter()
+                            .filter(|(p, _)| p != path)
+                            .map(|(p, _)| p.display().to_string())
+                            .collect();
+                        let elsewhere = if others.is_empty() {
+                            "more than once in the same file".to_string()
+                        } else {
+                            format!("also in {}", others.join(", "))
+                        };
+                        errors.push(format!(
+                            "policy file {}: {} {} is defined {elsewhere}: a conflict; {outcome} \
+                             until only one definition is left",
+                            path.display(),
+                            key.0,
+                            key.1,
+                        ));
+                    }
+                    errors.dedup();
+                    kept
                 }
-                seen.insert(key, path);
-                match object {
-                    ValidObject::NetworkPolicy(p) => snapshot.network_policies.push(Arc::clone(p)),
-                    ValidObject::AddressGroup(g) => snapshot.address_groups.push(g.clone()),
-                    ValidObject::AppliedToGroup(g) => snapshot.applied_to_groups.push(g.clone()),
-                    // Never stored: load_file rejects patches.
-                    ValidObject::AddressGroupPatch(_) | ValidObject::AppliedToGroupPatch(_) => {}
-                }
+            };
+            let Some(object) = object else { continue };
+            match &object {
+                ValidObject::NetworkPolicy(p) => snapshot.network_policies.push(Arc::clone(p)),
+                ValidObject::AddressGroup(g) => snapshot.address_groups.push(g.clone()),
+                ValidObject::AppliedToGroup(g) => snapshot.applied_to_groups.push(g.clone()),
+                // Never stored: load_file rejects patches.
+                ValidObject::AddressGroupPatch(_) | ValidObject::AppliedToGroupPatch(_) => {}
             }
+            enforced.insert(key, object);
         }
+        self.enforced = enforced;
         snapshot.network_policies.sort_by(|a, b| a.name.cmp(&b.name));
         snapshot.address_groups.sort_by(|a, b| a.name.cmp(&b.name));
         snapshot.applied_to_groups.sort_by(|a, b| a.name.cmp(&b.name));
         snapshot.errors = errors;
         snapshot
+    }
+
+    /// Every object name with the files (and versions) that define it, in path order.
+    fn definitions(&self) -> BTreeMap<ObjectKey, Vec<(&Path, &ValidObject)>> {
+        let mut definitions: BTreeMap<ObjectKey, Vec<(&Path, &ValidObject)>> = BTreeMap::new();
+        for (path, loaded) in &self.files {
+            for object in &loaded.objects {
+                definitions
+                    .entry(key_of(object))
+                    .or_default()
+                    .push((path.as_path(), object));
+            }
+        }
+        definitions
     }
 }
 
@@ -389,6 +506,7 @@ fn load_file(
     path: &Path,
     text: &Result<FileText, String>,
     old: Vec<ValidObject>,
+    limits: &InputLimits,
     errors: &mut Vec<String>,
 ) -> Vec<ValidObject> {
     let keep_all = |why: String, errors: &mut Vec<String>, old: Vec<ValidObject>| {
@@ -402,13 +520,23 @@ fn load_file(
     };
     let text = match text {
         Ok(file) => &file.text,
-        Err(e) => return keep_all(format!("cannot read: {e}"), errors, old),
+        Err(e) => return keep_all(e.clone(), errors, old),
     };
-    let docs = match parse_documents(path, text) {
+    let docs = match parse_documents(path, text, limits) {
         Ok(docs) => docs,
-        Err(e) => return keep_all(format!("cannot parse: {e}"), errors, old),
+        Err(e) => return keep_all(e, errors, old),
     };
+    // A file emptied (truncated, half-saved, a failed copy) never means "no policies": only
+    // deleting it, or removing some objects from a file that still holds others, removes them.
+    if docs.is_empty() && !old.is_empty() {
+        return keep_all(
+            "holds no objects (delete the file to remove its objects)".to_string(),
+            errors,
+            old,
+        );
+    }
     let mut out = Vec::with_capacity(docs.len());
+    let mut unreported = 0usize;
     for (i, doc) in docs.into_iter().enumerate() {
         let key = raw_key(&doc);
         let loaded = ControlplaneObject::from_value(doc)
@@ -430,13 +558,51 @@ fn load_file(
                 } else {
                     ""
                 };
-                errors.push(format!(
-                    "policy file {}: object {}: {msg}{kept}",
-                    path.display(),
-                    i + 1
-                ));
+                // A file of 100,000 bad objects is one problem, not 100,000 log lines.
+                if errors.len() < MAX_OBJECT_ERRORS_PER_FILE {
+                    errors.push(format!(
+                        "policy file {}: object {}: {msg}{kept}",
+                        path.display(),
+                        i + 1
+                    ));
+                } else {
+                    unreported += 1;
+                }
                 out.extend(previous.cloned());
             }
+        }
+    }
+    if unreported > 0 {
+        errors.push(format!(
+            "policy file {}: {unreported} more objects are invalid (only the first \
+             {MAX_OBJECT_ERRORS_PER_FILE} are listed)",
+            path.display()
+        ));
+    }
+    // 100,000 invalid objects must not leave a 100,000-slot vector behind.
+    out.shrink_to_fit();
+    // Only a file that loads without errors removes objects: an object whose kind or name was
+    // garbled, or that vanished from a half-broken file, stays in force as last loaded.
+    if !errors.is_empty() {
+        let present: std::collections::BTreeSet<ObjectKey> = out.iter().map(key_of).collect();
+        let missing: Vec<ValidObject> = old
+            .into_iter()
+            .filter(|o| !present.contains(&key_of(o)))
+            .collect();
+        if !missing.is_empty() {
+            let names: Vec<String> = missing
+                .iter()
+                .map(|o| {
+                    let (kind, name) = key_of(o);
+                    format!("{kind} {name}")
+                })
+                .collect();
+            errors.push(format!(
+                "policy file {}: keeping {} as last loaded until the file loads without errors",
+                path.display(),
+                names.join(", ")
+            ));
+            out.extend(missing);
         }
     }
     out
@@ -645,7 +811,10 @@ groupMembers: [{externalEntity: {name: vm1, namespace: vm-ns}}]
         // Reading fails for a file that loaded before: its objects are kept and it is parsed
         // again once readable, even with the same text.
         let read_error = DirContent::Files(vec![
-            (PathBuf::from("/p/a.yaml"), Err("permission denied".to_owned())),
+            (
+                PathBuf::from("/p/a.yaml"),
+                Err("cannot read: permission denied".to_owned()),
+            ),
             (PathBuf::from("/p/b.yaml"), Ok(FileText::new(changed.clone()))),
         ]);
         let s3 = l.build(Path::new("/p"), &read_error);
@@ -670,14 +839,89 @@ groupMembers: [{externalEntity: {name: vm1, namespace: vm-ns}}]
     }
 
     #[test]
-    fn duplicates_keep_the_first_file() {
+    fn a_name_defined_in_two_files_keeps_the_enforced_version_never_the_file_order() {
         let mut l = Loader::default();
-        let s = build(&mut l, &[("a.yaml", ATG), ("b.yaml", ATG)]);
-        assert_eq!(s.applied_to_groups.len(), 1);
+        // Only z.yaml defines `web`: it is enforced.
+        let s = build(&mut l, &[("z.yaml", NP)]);
+        let enforced = s.network_policies.clone();
+        // a.yaml (earlier in file order) defines it too, differently: a conflict reported for
+        // both files, and z.yaml's version stays.
+        let other = NP.replace("action: Allow", "action: Drop");
+        let s = build(&mut l, &[("a.yaml", &other), ("z.yaml", NP)]);
+        assert_eq!(s.network_policies, enforced);
         assert_eq!(
             s.errors,
-            ["policy file /p/b.yaml: AppliedToGroup vm1 is also defined in /p/a.yaml; ignored"]
+            [
+                "policy file /p/a.yaml: NetworkPolicy web is defined also in /p/z.yaml: a conflict; \
+                 keeping the version enforced before the conflict until only one definition is left",
+                "policy file /p/z.yaml: NetworkPolicy web is defined also in /p/a.yaml: a conflict; \
+                 keeping the version enforced before the conflict until only one definition is left",
+            ]
         );
+        // z.yaml changes its version during the conflict: still the version enforced before.
+        let s = build(
+            &mut l,
+            &[
+                ("a.yaml", &other),
+                ("z.yaml", &NP.replace("priority: 5", "priority: 6")),
+            ],
+        );
+        assert_eq!(s.network_policies, enforced);
+        // Resolved by removing it from z.yaml: a.yaml's version is the only one, enforced.
+        let s = build(&mut l, &[("a.yaml", &other), ("z.yaml", ATG)]);
+        assert!(s.errors.is_empty(), "{:?}", s.errors);
+        let alone = build(&mut Loader::default(), &[("x.yaml", &other)]);
+        assert_eq!(s.network_policies, alone.network_policies);
+        // A conflict with nothing enforced before (both new, or twice in one file): neither.
+        let mut l = Loader::default();
+        let s = build(&mut l, &[("a.yaml", ATG), ("b.yaml", ATG)]);
+        assert!(s.applied_to_groups.is_empty());
+        assert!(s.errors[0].ends_with("none of them is enforced until only one definition is left"));
+        let mut l = Loader::default();
+        let s = build(&mut l, &[("a.yaml", &format!("{ATG}---\n{ATG}"))]);
+        assert!(s.applied_to_groups.is_empty());
+        assert_eq!(
+            s.errors,
+            [
+                "policy file /p/a.yaml: AppliedToGroup vm1 is defined more than once in the same file: \
+              a conflict; none of them is enforced until only one definition is left"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_file_of_many_bad_objects_is_a_few_lines() {
+        let mut l = Loader::default();
+        let many = format!("[{}]", vec!["1"; 1000].join(","));
+        let s = build(&mut l, &[("a.json", &many)]);
+        assert_eq!(s.errors.len(), MAX_OBJECT_ERRORS_PER_FILE + 1);
+        assert_eq!(
+            s.errors.last().map(String::as_str),
+            Some("policy file /p/a.json: 990 more objects are invalid (only the first 10 are listed)")
+        );
+    }
+
+    #[test]
+    fn an_emptied_file_keeps_its_objects_until_deleted() {
+        let mut l = Loader::default();
+        let s = build(&mut l, &[("a.yaml", NP), ("b.yaml", ATG)]);
+        let good = s.network_policies.clone();
+        for empty in ["", "\n", "# just a comment\n", "---\n", "null\n"] {
+            let s = build(&mut l, &[("a.yaml", empty), ("b.yaml", ATG)]);
+            assert_eq!(s.network_policies, good, "{empty:?}");
+            assert_eq!(
+                s.errors,
+                [
+                    "policy file /p/a.yaml: holds no objects (delete the file to remove its objects); \
+                  keeping the object last loaded from it"
+                ],
+                "{empty:?}"
+            );
+        }
+        // Deleting the file removes them.
+        let s = build(&mut l, &[("b.yaml", ATG)]);
+        assert!(s.network_policies.is_empty());
+        assert!(s.errors.is_empty());
     }
 
     #[test]
@@ -693,8 +937,22 @@ groupMembers: [{externalEntity: {name: vm1, namespace: vm-ns}}]
             s.errors,
             ["policy directory /p: cannot read: permission denied; keeping the policies last loaded from it"]
         );
+        // Gone (removed, unmounted): what it held stays enforced until it is back.
         let s = l.build(Path::new("/p"), &DirContent::Missing);
+        assert_eq!(names(&s).0, ["web"]);
+        assert_eq!(
+            s.errors,
+            [
+                "policy directory /p does not exist (removed or not mounted); keeping the 1 objects \
+              last loaded from it until it is back"
+            ]
+        );
+        // Back, now empty: an explicit change, the policies go.
+        let s = l.build(Path::new("/p"), &files(&[]));
         assert_eq!(names(&s), (vec![], vec![], vec![]));
+        assert!(s.errors.is_empty());
+        // Never there: nothing loaded, said so.
+        let s = Loader::default().build(Path::new("/p"), &DirContent::Missing);
         assert_eq!(
             s.errors,
             ["policy directory /p does not exist: no policies loaded"]
@@ -708,6 +966,89 @@ groupMembers: [{externalEntity: {name: vm1, namespace: vm-ns}}]
         }
         for no in [".a.yaml", "..data", "a.yaml~", "a.yaml.swp", "README", "a.txt"] {
             assert!(!is_policy_file(no), "{no}");
+        }
+    }
+
+    const SSH: &str = "\
+apiVersion: controlplane.antrea.io/v1beta2
+kind: NetworkPolicy
+metadata: {name: ssh}
+appliedToGroups: [vm1]
+priority: 1
+tierPriority: 250
+rules:
+- direction: In
+  services: [{protocol: TCP, port: 22}]
+  action: Drop
+";
+
+    #[test]
+    fn a_garbled_object_in_a_half_broken_file_stays_enforced() {
+        let mut l = Loader::default();
+        let two = format!("{NP}---\n{SSH}");
+        build(&mut l, &[("a.yaml", &two)]);
+        // `kind` garbled: neither kind nor name can be told, yet ssh stays.
+        let s = build(
+            &mut l,
+            &[(
+                "a.yaml",
+                &two.replace("kind: NetworkPolicy\nmetadata: {name: ssh}", "kin: x"),
+            )],
+        );
+        assert_eq!(names(&s).0, ["ssh", "web"]);
+        assert_eq!(
+            s.errors.last().map(String::as_str),
+            Some("policy file /p/a.yaml: keeping NetworkPolicy ssh as last loaded until the file loads without errors")
+        );
+        // Removed from a file that loads cleanly: gone.
+        let s = build(&mut l, &[("a.yaml", NP)]);
+        assert_eq!(names(&s).0, ["web"]);
+        assert!(s.errors.is_empty());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// Random edits of an enforced file: no panic, a bounded time, the other file's objects
+        /// untouched, nothing removed unless the edited file loads cleanly, and nothing enforced
+        /// that is neither the last good version nor valid in the current text.
+        #[test]
+        fn random_mutations_never_weaken_enforcement(
+            edits in proptest::collection::vec(crate::sources::mutations::mutation(), 1..4)
+        ) {
+            let mut l = Loader::default();
+            let other = format!("{ATG}---\n{SSH}");
+            let first = build(&mut l, &[("a.yaml", NP), ("b.yaml", &other)]);
+            proptest::prop_assert!(first.errors.is_empty());
+            let mut last = first.clone();
+            let mut text = NP.to_string();
+            for edit in &edits {
+                text = edit.apply(&text);
+                let started = std::time::Instant::now();
+                let s = build(&mut l, &[("a.yaml", &text), ("b.yaml", &other)]);
+                proptest::prop_assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+                let alone = build(&mut Loader::default(), &[("a.yaml", &text)]);
+                let ssh = |s: &PolicySnapshot| s.network_policies.iter().find(|p| p.name == "ssh").cloned();
+                if ssh(&alone).is_none() {
+                    proptest::prop_assert_eq!(ssh(&s), ssh(&first));
+                }
+                proptest::prop_assert!(s.applied_to_groups.iter().any(|g| g == &first.applied_to_groups[0]));
+                for p in &s.network_policies {
+                    proptest::prop_assert!(
+                        last.network_policies.contains(p) || alone.network_policies.contains(p),
+                        "{} appeared from nowhere", p.name
+                    );
+                }
+                if !alone.errors.is_empty() || alone.network_policies.is_empty() {
+                    for p in &last.network_policies {
+                        proptest::prop_assert!(
+                            s.network_policies.iter().any(|q| q.name == p.name),
+                            "{} removed by a file that does not load cleanly: {:?}", p.name, s.errors
+                        );
+                    }
+                }
+                last = s;
+            }
         }
     }
 

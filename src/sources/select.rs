@@ -34,11 +34,15 @@ pub struct Selected {
 pub fn select(config: &Config, node_name: &str) -> Result<Selected, String> {
     if let Some(standalone) = &config.standalone {
         return Ok(Selected {
-            external_node: Arc::new(FileSource::new(&standalone.external_node_file, STANDALONE_POLL)),
-            policies: standalone
-                .policy_dir
-                .clone()
-                .map(|dir| Arc::new(PolicyDirSource::new(dir, STANDALONE_POLL)) as Arc<dyn PolicySource>),
+            external_node: Arc::new(
+                FileSource::new(&standalone.external_node_file, STANDALONE_POLL)
+                    .with_limits(standalone.input_limits.clone()),
+            ),
+            policies: standalone.policy_dir.clone().map(|dir| {
+                Arc::new(
+                    PolicyDirSource::new(dir, STANDALONE_POLL).with_limits(standalone.input_limits.clone()),
+                ) as Arc<dyn PolicySource>
+            }),
             cluster: None,
         });
     }

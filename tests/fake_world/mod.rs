@@ -74,6 +74,14 @@ pub fn standalone_config(dir: &Path) -> Config {
 pub fn vm_host() -> Arc<FakeHost> {
     let host = Arc::new(FakeHost::new());
     host.add_link("lo", "00:00:00:00:00:00", 65536);
+    host.set_nature(
+        "lo",
+        antrea_vm_agent::host::LinkNature {
+            loopback: true,
+            hw_type: Some("LOOPBACK".into()),
+            ..Default::default()
+        },
+    );
     host.add_link("eth0", MAC, 1400);
     host.seed_address("eth0", &address("10.0.0.2/24"))
         .expect("seed v4");

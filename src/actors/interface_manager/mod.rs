@@ -19,8 +19,9 @@ use tracing::{error, info, warn};
 use self::procedures::{Attachment, Env};
 use self::store::RecordStore;
 use super::{common_handlers, Deps, Lifeline, Peers};
+use crate::host::eligibility::{check_addresses, check_uplink, Ineligible};
 use crate::host::find::find_link;
-use crate::host::Link;
+use crate::host::{Address, Link};
 use crate::k8s::external_node::ExternalNode;
 use crate::messages::{
     ActorKind, ActorStatus, EntityRef, ExternalNodeChanged, InterfacesChanged, Resync, StatusQuery,
@@ -40,6 +41,8 @@ struct Wanted {
     /// `spec.interfaces[i].name` (may be empty).
     name: String,
     ips: Vec<IpAddr>,
+    /// Where the entry is, for errors: `ExternalNode ns/name (file …): spec.interfaces[i]`.
+    entry: String,
 }
 
 /// The outcome of a reconcile pass, applied to the actor's state when it completes.
@@ -114,15 +117,22 @@ impl InterfaceManager {
     fn wanted(&self) -> Option<Vec<Wanted>> {
         let node = self.desired.as_ref()?;
         Some(node.as_ref().map_or_else(Vec::new, |n| {
+            let origin = if n.source.is_empty() {
+                format!("ExternalNode {}/{}", n.namespace, n.name)
+            } else {
+                format!("ExternalNode {}/{} ({})", n.namespace, n.name, n.source)
+            };
             n.interfaces
                 .iter()
-                .map(|i| Wanted {
+                .enumerate()
+                .map(|(index, i)| Wanted {
                     entity: EntityRef {
                         namespace: n.namespace.clone(),
                         name: i.entity_name.clone(),
                     },
                     name: i.name.clone(),
                     ips: i.ips.clone(),
+                    entry: format!("{origin}: spec.interfaces[{index}]"),
                 })
                 .collect()
         }))
@@ -202,6 +212,7 @@ async fn apply_wanted(
     //    its attachment: the cause may be transient (an address being re-applied).
     let mut targets: BTreeMap<String, (&Wanted, Link, Vec<IpAddr>)> = BTreeMap::new();
     let mut unresolved: BTreeSet<&EntityRef> = BTreeSet::new();
+    let mut refused = Vec::new();
     for w in wanted {
         match find_link(&links, &w.name, &w.ips) {
             Ok((link, _)) if targets.contains_key(&link.name) => {
@@ -212,13 +223,37 @@ async fn apply_wanted(
                 unresolved.insert(&w.entity);
             }
             Ok((link, found)) => {
-                targets.insert(link.name.clone(), (w, link, found));
+                // A link not attached yet must be able to be an uplink (an attached one is).
+                let eligible = if attached.contains_key(&link.name) {
+                    Ok(())
+                } else {
+                    uplink_candidate(&links, &link, &found)
+                };
+                match eligible {
+                    Ok(()) => {
+                        targets.insert(link.name.clone(), (w, link, found));
+                    }
+                    Err(why) => refused.push(format!(
+                        "{} (name {:?}, ips [{}]): resolves to {}, which cannot be an uplink: {why}; \
+                         nothing on the host was changed",
+                        w.entry,
+                        w.name,
+                        join_ips(&w.ips),
+                        link.name
+                    )),
+                }
             }
             Err(e) => {
                 errors.push(format!("ExternalEntity {}: {e}", w.entity.name));
                 unresolved.insert(&w.entity);
             }
         }
+    }
+    // A refused entry refuses the whole ExternalNode: nothing is attached or detached, so the
+    // last good state stays exactly as it is.
+    if !refused.is_empty() {
+        errors.extend(refused);
+        return;
     }
     // 2. Attach new links; update the identity of attached ones (no host change, no flap).
     for (name, (w, link, ips)) in &targets {
@@ -252,6 +287,21 @@ async fn apply_wanted(
             Err(e) => errors.push(e.to_string()),
         }
     }
+}
+
+/// Whether `link` (not attached yet) may become an uplink for `ips`.
+fn uplink_candidate(links: &[(Link, Vec<Address>)], link: &Link, ips: &[IpAddr]) -> Result<(), Ineligible> {
+    let all: Vec<Link> = links.iter().map(|(l, _)| l.clone()).collect();
+    check_uplink(link, &all)?;
+    let addrs = links
+        .iter()
+        .find(|(l, _)| l.index == link.index)
+        .map_or(&[][..], |(_, a)| a.as_slice());
+    check_addresses(link, addrs, ips)
+}
+
+fn join_ips(ips: &[IpAddr]) -> String {
+    ips.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ")
 }
 
 /// Whether two IP lists hold the same addresses, whatever their order.

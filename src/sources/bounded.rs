@@ -1,0 +1,504 @@
+//! Reading and parsing untrusted local files within limits: the policy files and the ExternalNode
+//! file are written by people and tools, so a FIFO, a device, a 5 MB accident or a 60,000-level
+//! nested document must cost a bounded amount of time and memory and end in a clear error.
+//!
+//! - [`read_regular_file`] reads only regular files (after following symlinks): it stats first,
+//!   opens with `O_NONBLOCK` (a FIFO swapped in meanwhile cannot block the open or the read),
+//!   checks the opened file again, and never reads more than the size limit.
+//! - [`parse_values`] parses YAML documents or JSON into `serde_json::Value`s after a linear
+//!   pre-scan of the flow nesting depth (the YAML parser is quadratic in deep flow collections:
+//!   60,000 nested `{a: ` take tens of seconds), counting every element while it builds the values
+//!   so an oversized document stops early.
+//!
+//! Both are blocking: callers run them on the blocking pool, never on an actor's thread.
+
+use std::cell::Cell;
+use std::fmt;
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::Path;
+
+use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+use crate::config::InputLimits;
+
+/// What reading a path found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum FileRead {
+    Text(String),
+    /// Nothing at the path.
+    Missing,
+    /// Something that is not a regular file (after following symlinks): what it is.
+    NotRegular(&'static str),
+}
+
+/// Why a file could not be read or parsed within the limits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    #[error("cannot read: {0}")]
+    Io(String),
+    #[error("is {size} bytes, more than the {max} bytes allowed (standalone.inputLimits.maxFileBytes)")]
+    TooLarge { size: u64, max: u64 },
+    #[error("is not UTF-8 text")]
+    NotUtf8,
+    #[error("nesting deeper than {max} levels at line {line} (standalone.inputLimits.maxNestingDepth)")]
+    TooDeep { max: usize, line: usize },
+    /// Found while building the values (block nesting), where the line is not known.
+    #[error("nesting deeper than {max} levels (standalone.inputLimits.maxNestingDepth)")]
+    TooDeepBlock { max: usize },
+    #[error("more than {max} elements (standalone.inputLimits.maxElements)")]
+    TooManyElements { max: usize },
+    #[error("cannot parse: {0}")]
+    Parse(String),
+}
+
+fn file_kind(t: std::fs::FileType) -> &'static str {
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Reads `path` if it is a regular file (symlinks followed) of at most `max_bytes`.
+pub fn read_regular_file(path: &Path, max_bytes: u64) -> Result<FileRead, InputError> {
+    let io = |e: std::io::Error| InputError::Io(e.to_string());
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => return Ok(FileRead::NotRegular(file_kind(m.file_type()))),
+        Ok(m) if m.len() > max_bytes => {
+            return Err(InputError::TooLarge {
+                size: m.len(),
+                max: max_bytes,
+            })
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // A symlink whose target is gone is there, but unusable: say so.
+            return Ok(match std::fs::symlink_metadata(path) {
+                Ok(m) if m.file_type().is_symlink() => FileRead::NotRegular("a dangling symlink"),
+                _ => FileRead::Missing,
+            });
+        }
+        Err(e) => return Err(io(e)),
+    }
+    // Replaced between the stat and the open? O_NONBLOCK keeps a FIFO from blocking, and the
+    // opened file is checked again.
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(FileRead::Missing),
+        Err(e) => return Err(io(e)),
+    };
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Ok(FileRead::NotRegular(file_kind(meta.file_type())));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len().min(max_bytes)).unwrap_or(0));
+    file.take(max_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    let size = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+    if size > max_bytes {
+        // It grew while being read.
+        return Err(InputError::TooLarge { size, max: max_bytes });
+    }
+    String::from_utf8(bytes)
+        .map(FileRead::Text)
+        .map_err(|_| InputError::NotUtf8)
+}
+
+/// A linear pre-scan of a YAML or JSON text, before any parser runs: the flow nesting (`[`, `{`)
+/// may not go past `limits.max_nesting_depth` (stopping at the first line that does), and the
+/// text may not hold more than `limits.max_elements` values by a cheap count (commas inside flow
+/// collections, mapping colons and lines with content: about two thirds of the real count),
+/// because the YAML parser builds every event of a document (some 270 bytes per value) before a
+/// value is made. Quoted scalars and comments are skipped; brackets inside
+/// plain or block scalars may count too, so the depth found is an upper bound.
+pub fn prescan(text: &str, limits: &InputLimits) -> Result<(), InputError> {
+    let max = limits.max_nesting_depth;
+    let mut elements = 0usize;
+    let mut line_has_content = false;
+    let mut depth = 0usize;
+    let mut line = 1usize;
+    let mut chars = text.chars().peekable();
+    // Whether the previous significant character lets a node start here.
+    let mut node_start = true;
+    let mut after_space = true;
+    while let Some(c) = chars.next() {
+        match c {
+            '\n' => {
+                line += 1;
+                elements += usize::from(std::mem::take(&mut line_has_content));
+                if elements > limits.max_elements {
+                    return Err(InputError::TooManyElements {
+                        max: limits.max_elements,
+                    });
+                }
+                node_start = true;
+                after_space = true;
+                continue;
+            }
+            '#' if after_space => {
+                // A comment, to the end of the line.
+                while chars.peek().is_some_and(|&c| c != '\n') {
+                    chars.next();
+                }
+                continue;
+            }
+            '"' | '\'' if node_start => {
+                let quote = c;
+                while let Some(q) = chars.next() {
+                    match q {
+                        // An escaped character is skipped (an escaped newline still counts).
+                        '\\' if quote == '"' && chars.next() == Some('\n') => line += 1,
+                        '\n' => line += 1,
+                        q if q == quote => break,
+                        _ => {}
+                    }
+                }
+                node_start = false;
+            }
+            '[' | '{' if node_start => {
+                depth += 1;
+                if depth > max {
+                    return Err(InputError::TooDeep { max, line });
+                }
+                node_start = true;
+            }
+            ']' | '}' => {
+                depth = depth.saturating_sub(1);
+                node_start = false;
+            }
+            ',' => {
+                node_start = true;
+                if depth > 0 {
+                    elements += 1;
+                    if elements > limits.max_elements {
+                        return Err(InputError::TooManyElements {
+                            max: limits.max_elements,
+                        });
+                    }
+                }
+            }
+            ':' => {
+                node_start = true;
+                if chars
+                    .peek()
+                    .is_none_or(|&n| matches!(n, ' ' | '\t' | '\n' | '\r'))
+                {
+                    elements += 1;
+                }
+            }
+            '-' | '?' => node_start = true,
+            ' ' | '\t' | '\r' => {}
+            _ => node_start = false,
+        }
+        if !matches!(c, ' ' | '\t' | '\r') {
+            line_has_content = true;
+        }
+        after_space = matches!(c, ' ' | '\t' | '\r');
+    }
+    Ok(())
+}
+
+/// Parses `text` (JSON when `json`, else YAML documents separated by `---`) into values within
+/// the limits. Empty YAML documents give `Value::Null`.
+pub fn parse_values(text: &str, json: bool, limits: &InputLimits) -> Result<Vec<Value>, InputError> {
+    prescan(text, limits)?;
+    let budget = Budget {
+        elements: Cell::new(0),
+        max_elements: limits.max_elements,
+        max_depth: limits.max_nesting_depth,
+        exceeded: Cell::new(None),
+    };
+    let parse_error = |e: String| budget.exceeded.take().unwrap_or(InputError::Parse(e));
+    if json {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let value = Bounded {
+            budget: &budget,
+            depth: 0,
+        }
+        .deserialize(&mut de)
+        .map_err(|e| parse_error(e.to_string()))?;
+        de.end().map_err(|e| parse_error(e.to_string()))?;
+        Ok(vec![value])
+    } else {
+        let mut out = Vec::new();
+        for doc in serde_norway::Deserializer::from_str(text) {
+            let value = Bounded {
+                budget: &budget,
+                depth: 0,
+            }
+            .deserialize(doc)
+            .map_err(|e| parse_error(e.to_string()))?;
+            out.push(value);
+        }
+        Ok(out)
+    }
+}
+
+/// What one parse may still spend; shared by every document of a file.
+struct Budget {
+    elements: Cell<usize>,
+    max_elements: usize,
+    max_depth: usize,
+    /// The limit that stopped the parse (the deserializer's own error wraps our message).
+    exceeded: Cell<Option<InputError>>,
+}
+
+impl Budget {
+    fn spend<E: serde::de::Error>(&self) -> Result<(), E> {
+        let n = self.elements.get() + 1;
+        self.elements.set(n);
+        if n > self.max_elements {
+            let err = InputError::TooManyElements {
+                max: self.max_elements,
+            };
+            let msg = err.to_string();
+            self.exceeded.set(Some(err));
+            return Err(E::custom(msg));
+        }
+        Ok(())
+    }
+}
+
+/// Deserializes one `Value`, counting its elements and depth against the budget.
+struct Bounded<'b> {
+    budget: &'b Budget,
+    depth: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for Bounded<'_> {
+    type Value = Value;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        if self.depth > self.budget.max_depth {
+            let err = InputError::TooDeepBlock {
+                max: self.budget.max_depth,
+            };
+            self.budget.exceeded.set(Some(err));
+            return Err(D::Error::custom("nesting too deep"));
+        }
+        self.budget.spend::<D::Error>()?;
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Bounded<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any YAML or JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        Bounded {
+            budget: self.budget,
+            depth: self.depth,
+        }
+        .deserialize(d)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(Bounded {
+            budget: self.budget,
+            depth: self.depth + 1,
+        })? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(Bounded {
+                budget: self.budget,
+                depth: self.depth + 1,
+            })?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn limits() -> InputLimits {
+        InputLimits::default()
+    }
+
+    #[test]
+    fn ordinary_documents_parse_like_serde() {
+        let yaml = "a: [1, {b: \"x]\"}]  # c [\n---\n- 'it''s [' \n- {k: v}\n---\n";
+        let values = parse_values(yaml, false, &limits()).expect("parses");
+        assert_eq!(values.len(), 3);
+        assert_eq!(values[0]["a"][1]["b"], "x]");
+        assert_eq!(values[1][0], "it's [");
+        assert_eq!(values[2], Value::Null);
+        let json = r#"[{"a": "[[[", "b": [1, 2.5, null, true]}]"#;
+        let values = parse_values(json, true, &limits()).expect("parses");
+        assert_eq!(values[0][0]["b"][1], 2.5);
+        assert!(matches!(
+            parse_values("{\"a\": 1} x", true, &limits()),
+            Err(InputError::Parse(_))
+        ));
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_at_once() {
+        let started = Instant::now();
+        for text in [
+            "{a: ".repeat(60_000),
+            "[".repeat(60_000),
+            format!("x: {}", "[".repeat(100)),
+            format!("- {}", "{\"a\": ".repeat(100)),
+        ] {
+            let err = parse_values(&text, false, &limits()).expect_err("too deep");
+            assert_eq!(
+                err.to_string(),
+                "nesting deeper than 64 levels at line 1 (standalone.inputLimits.maxNestingDepth)"
+            );
+        }
+        assert!(matches!(
+            parse_values(&"[".repeat(60_000), true, &limits()),
+            Err(InputError::TooDeep { .. })
+        ));
+        // Block nesting is linear to parse and bounded while building.
+        let block = format!("{}x\n", "- ".repeat(60_000));
+        assert!(matches!(
+            parse_values(&block, false, &limits()),
+            Err(InputError::TooDeepBlock { max: 64 })
+        ));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn brackets_in_scalars_and_comments_do_not_count() {
+        let deep_looking = format!(
+            "a: \"{open}\"\nb: '{open}'\n# {open}\nc: x{open}\n",
+            open = "[".repeat(200)
+        );
+        assert_eq!(prescan(&deep_looking, &limits()), Ok(()));
+        assert_eq!(prescan(&"[".repeat(64), &limits()), Ok(()));
+    }
+
+    #[test]
+    fn element_counts_are_bounded() {
+        let small = InputLimits {
+            max_elements: 1_000,
+            ..limits()
+        };
+        let big = format!("[{}]", vec!["1"; 5_000].join(","));
+        for json in [true, false] {
+            assert_eq!(
+                parse_values(&big, json, &small)
+                    .expect_err("too many")
+                    .to_string(),
+                "more than 1000 elements (standalone.inputLimits.maxElements)"
+            );
+        }
+        // Counted before parsing too: a YAML list of a million items is refused without building
+        // a million parser events.
+        let started = Instant::now();
+        let huge = format!("[{}]", vec!["1"; 1_000_000].join(","));
+        assert_eq!(
+            prescan(&huge, &small),
+            Err(InputError::TooManyElements { max: 1_000 })
+        );
+        let block = "- 1\n".repeat(5_000);
+        assert_eq!(
+            prescan(&block, &small),
+            Err(InputError::TooManyElements { max: 1_000 })
+        );
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // Across the documents of one file.
+        let docs = vec!["[1, 2, 3]"; 400].join("\n---\n");
+        assert!(matches!(
+            parse_values(&docs, false, &small),
+            Err(InputError::TooManyElements { max: 1_000 })
+        ));
+    }
+
+    #[test]
+    fn only_regular_files_are_read_and_never_block() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("a.yaml");
+        std::fs::write(&file, "a: 1\n").expect("write");
+        assert_eq!(read_regular_file(&file, 100), Ok(FileRead::Text("a: 1\n".into())));
+        assert_eq!(
+            read_regular_file(&file, 3),
+            Err(InputError::TooLarge { size: 5, max: 3 })
+        );
+        let link = dir.path().join("link.yaml");
+        std::os::unix::fs::symlink(&file, &link).expect("symlink");
+        assert!(matches!(read_regular_file(&link, 100), Ok(FileRead::Text(_))));
+        let dangling = dir.path().join("dangling.yaml");
+        std::os::unix::fs::symlink(dir.path().join("gone"), &dangling).expect("symlink");
+        assert_eq!(
+            read_regular_file(&dangling, 100),
+            Ok(FileRead::NotRegular("a dangling symlink"))
+        );
+        assert_eq!(
+            read_regular_file(&dir.path().join("nope"), 100),
+            Ok(FileRead::Missing)
+        );
+        assert_eq!(
+            read_regular_file(dir.path(), 100),
+            Ok(FileRead::NotRegular("a directory"))
+        );
+        let fifo = dir.path().join("fifo.yaml");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        assert_eq!(read_regular_file(&fifo, 100), Ok(FileRead::NotRegular("a FIFO")));
+        assert_eq!(
+            read_regular_file(Path::new("/dev/null"), 100),
+            Ok(FileRead::NotRegular("a character device"))
+        );
+        std::fs::write(&file, [0xff, 0xfe]).expect("write");
+        assert_eq!(read_regular_file(&file, 100), Err(InputError::NotUtf8));
+    }
+}
