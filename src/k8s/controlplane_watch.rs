@@ -44,23 +44,26 @@ use crate::sources::{PolicySource, PolicyUpdate};
 /// The kinds watched, in the order their watches start.
 pub const WATCHED_KINDS: [Kind; 3] = [Kind::NetworkPolicy, Kind::AppliedToGroup, Kind::AddressGroup];
 
+/// Default [`ControlplaneTiming::max_watch_lifetime`]: past antrea-controller's own 2-4 h.
+pub const MAX_WATCH_LIFETIME: Duration = Duration::from_secs(5 * 60 * 60);
+
 /// Retry timing of the watches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ControlplaneTiming {
     /// Minimum time between the starts of two attempts of one watch (Go agent: 5 s).
     pub retry_period: Duration,
-    /// A watch that delivers nothing for this long is reopened (with a full resync): the only way
-    /// to notice a half-open connection, since antrea-controller sends nothing while nothing
-    /// changes and the agent's connection has no read timeout. The server itself ends watches
-    /// every 2 to 4 hours.
-    pub idle_timeout: Duration,
+    /// Safety deadline: a watch open this long is closed and reopened (with a full resync).
+    /// antrea-controller itself ends each watch after 2 to 4 hours, so this fires only if a
+    /// server never does; a dead connection is found by the client's TCP liveness
+    /// (`client::Liveness`), not by this timer (a silent watch is normal: nothing changed).
+    pub max_watch_lifetime: Duration,
 }
 
 impl Default for ControlplaneTiming {
     fn default() -> Self {
         ControlplaneTiming {
             retry_period: Duration::from_secs(5),
-            idle_timeout: Duration::from_secs(30 * 60),
+            max_watch_lifetime: MAX_WATCH_LIFETIME,
         }
     }
 }
@@ -139,7 +142,7 @@ impl PolicySource for ControlplaneSource {
                 path: watch_path(kind, &self.node_key),
                 fallback: self.fallback.clone(),
                 retry_period: self.timing.retry_period,
-                idle_timeout: self.timing.idle_timeout,
+                max_watch_lifetime: self.timing.max_watch_lifetime,
                 tx: tx.clone(),
                 tracked: BTreeMap::new(),
                 synced: false,
@@ -366,7 +369,7 @@ struct Watcher {
     path: String,
     fallback: Option<FallbackStore>,
     retry_period: Duration,
-    idle_timeout: Duration,
+    max_watch_lifetime: Duration,
     tx: mpsc::UnboundedSender<PolicyUpdate>,
     /// The objects delivered, after patches: by name.
     tracked: BTreeMap<String, Tracked>,
@@ -432,25 +435,30 @@ impl Watcher {
             }
         };
         debug!(kind = %self.kind, path = %self.path, "antrea-controller watch opened");
-        if !self.initial_snapshot(&mut lines).await? {
+        let deadline = tokio::time::Instant::now() + self.max_watch_lifetime;
+        if !self.initial_snapshot(&mut lines, deadline).await? {
             self.set_connected(false)?;
             return Ok(End::Retry);
         }
-        self.live(&mut lines).await?;
+        self.live(&mut lines, deadline).await?;
         self.set_connected(false)?;
         Ok(End::Retry)
     }
 
     /// Buffers ADDED objects until the first BOOKMARK, then emits the `Replace`. False if the
     /// body ended first.
-    async fn initial_snapshot(&mut self, lines: &mut WatchLines) -> Result<bool, End> {
+    async fn initial_snapshot(
+        &mut self,
+        lines: &mut WatchLines,
+        deadline: tokio::time::Instant,
+    ) -> Result<bool, End> {
         let mut snapshot: BTreeMap<String, Tracked> = BTreeMap::new();
         loop {
             let line = tokio::select! {
                 line = lines.next() => line,
                 _ = self.tx.closed() => return Err(End::Closed),
-                _ = tokio::time::sleep(self.idle_timeout) => {
-                    warn!(kind = %self.kind, "antrea-controller watch silent before its snapshot ended; reopening");
+                _ = tokio::time::sleep_until(deadline) => {
+                    warn!(kind = %self.kind, "antrea-controller watch still without its snapshot at its deadline; reopening");
                     return Ok(false);
                 }
             };
@@ -525,13 +533,13 @@ impl Watcher {
     }
 
     /// Applies events until the watch must be reopened.
-    async fn live(&mut self, lines: &mut WatchLines) -> Result<(), End> {
+    async fn live(&mut self, lines: &mut WatchLines, deadline: tokio::time::Instant) -> Result<(), End> {
         loop {
             let line = tokio::select! {
                 line = lines.next() => line,
                 _ = self.tx.closed() => return Err(End::Closed),
-                _ = tokio::time::sleep(self.idle_timeout) => {
-                    info!(kind = %self.kind, idle = ?self.idle_timeout, "antrea-controller watch idle; reopening to check the connection");
+                _ = tokio::time::sleep_until(deadline) => {
+                    info!(kind = %self.kind, lifetime = ?self.max_watch_lifetime, "antrea-controller watch reached its safety deadline; reopening");
                     return Ok(());
                 }
             };
@@ -888,13 +896,15 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_silent_watch_is_reopened_after_the_idle_timeout() {
+    async fn a_watch_is_reopened_at_its_safety_deadline_whether_busy_or_silent() {
+        // Hours by default, past antrea-controller's own 2-4 h: silence alone never reopens.
+        assert!(ControlplaneTiming::default().max_watch_lifetime >= Duration::from_secs(4 * 3600));
         let api = FakeApi::new();
-        // The first watch delivers its snapshot, then nothing, and its body stays open.
+        // The first watch delivers its snapshot, then a live event, and its body stays open.
         let atgs = api.watch_stream(ATGS);
         let _second = api.watch_stream(ATGS);
         let mut src = source(&api, None);
-        src.timing.idle_timeout = Duration::from_millis(200);
+        src.timing.max_watch_lifetime = Duration::from_millis(400);
         let mut stream = updates(&src);
         send(&atgs, &[bookmark("AppliedToGroup")]);
         assert_eq!(
@@ -908,7 +918,13 @@ mod tests {
             next(&mut stream, Kind::AppliedToGroup).await,
             connection(Kind::AppliedToGroup, true)
         );
-        // Silence: the watch is reported down and reopened, though the server never closed it.
+        send(&atgs, &[line("ADDED", &obj(ATG, "a"))]);
+        assert!(matches!(
+            next(&mut stream, Kind::AppliedToGroup).await,
+            PolicyUpdate::Upsert(_)
+        ));
+        // The deadline counts from the open, not from the last event: the watch is reported
+        // down and reopened, though the server never closed it.
         assert_eq!(
             next(&mut stream, Kind::AppliedToGroup).await,
             connection(Kind::AppliedToGroup, false)
