@@ -16,6 +16,7 @@ const CP: &str = "/apis/controlplane.antrea.io/v1beta2";
 async fn tls_is_verified_and_tokens_and_rbac_are_enforced() {
     let env = EmulatorEnv::start().await;
     let agent = env.agent_client().await;
+    let controller = env.controller_client().await;
 
     // TLS verified with the written CA: the request reaches the server (404: no ExternalNode yet).
     let (code, status) = send_json(&agent, "GET", &external_node_path(VM_NS, "vm1"), None).await;
@@ -74,9 +75,14 @@ async fn tls_is_verified_and_tokens_and_rbac_are_enforced() {
     );
     assert_eq!(send_json(&agent, "GET", "/emulator/v1/calls", None).await.0, 403);
     assert_eq!(
-        send_json(&agent, "POST", &format!("{CP}/networkpolicies"), Some(&json!({})))
-            .await
-            .0,
+        send_json(
+            &controller,
+            "POST",
+            &format!("{CP}/networkpolicies"),
+            Some(&json!({}))
+        )
+        .await
+        .0,
         403
     );
 
@@ -323,14 +329,14 @@ fn policy_fixture(emu: &Emulator) {
 async fn controlplane_watch_snapshot_bookmark_and_live_events() {
     let env = EmulatorEnv::start().await;
     policy_fixture(&env.emu);
-    let agent = env.agent_client().await;
+    let controller = env.controller_client().await;
     let node = "vm-ns/vm1";
 
-    let mut atg = WatchStream::open(&agent, &controlplane_watch_path("appliedtogroups", node)).await;
-    let mut ag = WatchStream::open(&agent, &controlplane_watch_path("addressgroups", node)).await;
-    let mut np = WatchStream::open(&agent, &controlplane_watch_path("networkpolicies", node)).await;
+    let mut atg = WatchStream::open(&controller, &controlplane_watch_path("appliedtogroups", node)).await;
+    let mut ag = WatchStream::open(&controller, &controlplane_watch_path("addressgroups", node)).await;
+    let mut np = WatchStream::open(&controller, &controlplane_watch_path("networkpolicies", node)).await;
     // Byte-exact lines, keys in Go's order (antrea-apis.md §3.3).
-    let mut raw = WatchStream::open(&agent, &controlplane_watch_path("appliedtogroups", node)).await;
+    let mut raw = WatchStream::open(&controller, &controlplane_watch_path("appliedtogroups", node)).await;
     assert_eq!(
         raw.next_raw().await,
         r#"{"type":"ADDED","object":{"kind":"AppliedToGroup","apiVersion":"controlplane.antrea.io/v1beta2","metadata":{"name":"atg-db","uid":"atg-db","creationTimestamp":null},"groupMembers":[{"externalEntity":{"name":"vm1","namespace":"vm-ns"}}]}}"#
@@ -372,7 +378,11 @@ async fn controlplane_watch_snapshot_bookmark_and_live_events() {
     .await;
 
     // vm2 sees nothing: its entity is in no AppliedToGroup.
-    let mut ag2 = WatchStream::open(&agent, &controlplane_watch_path("addressgroups", "vm-ns/vm2")).await;
+    let mut ag2 = WatchStream::open(
+        &controller,
+        &controlplane_watch_path("addressgroups", "vm-ns/vm2"),
+    )
+    .await;
     assert!(ag2.snapshot().await.0.is_empty());
 
     // AddressGroup membership change: a global patch.
@@ -393,7 +403,11 @@ async fn controlplane_watch_snapshot_bookmark_and_live_events() {
 
     // vm2 joins the AppliedToGroup: vm1 gets nothing on the ATG stream but a MODIFIED policy
     // (span changed); vm2 gets ADDED with only its own member.
-    let mut atg2 = WatchStream::open(&agent, &controlplane_watch_path("appliedtogroups", "vm-ns/vm2")).await;
+    let mut atg2 = WatchStream::open(
+        &controller,
+        &controlplane_watch_path("appliedtogroups", "vm-ns/vm2"),
+    )
+    .await;
     assert!(atg2.snapshot().await.0.is_empty());
     env.emu
         .upsert_controlplane(applied_to_group(
@@ -508,7 +522,7 @@ async fn controlplane_watch_snapshot_bookmark_and_live_events() {
 
     // Selectors other than nodeName/metadata.name: 400. LIST is unfiltered.
     let (code, _) = send_json(
-        &agent,
+        &controller,
         "GET",
         &format!("{CP}/addressgroups?fieldSelector=spec.x%3Dy&watch=true"),
         None,
@@ -516,7 +530,7 @@ async fn controlplane_watch_snapshot_bookmark_and_live_events() {
     .await;
     assert_eq!(code, 400);
     let (code, list) = send_json(
-        &agent,
+        &controller,
         "GET",
         &format!("{CP}/appliedtogroups?fieldSelector=nodeName%3Dvm-ns%2Fvm1"),
         None,
@@ -530,11 +544,11 @@ async fn controlplane_watch_snapshot_bookmark_and_live_events() {
 #[tokio::test]
 async fn statuses_and_stats_are_recorded() {
     let env = EmulatorEnv::start().await;
-    let agent = env.agent_client().await;
+    let controller = env.controller_client().await;
     let status = json!({"kind": "NetworkPolicyStatus", "apiVersion": "controlplane.antrea.io/v1beta2",
         "metadata": {"name": "uid-1"}, "nodes": [{"nodeName": "vm-ns/vm1", "generation": 1, "realizationFailure": false}]});
     let (code, body) = send_json(
-        &agent,
+        &controller,
         "POST",
         &format!("{CP}/networkpolicies/uid-1/status"),
         Some(&status),
@@ -542,7 +556,7 @@ async fn statuses_and_stats_are_recorded() {
     .await;
     assert_eq!((code, body["status"].as_str()), (201, Some("Success")));
     let (code, _) = send_json(
-        &agent,
+        &controller,
         "POST",
         &format!("{CP}/networkpolicies/other/status"),
         Some(&status),
@@ -559,7 +573,7 @@ async fn statuses_and_stats_are_recorded() {
         "metadata": {"name": "vm1"}, "antreaNetworkPolicies": [{"networkPolicy": {"uid": "uid-1"}, "trafficStats": {},
         "ruleTrafficStats": [{"name": "r", "trafficStats": {"packets": 12, "bytes": 720, "sessions": 3}}]}]});
     let (code, body) = send_json(
-        &agent,
+        &controller,
         "POST",
         &format!("{CP}/nodestatssummaries"),
         Some(&summary),
@@ -585,8 +599,12 @@ async fn slow_reader_is_cut_off() {
     })
     .await;
     policy_fixture(&env.emu);
-    let agent = env.agent_client().await;
-    let mut ag = WatchStream::open(&agent, &controlplane_watch_path("addressgroups", "vm-ns/vm1")).await;
+    let controller = env.controller_client().await;
+    let mut ag = WatchStream::open(
+        &controller,
+        &controlplane_watch_path("addressgroups", "vm-ns/vm1"),
+    )
+    .await;
     ag.snapshot().await;
     // The reader stops reading; big patches fill the socket buffers, then the 4-event buffer.
     let big = |tag: u32| -> Value {
@@ -624,12 +642,13 @@ async fn slow_reader_is_cut_off() {
 async fn injected_failures_then_recovery() {
     let env = EmulatorEnv::start().await;
     let agent = env.agent_client().await;
+    let controller = env.controller_client().await;
     env.emu.fail_next("/apis/controlplane.antrea.io/", 2);
     let path = format!("{CP}/addressgroups");
-    let (code, status) = send_json(&agent, "GET", &path, None).await;
+    let (code, status) = send_json(&controller, "GET", &path, None).await;
     assert_eq!((code, status["reason"].as_str()), (500, Some("InternalError")));
-    assert_eq!(send_json(&agent, "GET", &path, None).await.0, 500);
-    assert_eq!(send_json(&agent, "GET", &path, None).await.0, 200);
+    assert_eq!(send_json(&controller, "GET", &path, None).await.0, 500);
+    assert_eq!(send_json(&controller, "GET", &path, None).await.0, 200);
     // Other prefixes are unaffected; the control API too.
     let statuses: Vec<u16> = env
         .emu
@@ -664,8 +683,9 @@ async fn controller_restart_and_forced_close() {
     let env = EmulatorEnv::start().await;
     policy_fixture(&env.emu);
     let agent = env.agent_client().await;
+    let controller = env.controller_client().await;
     let node = "vm-ns/vm1";
-    let mut np = WatchStream::open(&agent, &controlplane_watch_path("networkpolicies", node)).await;
+    let mut np = WatchStream::open(&controller, &controlplane_watch_path("networkpolicies", node)).await;
     np.snapshot().await;
     for i in 0..3 {
         let p = network_policy(
@@ -679,7 +699,7 @@ async fn controller_restart_and_forced_close() {
     }
     let status = json!({"metadata": {"name": "uid-1"}, "nodes": [{"nodeName": node, "generation": 4}]});
     send_json(
-        &agent,
+        &controller,
         "POST",
         &format!("{CP}/networkpolicies/uid-1/status"),
         Some(&status),
@@ -691,7 +711,7 @@ async fn controller_restart_and_forced_close() {
     env.emu.restart_controller();
     assert!(np.ends_within(T).await.is_some());
     assert!(env.emu.statuses().is_empty());
-    let mut np = WatchStream::open(&agent, &controlplane_watch_path("networkpolicies", node)).await;
+    let mut np = WatchStream::open(&controller, &controlplane_watch_path("networkpolicies", node)).await;
     let (objects, bookmark) = np.snapshot().await;
     assert_eq!(objects[0]["metadata"]["generation"], 4);
     assert_eq!(bookmark["metadata"]["resourceVersion"], "1");

@@ -504,8 +504,17 @@ fn fixture(emu: &Emulator) {
 
 /// Reads the initial Replace + Connection{true} of each kind; returns the Replaces.
 async fn synced(updates: &mut Updates) -> BTreeMap<Kind, Vec<ValidObject>> {
+    synced_with(updates, false).await
+}
+
+/// [`synced`], after a broken watch or a failed open: the NetworkPolicy snapshot is preceded by
+/// the notice that the controller may have lost the statuses.
+async fn synced_with(updates: &mut Updates, restart_suspected: bool) -> BTreeMap<Kind, Vec<ValidObject>> {
     let mut out = BTreeMap::new();
     for kind in WATCHED_KINDS {
+        if restart_suspected && kind == Kind::NetworkPolicy {
+            updates.expect(PolicyUpdate::ServerMayHaveRestarted).await;
+        }
         out.insert(kind, updates.replace(kind).await);
         updates.expect(connection(kind, true)).await;
     }
@@ -659,7 +668,12 @@ async fn controlplane_source_snapshot_and_live_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controlplane_source_resyncs_after_a_controller_restart() {
-    let env = EmulatorEnv::start().await;
+    // The test makes the restarted controller unreachable itself, with injected faults.
+    let env = EmulatorEnv::start_with(EmulatorOptions {
+        controller_restart_downtime: Duration::ZERO,
+        ..EmulatorOptions::default()
+    })
+    .await;
     let emu = &env.emu;
     fixture(emu);
     emu.upsert_controlplane(network_policy(
@@ -703,7 +717,7 @@ async fn controlplane_source_resyncs_after_a_controller_restart() {
     }
 
     // Full resync: the Replaces carry the current state, without the deleted policy.
-    let resync = synced(&mut updates).await;
+    let resync = synced_with(&mut updates, true).await;
     assert_eq!(resync[&Kind::NetworkPolicy], vec![served_policy(emu, "uid-1")]);
     assert_eq!(
         groups_text(&resync[&Kind::AppliedToGroup]),
@@ -814,7 +828,7 @@ async fn controlplane_watch_open_failure_then_success() {
     let source = ControlplaneSource::new(controller_api(&env), NODE_KEY).with_timing(fast_controlplane());
     let mut updates = Updates::new(&source);
     updates.expect(connection(Kind::NetworkPolicy, false)).await;
-    let snapshot = synced(&mut updates).await;
+    let snapshot = synced_with(&mut updates, true).await;
     assert_fixture_snapshot(emu, &snapshot);
     let np_watches: Vec<u16> = cp_watch_calls(emu)
         .into_iter()
@@ -1108,5 +1122,61 @@ async fn policy_status_and_stats_summary_posts_are_accepted() {
             (format!("{CP}/nodestatssummaries"), 201),
         ]
     );
+    assert_rbac_allowed_everything(emu);
+}
+
+// === swapped kubeconfigs ===
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swapped_kubeconfigs_fail_with_a_clear_error() {
+    let env = EmulatorEnv::start().await;
+    let emu = &env.emu;
+    // The fixture holds vm1's ExternalNode and its policies.
+    fixture(emu);
+    // The two endpoints are distinct servers, as in a cluster.
+    assert_ne!(emu.url(), emu.controller_url());
+
+    // The ExternalNode asked of antrea-controller: an error naming the likely mistake, and never
+    // "absent" (which would detach the VM's interfaces).
+    let swapped_kube =
+        KubeExternalNodeSource::new(controller_api(&env), VM_NS, NODE).with_timing(fast_watch());
+    let mut events = EnEvents::spawn(&swapped_kube);
+    match events.next().await {
+        SourceEvent::Error(message) => assert!(
+            message.contains("is not kube-apiserver")
+                && message.contains("clientConnection.kubeconfig")
+                && message.contains("swapped"),
+            "{message}"
+        ),
+        other => panic!("expected an error, got {other:?}"),
+    }
+    drop(events);
+
+    // The controlplane watches asked of kube-apiserver (no APIService in this cluster).
+    let swapped_controller =
+        ControlplaneSource::new(kube_api(&env), NODE_KEY).with_timing(fast_controlplane());
+    let mut updates = Updates::new(&swapped_controller);
+    for kind in WATCHED_KINDS {
+        let message = updates.error(kind).await;
+        assert!(
+            message.contains("does not serve controlplane.antrea.io")
+                && message.contains("antreaClientConnection.kubeconfig")
+                && message.contains("swapped"),
+            "{message}"
+        );
+        updates.expect(connection(kind, false)).await;
+    }
+    // Nothing reached the wrong server's handlers: both answered the generic 404.
+    let misrouted: Vec<_> = emu
+        .calls()
+        .into_iter()
+        .filter(|c| c.path.contains("externalnodes") || c.path.starts_with(CP))
+        .collect();
+    assert!(misrouted.iter().all(|c| c.status == 404), "{misrouted:?}");
+
+    // The right way round works.
+    let kube = KubeExternalNodeSource::new(kube_api(&env), VM_NS, NODE).with_timing(fast_watch());
+    let mut events = EnEvents::spawn(&kube);
+    present(events.next().await);
     assert_rbac_allowed_everything(emu);
 }

@@ -148,6 +148,8 @@ impl PolicySource for ControlplaneSource {
                 synced: false,
                 connected: None,
                 fallback_failing: false,
+                suspect_restart: false,
+                last_bookmark_rv: None,
             })
             .collect();
         UpdateStream {
@@ -379,6 +381,11 @@ struct Watcher {
     connected: Option<bool>,
     /// The last fallback write failed (reported once until one succeeds).
     fallback_failing: bool,
+    /// Since the last snapshot, the watch broke or could not be opened, or the server's
+    /// resourceVersion went backwards: the controller may have restarted and lost the statuses.
+    suspect_restart: bool,
+    /// The resourceVersion of the last BOOKMARK.
+    last_bookmark_rv: Option<u64>,
 }
 
 impl Watcher {
@@ -427,6 +434,15 @@ impl Watcher {
             Ok(lines) => lines,
             Err(e) => {
                 warn!(kind = %self.kind, "cannot watch antrea-controller: {e}");
+                self.suspect_restart = true;
+                if e.is_unserved() {
+                    self.error(format!(
+                        "{} does not serve controlplane.antrea.io: antreaClientConnection.kubeconfig \
+                         must point at antrea-controller (or at kube-apiserver with Antrea's APIService); \
+                         are clientConnection and antreaClientConnection swapped?",
+                        self.api.describe()
+                    ))?;
+                }
                 if !self.synced {
                     self.load_fallback().await?;
                 }
@@ -466,10 +482,12 @@ impl Watcher {
                 Some(Ok(line)) => line,
                 Some(Err(e)) => {
                     warn!(kind = %self.kind, "antrea-controller watch failed before its snapshot ended: {e}");
+                    self.suspect_restart = true;
                     return Ok(false);
                 }
                 None => {
                     warn!(kind = %self.kind, "antrea-controller watch ended before its snapshot ended");
+                    self.suspect_restart = true;
                     return Ok(false);
                 }
             };
@@ -508,11 +526,17 @@ impl Watcher {
                         }
                     }
                 }
-                "BOOKMARK" => break,
+                "BOOKMARK" => {
+                    self.note_bookmark(&event.object);
+                    break;
+                }
                 other => debug!(kind = %self.kind, "ignoring a {other} event before the initial BOOKMARK"),
             }
         }
         self.tracked = snapshot;
+        if std::mem::take(&mut self.suspect_restart) && self.kind == Kind::NetworkPolicy {
+            self.send(PolicyUpdate::ServerMayHaveRestarted)?;
+        }
         let objects = self.tracked.values().map(|t| t.valid.clone()).collect();
         self.send(PolicyUpdate::Replace {
             kind: self.kind,
@@ -547,6 +571,7 @@ impl Watcher {
                 Some(Ok(line)) => line,
                 Some(Err(e)) => {
                     warn!(kind = %self.kind, "antrea-controller watch failed: {e}; reopening");
+                    self.suspect_restart = true;
                     return Ok(());
                 }
                 None => {
@@ -609,13 +634,32 @@ impl Watcher {
                         .unwrap_or("no message")
                         .to_owned();
                     warn!(kind = %self.kind, "antrea-controller watch sent an ERROR ({message}); reopening");
+                    self.suspect_restart = true;
                     return Ok(());
                 }
                 other => {
                     warn!(kind = %self.kind, "unexpected {other} event on the antrea-controller watch; reopening");
+                    self.suspect_restart = true;
                     return Ok(());
                 }
             }
+        }
+    }
+
+    /// Remembers the snapshot's resourceVersion; one lower than the last means a new server
+    /// incarnation (antrea-controller's counters restart with the process).
+    fn note_bookmark(&mut self, object: &Value) {
+        let rv = object
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .and_then(|v| v.parse::<u64>().ok());
+        if let (Some(rv), Some(last)) = (rv, self.last_bookmark_rv) {
+            if rv < last {
+                self.suspect_restart = true;
+            }
+        }
+        if rv.is_some() {
+            self.last_bookmark_rv = rv;
         }
     }
 
@@ -744,7 +788,9 @@ pub fn update_kind(update: &PolicyUpdate) -> Option<Kind> {
         | PolicyUpdate::Patch { kind, .. }
         | PolicyUpdate::Delete { kind, .. }
         | PolicyUpdate::Connection { kind, .. } => Some(*kind),
-        PolicyUpdate::Upsert(ValidObject::NetworkPolicy(_)) => Some(Kind::NetworkPolicy),
+        PolicyUpdate::Upsert(ValidObject::NetworkPolicy(_)) | PolicyUpdate::ServerMayHaveRestarted => {
+            Some(Kind::NetworkPolicy)
+        }
         PolicyUpdate::Upsert(ValidObject::AddressGroup(_)) => Some(Kind::AddressGroup),
         PolicyUpdate::Upsert(ValidObject::AppliedToGroup(_)) => Some(Kind::AppliedToGroup),
         PolicyUpdate::Error(e) => WATCHED_KINDS
@@ -1185,7 +1231,14 @@ mod tests {
         let last = api.watch_stream(NPS);
         send(&last, &[bookmark("NetworkPolicy")]);
         let mut stream = updates(&source(&api, None));
-        for _ in 0..3 {
+        for i in 0..3 {
+            if i > 0 {
+                // Each of these ends is abnormal: the controller may have lost the statuses.
+                assert_eq!(
+                    next(&mut stream, Kind::NetworkPolicy).await,
+                    PolicyUpdate::ServerMayHaveRestarted
+                );
+            }
             assert!(matches!(
                 next(&mut stream, Kind::NetworkPolicy).await,
                 PolicyUpdate::Replace { .. }
@@ -1199,6 +1252,10 @@ mod tests {
                 connection(Kind::NetworkPolicy, false)
             );
         }
+        assert_eq!(
+            next(&mut stream, Kind::NetworkPolicy).await,
+            PolicyUpdate::ServerMayHaveRestarted
+        );
         assert!(matches!(
             next(&mut stream, Kind::NetworkPolicy).await,
             PolicyUpdate::Replace { .. }
@@ -1208,6 +1265,76 @@ mod tests {
             connection(Kind::NetworkPolicy, true)
         );
         assert_eq!(api.watch_paths(NPS).len(), 4);
+    }
+
+    fn bookmark_at(kind: &str, rv: &str) -> String {
+        line(
+            "BOOKMARK",
+            &json!({"kind": kind, "apiVersion": API_VERSION, "metadata": {"resourceVersion": rv}}),
+        )
+    }
+
+    #[tokio::test]
+    async fn only_a_broken_watch_or_a_new_server_incarnation_says_statuses_may_be_lost() {
+        let api = FakeApi::new();
+        // 1: synced at rv 7, then closed cleanly by the server.
+        let first = api.watch_stream(NPS);
+        // 2: rv 9 (still the same server), then the connection breaks.
+        let second = api.watch_stream(NPS);
+        // 3: rv 9 again after the break; closed cleanly.
+        let third = api.watch_stream(NPS);
+        // 4: rv 2, lower than before: a restarted controller.
+        let fourth = api.watch_stream(NPS);
+        send(&first, &[bookmark_at("NetworkPolicy", "7")]);
+        send(&second, &[bookmark_at("NetworkPolicy", "9")]);
+        send(&third, &[bookmark_at("NetworkPolicy", "9")]);
+        send(&fourth, &[bookmark_at("NetworkPolicy", "2")]);
+        let mut stream = updates(&source(&api, None));
+        let mut seen = Vec::new();
+        let mut feeds = vec![first, second, third];
+        let ends: [Option<&str>; 3] = [None, Some("connection reset"), None];
+        for end in ends {
+            loop {
+                let u = next(&mut stream, Kind::NetworkPolicy).await;
+                let synced = matches!(u, PolicyUpdate::Connection { connected: true, .. });
+                seen.push(u);
+                if synced {
+                    break;
+                }
+            }
+            let feed = feeds.remove(0);
+            if let Some(message) = end {
+                feed.send(Err(crate::k8s::api::ApiError::Transport {
+                    method: "GET",
+                    path: NPS.into(),
+                    message: message.into(),
+                }))
+                .unwrap();
+            }
+            drop(feed);
+        }
+        loop {
+            let u = next(&mut stream, Kind::NetworkPolicy).await;
+            let synced = matches!(u, PolicyUpdate::Connection { connected: true, .. });
+            seen.push(u);
+            if synced {
+                break;
+            }
+        }
+        let marks: Vec<&str> = seen
+            .iter()
+            .filter_map(|u| match u {
+                PolicyUpdate::Replace { .. } => Some("replace"),
+                PolicyUpdate::ServerMayHaveRestarted => Some("restart?"),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            marks,
+            ["replace", "replace", "restart?", "replace", "restart?", "replace"],
+            "{seen:#?}"
+        );
+        drop(fourth);
     }
 
     #[tokio::test]
