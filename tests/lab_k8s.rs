@@ -448,7 +448,16 @@ fn a_black_holed_controller_is_seen_down_while_policies_hold_and_the_heal_resync
     );
     let mut env = FAST_REPORTS.to_vec();
     env.push(FAST_LIVENESS);
-    let mut agent = lab.start_agent_with_env(&["run", "--config", &config.display().to_string()], &env);
+    // The Go agent's command line: no subcommand, klog flags.
+    let mut agent = lab.start_agent_with_env(
+        &[
+            "--config",
+            &config.display().to_string(),
+            "--v=0",
+            "--logtostderr",
+        ],
+        &env,
+    );
     emu.create_external_node(external_node())
         .expect("create the ExternalNode");
     wait_until(Duration::from_secs(30), "eth0 attached", || attached(&lab));
