@@ -6,8 +6,9 @@
 //! * [`KubeExternalNodeSource`]: 404 at start, create, irrelevant and relevant changes, watches
 //!   closed by the server, expired history (410), injected 500s, delete;
 //! * [`ControlplaneSource`]: snapshots, live ADDED/MODIFIED/patch/DELETED events, a controller
-//!   restart with deletions while it is down, a patch for a group the watch never accepted, a 500
-//!   on open, and the fallback store written while connected and read when unreachable;
+//!   restart with deletions while it is down, a group with a bad member (left out and named, the
+//!   group and its patches applied), a 500 on open, and the fallback store written while connected
+//!   and read when unreachable; swapped kubeconfigs (a clear error, never an absent ExternalNode);
 //! * the reporter's writers: the AntreaAgentInfo heartbeat (never creating the object, 409 on a
 //!   stale copy), NetworkPolicyStatus and NodeStatsSummary posts.
 //!
@@ -753,7 +754,7 @@ async fn controlplane_source_resyncs_after_a_controller_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn controlplane_patch_for_an_unknown_group_forces_a_resync() {
+async fn controlplane_a_bad_member_never_hides_its_group() {
     let env = EmulatorEnv::start().await;
     let emu = &env.emu;
     fixture(emu);
@@ -761,8 +762,8 @@ async fn controlplane_patch_for_an_unknown_group_forces_a_resync() {
     let mut updates = Updates::new(&source);
     synced(&mut updates).await;
 
-    // The controller sends AddressGroup `ag-legacy` with a member the agent rejects (an
-    // ExternalEntity without namespace): the agent reports it and does not track the group.
+    // The controller sends AddressGroup `ag-legacy` with a member the agent cannot use (an
+    // ExternalEntity without namespace): that member is named and left out, the group stands.
     let bad = json!({"externalEntity": {"name": "legacy"}, "ips": ["10.99.0.9"]});
     emu.upsert_controlplane(json!([
         address_group("ag-legacy", vec![bad.clone()]),
@@ -773,36 +774,38 @@ async fn controlplane_patch_for_an_unknown_group_forces_a_resync() {
             vec![ingress_rule(&["ag-legacy"], 443, "Drop")]
         ),
     ]))
-    .expect("a policy with a group the agent rejects");
+    .expect("a policy with a group holding a bad member");
     let message = updates.error(Kind::AddressGroup).await;
-    assert!(message.contains("ag-legacy"), "{message}");
+    assert!(
+        message.contains("AddressGroup ag-legacy: groupMembers[0] (externalEntity /legacy) dropped"),
+        "{message}"
+    );
+    match updates.next(Kind::AddressGroup).await {
+        PolicyUpdate::Upsert(object) => assert_eq!(group_text(&object), "ag-legacy: "),
+        other => panic!("expected the group, got {other:?}"),
+    }
     updates
         .expect(PolicyUpdate::Upsert(served_policy(emu, "uid-3")))
         .await;
 
-    // A member joins: the controller sends a patch for a group this watch never accepted. The
-    // watch reports it and reopens for a full snapshot.
+    // A good member joins: the controller's patch applies to the group the agent holds, with no
+    // resync.
     emu.upsert_controlplane(address_group(
         "ag-legacy",
         vec![bad, ee_member(VM_NS, "vm4", &["10.99.0.5"])],
     ))
     .expect("grow ag-legacy");
-    let message = updates.error(Kind::AddressGroup).await;
-    assert!(
-        message.contains("patch for unknown AddressGroup \"ag-legacy\""),
-        "{message}"
-    );
-    updates.expect(connection(Kind::AddressGroup, false)).await;
-    // The snapshot still holds the group the agent rejects (reported again) and everything else.
-    let message = updates.error(Kind::AddressGroup).await;
-    assert!(message.contains("ag-legacy"), "{message}");
-    assert_eq!(
-        groups_text(&updates.replace(Kind::AddressGroup).await),
-        vec![format!("ag-peers: {}", ee_ip(PEER_ENTITY, "10.99.0.3"))]
-    );
-    updates.expect(connection(Kind::AddressGroup, true)).await;
+    match updates.next(Kind::AddressGroup).await {
+        PolicyUpdate::Patch { patch, .. } => {
+            assert_eq!(
+                patch_text(&patch),
+                ("ag-legacy".into(), vec![ee_ip("vm4", "10.99.0.5")], vec![])
+            )
+        }
+        other => panic!("expected a patch, got {other:?}"),
+    }
 
-    // Only the AddressGroup watch was reopened.
+    // No watch was reopened.
     let watches = cp_watch_calls(emu);
     let count = |r: &str| watches.iter().filter(|(p, s)| p == r && *s == 200).count();
     assert_eq!(
@@ -811,7 +814,7 @@ async fn controlplane_patch_for_an_unknown_group_forces_a_resync() {
             count("appliedtogroups"),
             count("addressgroups")
         ),
-        (1, 1, 2),
+        (1, 1, 1),
         "{watches:?}"
     );
     updates.assert_drained();

@@ -36,6 +36,7 @@ use tracing::{debug, info, warn};
 use super::api::{ApiClient, WatchLines};
 use super::fallback::FallbackStore;
 use crate::policy::controlplane::types::{AddressGroup, AppliedToGroup, GroupMember, GroupPatch, ObjectMeta};
+use crate::policy::controlplane::validate::dropped_members;
 use crate::policy::controlplane::{
     ControlplaneObject, Group, Kind, MemberKey, MembersPatch, ValidObject, API_VERSION,
 };
@@ -285,9 +286,11 @@ fn apply_patch(tracked: &mut Tracked, wire: &GroupPatch, patch: &MembersPatch) {
         patch_group(g, patch);
     }
     if let Wire::Group { members, .. } = &mut tracked.wire {
-        // Validation keeps members in order and fails as a whole, so the lists pair up.
-        for (w, v) in wire.added_group_members.iter().zip(&patch.added) {
-            members.insert(v.key(), w.clone());
+        // Validation drops bad members, so pair each wire member with its own key.
+        for w in &wire.added_group_members {
+            if let Some(key) = member_key(w) {
+                members.insert(key, w.clone());
+            }
         }
         for v in &patch.removed {
             members.remove(&v.key());
@@ -674,6 +677,11 @@ impl Watcher {
             ));
         }
         let valid = object.validate().map_err(|e| e.to_string())?;
+        // One line per member left out (the subscriber logs it); a subscriber gone ends the
+        // watch at its next step anyway.
+        for note in dropped_members(&object) {
+            let _ = self.error(note);
+        }
         match (object, valid) {
             (ControlplaneObject::AddressGroupPatch(w), ValidObject::AddressGroupPatch(p))
             | (ControlplaneObject::AppliedToGroupPatch(w), ValidObject::AppliedToGroupPatch(p)) => {
@@ -1370,8 +1378,9 @@ mod tests {
         let api = FakeApi::new();
         let first = api.watch_stream(AGS);
         let good = obj(AG, "good");
+        // Not a group at all (a bad member alone would only be left out: see below).
         let mut bad = obj(AG, "bad");
-        bad["groupMembers"][0]["ips"] = json!(["AAE="]);
+        bad["groupMembers"] = json!("oops");
         send(
             &first,
             &[
@@ -1415,9 +1424,7 @@ mod tests {
             errors[0]
         );
         assert!(
-            errors[1].starts_with(
-                "antrea-controller AddressGroup watch: AddressGroup bad: groupMembers[0].ips[0]"
-            ),
+            errors[1].starts_with("antrea-controller AddressGroup watch: AddressGroup \"bad\": invalid type"),
             "{}",
             errors[1]
         );
@@ -1428,7 +1435,7 @@ mod tests {
             errors[3]
         );
         assert!(
-            errors[4].contains("AddressGroup bad: groupMembers[0].ips[0]"),
+            errors[4].contains("AddressGroup \"bad\": invalid type"),
             "{}",
             errors[4]
         );
@@ -1447,7 +1454,7 @@ mod tests {
             panic!()
         };
         assert!(
-            e.contains("AddressGroup good:") && e.ends_with("keeping its last good version"),
+            e.contains("AddressGroup \"good\":") && e.ends_with("keeping its last good version"),
             "{e}"
         );
         assert_eq!(
@@ -1457,6 +1464,63 @@ mod tests {
                 objects: vec![valid(&good)]
             }
         );
+    }
+
+    #[tokio::test]
+    async fn a_bad_member_is_left_out_and_named_and_its_group_stands() {
+        let api = FakeApi::new();
+        let feed = api.watch_stream(AGS);
+        let mut mixed = obj(AG, "mixed");
+        let members = mixed["groupMembers"].as_array().unwrap().len();
+        assert!(members >= 2, "the fixture has several members");
+        mixed["groupMembers"][0]["ips"] = json!(["AAE="]);
+        // An unnamed port of port 0, as the controller copies it from an ExternalEntity.
+        mixed["groupMembers"][1]["ports"] = json!([{"port": 0, "protocol": "TCP"}]);
+        let mut patch = obj(AG_PATCH, "mixed");
+        patch["addedGroupMembers"] = json!([
+            {"externalEntity": {"name": "vm9", "namespace": "vm-ns"}, "ips": ["AAAAAAAAAAAAAP//rBBkCQ=="]},
+            {"externalEntity": {"name": "vm8"}, "ips": ["AAAAAAAAAAAAAP//rBBkCA=="]}
+        ]);
+        patch["removedGroupMembers"] = json!([]);
+        send(
+            &feed,
+            &[
+                line("ADDED", &mixed),
+                bookmark("AddressGroup"),
+                line("MODIFIED", &patch),
+            ],
+        );
+        let mut stream = updates(&source(&api, None));
+        let PolicyUpdate::Error(e) = next(&mut stream, Kind::AddressGroup).await else {
+            panic!("the dropped member is named")
+        };
+        assert!(
+            e.contains("AddressGroup mixed: groupMembers[0] (")
+                && e.contains("dropped: groupMembers[0].ips[0]"),
+            "{e}"
+        );
+        let PolicyUpdate::Replace { objects, .. } = next(&mut stream, Kind::AddressGroup).await else {
+            panic!("the group is delivered")
+        };
+        let ValidObject::AddressGroup(g) = &objects[0] else {
+            panic!()
+        };
+        assert_eq!(g.members.len(), members - 1);
+        assert_eq!(
+            next(&mut stream, Kind::AddressGroup).await,
+            connection(Kind::AddressGroup, true)
+        );
+        let PolicyUpdate::Error(e) = next(&mut stream, Kind::AddressGroup).await else {
+            panic!("the patch's bad member is named")
+        };
+        assert!(
+            e.contains("addedGroupMembers[1] (externalEntity /vm8) dropped"),
+            "{e}"
+        );
+        let PolicyUpdate::Patch { patch, .. } = next(&mut stream, Kind::AddressGroup).await else {
+            panic!("the rest of the patch applies")
+        };
+        assert_eq!(patch.added.len(), 1);
     }
 
     #[tokio::test]

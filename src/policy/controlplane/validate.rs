@@ -6,8 +6,10 @@
 //! What is checked: names present; IP bytes (4 or 16) and prefix lengths (per family); `except`
 //! inside its `cidr`; protocols, actions and directions from the known sets; port numbers
 //! 1-65535, `endPort >= port`, ranges only on numbered ports, port fields only for TCP/UDP/SCTP,
-//! ICMP/IGMP fields only for their protocol; rule peers on the side their direction reads; group
-//! members with exactly one reference. Views normalise: IPv4-mapped addresses become IPv4,
+//! ICMP/IGMP fields only for their protocol; rule peers on the side their direction reads.
+//! Groups are lenient, as the controller is: a member without exactly one reference or with bad IP
+//! bytes is dropped, a named port that cannot be enforced is left out, and the rest of the group
+//! stands ([`dropped_members`] lists what was left out). Views normalise: IPv4-mapped addresses become IPv4,
 //! networks have host bits cleared, an absent protocol is TCP and an absent action Allow.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -921,8 +923,82 @@ fn l7(p: &mut Problems, path: &str, l: &L7Wire) -> Option<L7Protocol> {
     }
 }
 
-fn member(p: &mut Problems, path: &str, m: &GroupMember) -> Option<Member> {
-    let before = p.0.len();
+/// How a member names itself in messages: `externalEntity vm-ns/vm2-e8be5`.
+fn member_label(m: &GroupMember) -> String {
+    let refs = [
+        m.pod.as_ref().map(|r| format!("pod {}/{}", r.namespace, r.name)),
+        m.external_entity
+            .as_ref()
+            .map(|r| format!("externalEntity {}/{}", r.namespace, r.name)),
+        m.service
+            .as_ref()
+            .map(|r| format!("service {}/{}", r.namespace, r.name)),
+        m.node.as_ref().map(|r| format!("node {}", r.name)),
+    ];
+    let named: Vec<String> = refs.into_iter().flatten().collect();
+    if named.is_empty() {
+        "a member without a reference".to_string()
+    } else {
+        named.join(" + ")
+    }
+}
+
+/// A member's named ports. antrea-controller copies an ExternalEntity's ports verbatim, so a
+/// port without a name (which no rule can refer to) is skipped silently, and a named port the
+/// agent cannot enforce with its meaning (number outside 1-65535, a protocol without ports, an
+/// invalid name) is left out with a note: rules naming it do not match this member, as with the
+/// Go agent, while the member's addresses still count.
+fn member_ports(path: &str, m: &GroupMember, notes: &mut Vec<String>) -> Vec<MemberPort> {
+    let mut ports = Vec::with_capacity(m.ports.len());
+    for (i, np) in m.ports.iter().enumerate() {
+        if np.name.is_empty() {
+            continue;
+        }
+        let mut p = Problems::default();
+        let ppath = format!("{path}.ports[{i}]");
+        if !is_valid_port_name(&np.name) {
+            p.add(
+                format!("{ppath}.name"),
+                format!("{:?} is not a valid port name", np.name),
+            );
+        }
+        let port = port_number(&mut p, format!("{ppath}.port"), np.port);
+        let protocol = match np.protocol.as_str() {
+            "" => Some(Protocol::Tcp),
+            text => Protocol::parse(text)
+                .filter(|proto| proto.has_ports())
+                .or_else(|| {
+                    p.add(
+                        format!("{ppath}.protocol"),
+                        format!("{text:?} is not one of TCP, UDP, SCTP"),
+                    );
+                    None
+                }),
+        };
+        match (port, protocol) {
+            (Some(port), Some(protocol)) if p.0.is_empty() => ports.push(MemberPort {
+                name: np.name.clone(),
+                port,
+                protocol,
+            }),
+            _ => {
+                let why: Vec<String> = p.0.iter().map(|f| format!("{}: {}", f.path, f.message)).collect();
+                notes.push(format!(
+                    "{path} ({}): named port {:?} left out ({})",
+                    member_label(m),
+                    np.name,
+                    why.join("; ")
+                ));
+            }
+        }
+    }
+    ports
+}
+
+/// Validates one member: `Err` holds why the whole member is unusable (no single reference, a
+/// missing name, bad IP bytes); port problems only leave that port out (see [`member_ports`]).
+fn member(path: &str, m: &GroupMember, notes: &mut Vec<String>) -> Result<Member, String> {
+    let mut p = Problems::default();
     let mut refs = Vec::new();
     let need_ns = |p: &mut Problems, field: &str, ns: &str, name: &str| {
         if name.is_empty() {
@@ -933,21 +1009,21 @@ fn member(p: &mut Problems, path: &str, m: &GroupMember) -> Option<Member> {
         }
     };
     if let Some(r) = &m.pod {
-        need_ns(p, "pod", &r.namespace, &r.name);
+        need_ns(&mut p, "pod", &r.namespace, &r.name);
         refs.push(MemberRef::Pod {
             namespace: r.namespace.clone(),
             name: r.name.clone(),
         });
     }
     if let Some(r) = &m.external_entity {
-        need_ns(p, "externalEntity", &r.namespace, &r.name);
+        need_ns(&mut p, "externalEntity", &r.namespace, &r.name);
         refs.push(MemberRef::ExternalEntity {
             namespace: r.namespace.clone(),
             name: r.name.clone(),
         });
     }
     if let Some(r) = &m.service {
-        need_ns(p, "service", &r.namespace, &r.name);
+        need_ns(&mut p, "service", &r.namespace, &r.name);
         refs.push(MemberRef::Service {
             namespace: r.namespace.clone(),
             name: r.name.clone(),
@@ -975,44 +1051,64 @@ fn member(p: &mut Problems, path: &str, m: &GroupMember) -> Option<Member> {
             Err(e) => p.add(format!("{path}.ips[{i}]"), e.to_string()),
         }
     }
-    let mut ports = Vec::with_capacity(m.ports.len());
-    for (i, np) in m.ports.iter().enumerate() {
-        let ppath = format!("{path}.ports[{i}]");
-        if !is_valid_port_name(&np.name) {
-            p.add(
-                format!("{ppath}.name"),
-                format!("{:?} is not a valid port name", np.name),
-            );
+    match (refs.pop(), p.0.is_empty()) {
+        (Some(entity), true) => {
+            let ports = member_ports(path, m, notes);
+            Ok(Member { entity, ips, ports })
         }
-        let port = port_number(p, format!("{ppath}.port"), np.port);
-        let protocol = match np.protocol.as_str() {
-            "" => Some(Protocol::Tcp),
-            text => Protocol::parse(text)
-                .filter(|proto| proto.has_ports())
-                .or_else(|| {
-                    p.add(
-                        format!("{ppath}.protocol"),
-                        format!("{text:?} is not one of TCP, UDP, SCTP"),
-                    );
-                    None
-                }),
-        };
-        if let (Some(port), Some(protocol)) = (port, protocol) {
-            ports.push(MemberPort {
-                name: np.name.clone(),
-                port,
-                protocol,
-            });
+        _ => {
+            let why: Vec<String> = p.0.iter().map(|f| format!("{}: {}", f.path, f.message)).collect();
+            Err(format!(
+                "{path} ({}) dropped: {}",
+                member_label(m),
+                why.join("; ")
+            ))
         }
     }
-    let entity = refs.pop()?;
-    (p.0.len() == before).then_some(Member { entity, ips, ports })
 }
 
-fn members(p: &mut Problems, field: &str, list: &[GroupMember]) -> Vec<Member> {
-    list.iter()
-        .enumerate()
-        .filter_map(|(i, m)| member(p, &format!("{field}[{i}]"), m))
+/// The usable members of `list`, and a note for each member dropped or port left out.
+fn members(field: &str, list: &[GroupMember]) -> (Vec<Member>, Vec<String>) {
+    let mut notes = Vec::new();
+    let mut good = Vec::with_capacity(list.len());
+    for (i, m) in list.iter().enumerate() {
+        match member(&format!("{field}[{i}]"), m, &mut notes) {
+            Ok(member) => good.push(member),
+            Err(note) => notes.push(note),
+        }
+    }
+    (good, notes)
+}
+
+/// What lenient group validation left out of `object`, one line per member or port, naming the
+/// object; empty for other kinds. The controller copies members from ExternalEntities and Pods
+/// as they are, so one bad member must not hide the rest of its group.
+pub fn dropped_members(object: &ControlplaneObject) -> Vec<String> {
+    let (kind, name, lists): (Kind, &str, Vec<(&str, &[GroupMember])>) = match object {
+        ControlplaneObject::AddressGroup(g) => (
+            Kind::AddressGroup,
+            &g.metadata.name,
+            vec![("groupMembers", &g.group_members)],
+        ),
+        ControlplaneObject::AppliedToGroup(g) => (
+            Kind::AppliedToGroup,
+            &g.metadata.name,
+            vec![("groupMembers", &g.group_members)],
+        ),
+        ControlplaneObject::AddressGroupPatch(g) | ControlplaneObject::AppliedToGroupPatch(g) => (
+            object.kind(),
+            &g.metadata.name,
+            vec![
+                ("addedGroupMembers", &g.added_group_members),
+                ("removedGroupMembers", &g.removed_group_members),
+            ],
+        ),
+        _ => return Vec::new(),
+    };
+    lists
+        .into_iter()
+        .flat_map(|(field, list)| members(field, list).1)
+        .map(|note| format!("{kind} {name}: {note}"))
         .collect()
 }
 
@@ -1021,7 +1117,7 @@ fn group(kind: Kind, meta: &super::types::ObjectMeta, list: &[GroupMember]) -> R
     if meta.name.is_empty() {
         p.add("metadata.name", "missing");
     }
-    let members = members(&mut p, "groupMembers", list);
+    let (members, _dropped) = members("groupMembers", list);
     let object = ObjectRef {
         kind,
         name: meta.name.clone(),
@@ -1063,8 +1159,8 @@ impl GroupPatch {
         if self.metadata.name.is_empty() {
             p.add("metadata.name", "missing");
         }
-        let added = members(&mut p, "addedGroupMembers", &self.added_group_members);
-        let removed = members(&mut p, "removedGroupMembers", &self.removed_group_members);
+        let (added, _) = members("addedGroupMembers", &self.added_group_members);
+        let (removed, _) = members("removedGroupMembers", &self.removed_group_members);
         let object = ObjectRef {
             kind,
             name: self.metadata.name.clone(),
@@ -1517,6 +1613,11 @@ mod tests {
 
     #[test]
     fn bad_group_members() {
+        let object = |members: Value| {
+            ControlplaneObject::from_value(json!({"kind": "AddressGroup", "metadata": {"name": "g"},
+                "groupMembers": members}))
+            .unwrap()
+        };
         let group = |members: Value| {
             serde_json::from_value::<AddressGroup>(
                 json!({"metadata": {"name": "g"}, "groupMembers": members}),
@@ -1524,28 +1625,62 @@ mod tests {
             .unwrap()
             .validate()
         };
-        let msg = |members: Value| group(members).unwrap_err().to_string();
+        // One bad member never hides the group: it is dropped, the others stay, and one note
+        // names it.
+        let good = json!({"externalEntity": {"name": "vm2", "namespace": "ns"}, "ips": ["CgAAAg=="]});
+        for (bad, note) in [
+            (
+                json!({"ips": ["AAAAAAAAAAAAAP//CgAAAQ=="]}),
+                "AddressGroup g: groupMembers[0] (a member without a reference) dropped: groupMembers[0]: \
+                 0 of pod, externalEntity, node, service are set (want exactly one)",
+            ),
+            (
+                json!({"pod": {"name": "a", "namespace": "n"}, "node": {"name": "x"}}),
+                "AddressGroup g: groupMembers[0] (pod n/a + node x) dropped: groupMembers[0]: \
+                 2 of pod, externalEntity, node, service are set (want exactly one)",
+            ),
+            (
+                json!({"externalEntity": {"name": "vm1", "namespace": "ns"}, "ips": ["AQIDBAU="]}),
+                "AddressGroup g: groupMembers[0] (externalEntity ns/vm1) dropped: groupMembers[0].ips[0]: \
+                 5 bytes is not an IP address (want 4 or 16)",
+            ),
+            (
+                json!({"externalEntity": {"name": "vm1"}}),
+                "AddressGroup g: groupMembers[0] (externalEntity /vm1) dropped: \
+                 groupMembers[0].externalEntity.namespace: missing",
+            ),
+        ] {
+            let list = json!([bad, good]);
+            let g = group(list.clone()).unwrap();
+            assert_eq!(g.members.len(), 1, "{bad}");
+            assert_eq!(dropped_members(&object(list)), [note.to_string()]);
+        }
+        // Ports as the controller copies them from an ExternalEntity: an unnamed port is skipped
+        // without a word (nothing can name it), a named one that cannot be enforced is left out
+        // with a note, and the member keeps its addresses and its good ports.
+        let list = json!([{"externalEntity": {"name": "vm1", "namespace": "ns"}, "ips": ["CgAAAQ=="],
+                    "ports": [{"port": 22}, {"name": "", "port": 0, "protocol": "TCP"},
+                              {"name": "http", "port": 80, "protocol": "ICMP"}, {"name": "x", "port": 0},
+                              {"name": "https", "port": 443, "protocol": "TCP"}]}]);
+        let g = group(list.clone()).unwrap();
+        let m = g.members.values().next().unwrap();
+        assert_eq!(m.ips.len(), 1);
         assert_eq!(
-            msg(json!([{"ips": ["AAAAAAAAAAAAAP//CgAAAQ=="]}])),
-            "AddressGroup g: groupMembers[0]: 0 of pod, externalEntity, node, service are set (want exactly one)"
+            m.ports,
+            [MemberPort {
+                name: "https".into(),
+                port: 443,
+                protocol: Protocol::Tcp
+            }]
         );
         assert_eq!(
-            msg(json!([{"pod": {"name": "a", "namespace": "n"}, "node": {"name": "x"}}])),
-            "AddressGroup g: groupMembers[0]: 2 of pod, externalEntity, node, service are set (want exactly one)"
-        );
-        assert_eq!(
-            msg(json!([{"externalEntity": {"name": "vm1", "namespace": "ns"}, "ips": ["AQIDBAU="]}])),
-            "AddressGroup g: groupMembers[0].ips[0]: 5 bytes is not an IP address (want 4 or 16)"
-        );
-        assert_eq!(
-            msg(json!([{"externalEntity": {"name": "vm1"}}])),
-            "AddressGroup g: groupMembers[0].externalEntity.namespace: missing"
-        );
-        assert_eq!(
-            msg(json!([{"pod": {"name": "p", "namespace": "n"},
-                        "ports": [{"name": "http", "port": 80, "protocol": "ICMP"}, {"name": "x", "port": 0}]}])),
-            "AddressGroup g: groupMembers[0].ports[0].protocol: \"ICMP\" is not one of TCP, UDP, SCTP; \
-             groupMembers[0].ports[1].port: 0 is out of range (1-65535)"
+            dropped_members(&object(list)),
+            [
+                "AddressGroup g: groupMembers[0] (externalEntity ns/vm1): named port \"http\" left out \
+                 (groupMembers[0].ports[2].protocol: \"ICMP\" is not one of TCP, UDP, SCTP)",
+                "AddressGroup g: groupMembers[0] (externalEntity ns/vm1): named port \"x\" left out \
+                 (groupMembers[0].ports[3].port: 0 is out of range (1-65535))"
+            ]
         );
         // Duplicates collapse; a node member has no namespace; 4-byte IPv4 is accepted.
         let g = group(json!([
@@ -1568,14 +1703,19 @@ mod tests {
                 protocol: Protocol::Tcp
             }]
         );
-        let patch = serde_json::from_value::<GroupPatch>(json!({"metadata": {"name": "g"},
-            "removedGroupMembers": [{"service": {"name": "s"}}]}))
-        .unwrap()
-        .validate(Kind::AppliedToGroupPatch)
-        .unwrap_err();
+        let wire = json!({"kind": "AppliedToGroupPatch", "metadata": {"name": "g"},
+            "removedGroupMembers": [{"service": {"name": "s"}}]});
+        let patch = serde_json::from_value::<GroupPatch>(wire.clone())
+            .unwrap()
+            .validate(Kind::AppliedToGroupPatch)
+            .unwrap();
+        assert!(patch.removed.is_empty());
         assert_eq!(
-            patch.to_string(),
-            "AppliedToGroupPatch g: removedGroupMembers[0].service.namespace: missing"
+            dropped_members(&ControlplaneObject::from_value(wire).unwrap()),
+            [
+                "AppliedToGroupPatch g: removedGroupMembers[0] (service /s) dropped: \
+              removedGroupMembers[0].service.namespace: missing"
+            ]
         );
     }
 
