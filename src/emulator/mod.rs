@@ -13,6 +13,10 @@
 //! (unless `kube_aggregates_controlplane`, which models the controller's APIService: kube-apiserver
 //! then also serves the controlplane paths, as the Go agent uses without antreaClientConnection).
 //!
+//! Answers are JSON only (`Accept` must allow it, else 406; request bodies must be JSON, else
+//! 415); custom resources need `resourceVersion` on update (422 without, 409 stale); see the
+//! README's "How strict the emulator is".
+//!
 //! The server runs on its own thread (an actix system), so it works under any test runtime.
 //! [`Emulator`] is the handle: in-process control methods, the control API (`control.rs`) offers
 //! the same over HTTPS with the admin token. Dropping the handle stops the server.

@@ -387,7 +387,20 @@ pub async fn handle(req: HttpRequest, body: web::Bytes, core: web::Data<Arc<Core
     let endpoint = core.endpoint(&req);
     let response = match &identity {
         None => status_response(&StatusError::new(401, "Unauthorized", "Unauthorized")),
-        Some(who) => serve(&core, endpoint, who, &method, &path, &query, &body),
+        Some(who) => {
+            let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+            serve(
+                &core,
+                endpoint,
+                who,
+                &method,
+                &path,
+                &query,
+                &body,
+                header("accept"),
+                header("content-type"),
+            )
+        }
     };
     // Reading the call log is not itself logged: tests poll it.
     if !(path.starts_with("/emulator/v1/calls") && method == "GET") {
@@ -449,6 +462,49 @@ fn discovery(endpoint: Endpoint, path: &str) -> Option<Value> {
     }
 }
 
+/// Content negotiation as kube-apiserver does it for custom resources, and as this emulator does
+/// it for antrea-controller: answers are JSON only. `Accept` must allow `application/json` (a
+/// media range `application/*` or `*/*`, or none at all, does; parameters such as `;q=` or
+/// `;stream=watch` are ignored); anything else, protobuf included, is 406 Not Acceptable (a real
+/// antrea-controller would serve protobuf, which this agent never asks for). A request body must
+/// be sent as `application/json`, else 415.
+fn negotiate(accept: Option<&str>, content_type: Option<&str>, body: &[u8]) -> Result<(), StatusError> {
+    let media = |range: &str| {
+        range
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase()
+    };
+    let acceptable = match accept.map(str::trim).filter(|a| !a.is_empty()) {
+        None => true,
+        Some(accept) => accept
+            .split(',')
+            .map(media)
+            .any(|m| matches!(m.as_str(), "application/json" | "application/*" | "*/*")),
+    };
+    if !acceptable {
+        return Err(StatusError::new(
+            406,
+            "NotAcceptable",
+            "only the following media types are accepted: application/json",
+        ));
+    }
+    if !body.is_empty() {
+        let sent = content_type.map(media).unwrap_or_default();
+        if sent != "application/json" {
+            return Err(StatusError::new(
+                415,
+                "UnsupportedMediaType",
+                format!("the body of the request was in an unknown format - accepted media types include: application/json (got {sent:?})"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
 fn serve(
     core: &Arc<Core>,
     endpoint: Endpoint,
@@ -457,6 +513,8 @@ fn serve(
     path: &str,
     query: &str,
     body: &[u8],
+    accept: Option<&str>,
+    content_type: Option<&str>,
 ) -> HttpResponse {
     let control = path.starts_with("/emulator/");
     if !control && core.take_fault(path) {
@@ -483,6 +541,9 @@ fn serve(
     }
     if !serves(core, endpoint, &info.attrs.api_group, path) {
         return status_response(&unserved());
+    }
+    if let Err(e) = negotiate(accept, content_type, body) {
+        return status_response(&e);
     }
     let restarting = lock(&core.controller_down_until).is_some_and(|until| std::time::Instant::now() < until);
     if restarting && (endpoint == Endpoint::AntreaController || info.attrs.api_group == CONTROLPLANE_GROUP) {
@@ -608,9 +669,7 @@ fn route(core: &Arc<Core>, who: &Identity, info: &ReqInfo, body: &[u8]) -> Resul
             })?;
             Ok(raw_response(
                 201,
-                format!(
-                    r#"{{"kind":"NodeStatsSummary","apiVersion":"{CP_API_VERSION}","metadata":{{"creationTimestamp":null}}}}"#
-                ),
+                format!(r#"{{"kind":"NodeStatsSummary","apiVersion":"{CP_API_VERSION}","metadata":{{}}}}"#),
             ))
         }
         ("controlplane.antrea.io", "v1beta2", res, "") => {
@@ -648,10 +707,10 @@ fn controlplane(
     match a.verb.as_str() {
         "get" => Ok(raw_response(200, core.read(|s| s.cp_get(resource, &a.name))?)),
         "list" => {
-            // LIST ignores nodeName (§2.2) but still validates the selector.
-            let sel = selector_terms(info, &["metadata.name", "nodeName"])?;
-            let (items, rv) =
-                core.read(|s| s.cp_snapshot(resource, None, sel.get("metadata.name").map(String::as_str)));
+            // antrea-controller's LIST validates the field selector but applies none of it
+            // (neither nodeName, §2.2, nor metadata.name): every object comes back.
+            selector_terms(info, &["metadata.name", "nodeName"])?;
+            let (items, rv) = core.read(|s| s.cp_snapshot(resource, None, None));
             // A typed list: kind, apiVersion, metadata, items (Go struct order).
             Ok(raw_response(
                 200,
