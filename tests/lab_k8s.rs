@@ -397,20 +397,37 @@ fn controller_connected_metric(lab: &Lab) -> Option<f64> {
         .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
 }
 
-/// Black-holes antrea-controller's port in the outside host: every packet to or from it is
+/// Black-holes one of the emulator's ports in the outside host: every packet to or from it is
 /// dropped, so the agent gets no RST and no FIN (a dead host, a load balancer losing the flow).
-fn set_controller_black_hole(lab: &Lab, on: bool) {
+fn set_black_hole(lab: &Lab, port: u16, on: bool) {
+    let table = format!("black_hole_{port}");
     if on {
         lab.ext_ok(&format!(
-            "nft add table inet controller_black_hole && \
-             nft add chain inet controller_black_hole input '{{ type filter hook input priority -10; }}' && \
-             nft add chain inet controller_black_hole output '{{ type filter hook output priority -10; }}' && \
-             nft add rule inet controller_black_hole input tcp dport {CONTROLLER_PORT} drop && \
-             nft add rule inet controller_black_hole output tcp sport {CONTROLLER_PORT} drop"
+            "nft add table inet {table} && \
+             nft add chain inet {table} input '{{ type filter hook input priority -10; }}' && \
+             nft add chain inet {table} output '{{ type filter hook output priority -10; }}' && \
+             nft add rule inet {table} input tcp dport {port} drop && \
+             nft add rule inet {table} output tcp sport {port} drop"
         ));
     } else {
-        lab.ext_ok("nft delete table inet controller_black_hole");
+        lab.ext_ok(&format!("nft delete table inet {table}"));
     }
+}
+
+fn set_controller_black_hole(lab: &Lab, on: bool) {
+    set_black_hole(lab, CONTROLLER_PORT, on);
+}
+
+/// ExternalNode watches the emulator started (answered 200).
+fn external_node_watch_opens(emu: &Emulator) -> usize {
+    emu.calls()
+        .iter()
+        .filter(|c| {
+            c.path.contains("/externalnodes")
+                && c.query_param("watch").as_deref() == Some("true")
+                && c.status == 200
+        })
+        .count()
 }
 
 fn status_posts(emu: &Emulator) -> usize {
@@ -542,6 +559,22 @@ fn a_black_holed_controller_is_seen_down_while_policies_hold_and_the_heal_resync
         "allowed traffic lost across the outage: {}",
         ping.output
     );
+    // kube-apiserver black-holed in turn: its ExternalNode watch (which asks for 5-minute
+    // watches) is found dead by the same TCP liveness and reopened soon after the heal, long
+    // before its own timeout would.
+    let en_watches = external_node_watch_opens(&emu);
+    set_black_hole(&lab, EMULATOR_PORT, true);
+    std::thread::sleep(Duration::from_secs(12));
+    set_black_hole(&lab, EMULATOR_PORT, false);
+    let kube_healed = std::time::Instant::now();
+    wait_until(Duration::from_secs(15), "a new ExternalNode watch", || {
+        external_node_watch_opens(&emu) > en_watches
+    });
+    println!(
+        "ExternalNode watch reopened {:?} after kube-apiserver's heal",
+        kube_healed.elapsed()
+    );
+    assert!(attached(&lab), "the interface stays attached");
     // The broken watches may hide a controller restart: the statuses went out again, at the
     // new generation.
     wait_until(Duration::from_secs(30), "status of generation 2 posted", || {
