@@ -1009,3 +1009,52 @@ async fn each_server_serves_only_its_own_api_as_the_real_ones_do() {
     let line = watch.next_raw().await;
     assert!(!line.contains("null"), "{line}");
 }
+
+/// Antrea's own example (docs/external-node.md): the ExternalNode is accepted as written, the
+/// controller side derives the ExternalEntity the docs show, and the agent's parser reads the
+/// ExternalNode the server returns.
+#[tokio::test]
+async fn antreas_documented_external_node_and_its_entity() {
+    use serde::Deserialize;
+    let text = include_str!("fixtures/antrea-docs-external-node.yaml");
+    let docs: Vec<Value> = serde_norway::Deserializer::from_str(text)
+        .map(|d| Value::deserialize(d).expect("fixture YAML"))
+        .collect();
+    let (en, expected_ee) = (&docs[0], &docs[1]);
+    let env = EmulatorEnv::start().await;
+    let admin = env.admin_client().await;
+    let (code, stored) = send_json(
+        &admin,
+        "POST",
+        "/apis/crd.antrea.io/v1alpha1/namespaces/vm-ns/externalnodes",
+        Some(en),
+    )
+    .await;
+    assert_eq!(code, 201, "{stored}");
+    let ee = env
+        .emu
+        .external_entities()
+        .into_iter()
+        .find(|e| e["metadata"]["name"] == "vm1")
+        .expect("the ExternalEntity the docs show");
+    for field in [
+        "/metadata/name",
+        "/metadata/namespace",
+        "/metadata/labels",
+        "/spec",
+    ] {
+        assert_eq!(ee.pointer(field), expected_ee.pointer(field), "{field}: {ee}");
+    }
+    let owner = &ee["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (&owner["kind"], &owner["name"]),
+        (&json!("ExternalNode"), &json!("vm1"))
+    );
+    // The agent reads what the server returns.
+    let agent = env.agent_client().await;
+    let (_, got) = send_json(&agent, "GET", &external_node_path("vm-ns", "vm1"), None).await;
+    let parsed: antrea_vm_agent::k8s::external_node::ExternalNodeObject =
+        serde_json::from_value(got).expect("the agent decodes it");
+    let node = parsed.validate("vm1", "vm-ns").expect("the agent accepts it");
+    assert_eq!(node.interfaces[0].entity_name, "vm1");
+}
