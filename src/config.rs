@@ -329,6 +329,47 @@ impl Config {
         parse(&text, &base, &shown)
     }
 
+    /// [`Config::load`] with `feature_gates` (the command line's `--feature-gates`) set over the
+    /// file's `featureGates`, then validated as if written there.
+    pub fn load_with_feature_gates(
+        path: &Path,
+        feature_gates: &BTreeMap<String, bool>,
+    ) -> Result<Config, ConfigErrors> {
+        if feature_gates.is_empty() {
+            return Config::load(path);
+        }
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigErrors::single(&shown, format!("failed to read config file: {e}")))?;
+        let mut doc: Value = serde_norway::from_str(&text).map_err(|e| {
+            ConfigErrors::single(&shown, format!("failed to decode config file {shown}: {e}"))
+        })?;
+        if doc.is_null() {
+            doc = Value::Mapping(Mapping::new());
+        }
+        let base = std::env::current_dir().unwrap_or_default();
+        let Value::Mapping(root) = &mut doc else {
+            return parse(&text, &base, &shown);
+        };
+        let key = Value::String("featureGates".into());
+        if root.get(&key).is_some_and(|g| !g.is_mapping() && !g.is_null()) {
+            // The file's own problem, reported as such.
+            return parse(&text, &base, &shown);
+        }
+        let gates = root.entry(key).or_insert_with(|| Value::Mapping(Mapping::new()));
+        if gates.is_null() {
+            *gates = Value::Mapping(Mapping::new());
+        }
+        if let Value::Mapping(gates) = gates {
+            for (name, on) in feature_gates {
+                gates.insert(Value::String(name.clone()), Value::Bool(*on));
+            }
+        }
+        let merged = serde_norway::to_string(&doc)
+            .map_err(|e| ConfigErrors::single(&shown, format!("cannot apply --feature-gates: {e}")))?;
+        parse(&merged, &base, &format!("{shown} with --feature-gates"))
+    }
+
     /// The OVSDB server socket, `<ovsRunDir>/db.sock`.
     pub fn ovsdb_socket(&self) -> PathBuf {
         self.ovs_run_dir.join("db.sock")

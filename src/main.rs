@@ -1,6 +1,7 @@
 //! The `antrea-vm-agent` binary: command line, logging, and wiring of the real adapters into the
-//! supervisor. Accepts the Go agent's `--config`, `--log_file`, `--logtostderr` and `--v` so its
-//! systemd unit works unchanged.
+//! supervisor. `antrea-vm-agent --config F [klog flags]` with no subcommand runs the agent, as the
+//! Go `antrea-agent` does, so its systemd unit works with only the binary path changed
+//! (`cli::klog` has the flags); `run` is the same with a subcommand name.
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
@@ -17,6 +18,7 @@ use antrea_vm_agent::actors::{Deps, Supervisor, Timing};
 use antrea_vm_agent::api::handlers::ApiState;
 use antrea_vm_agent::api::metrics::AgentMetrics;
 use antrea_vm_agent::api::server::{self as api_server, ServerOptions};
+use antrea_vm_agent::cli::klog::{LogArgs, RotatingFile};
 use antrea_vm_agent::cli::{run_get, GetArgs, OutputFormat, Resource};
 use antrea_vm_agent::config::{node_name, Config};
 use antrea_vm_agent::host::netlink::NetlinkHost;
@@ -32,22 +34,15 @@ use antrea_vm_agent::sources;
     version,
     about = "Antrea NetworkPolicy for VMs and bare-metal servers"
 )]
+#[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(clap::Args, Debug)]
-struct LogArgs {
-    /// Write logs to this file (appended).
-    #[arg(long = "log_file", alias = "log-file")]
-    log_file: Option<PathBuf>,
-    /// Log to standard error instead of a file (klog syntax: --logtostderr=false).
-    #[arg(long = "logtostderr", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    logtostderr: Option<bool>,
-    /// klog verbosity; 0-1 = info, 2-3 = debug, 4+ = trace. RUST_LOG overrides it.
-    #[arg(long = "v")]
-    verbosity: Option<u8>,
+    command: Option<Command>,
+    /// Path of antrea-agent.conf: with no subcommand, runs the agent (as the Go antrea-agent).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    log: LogArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -100,7 +95,21 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    let Some(command) = cli.command else {
+        return match cli.config {
+            Some(config) => run(&config, &cli.log),
+            None => {
+                use clap::CommandFactory;
+                Cli::command()
+                    .error(
+                        clap::error::ErrorKind::MissingRequiredArgument,
+                        "--config is required to run the agent (or give a subcommand; see --help)",
+                    )
+                    .exit()
+            }
+        };
+    };
+    match command {
         Command::CheckConfig { config } => check_config(&config),
         Command::Run { config, log } => run(&config, &log),
         Command::Compile { state } => compile(&state),
@@ -176,6 +185,7 @@ fn check_config(path: &Path) -> ExitCode {
 }
 
 fn init_logging(log: &LogArgs) -> Result<(), String> {
+    use tracing_subscriber::fmt::writer::MakeWriterExt;
     use tracing_subscriber::EnvFilter;
     let level = match log.verbosity.unwrap_or(0) {
         0 | 1 => "info",
@@ -186,23 +196,21 @@ fn init_logging(log: &LogArgs) -> Result<(), String> {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false);
-    let to_stderr = log.logtostderr.unwrap_or(log.log_file.is_none());
-    match (&log.log_file, to_stderr) {
-        (Some(path), false) => {
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir).map_err(|e| format!("log directory {}: {e}", dir.display()))?;
-            }
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
+    match log.file() {
+        Some(path) => {
+            let file = RotatingFile::open(path, log.max_bytes(), log.max_num())
                 .map_err(|e| format!("log file {}: {e}", path.display()))?;
-            builder
-                .with_ansi(false)
-                .with_writer(std::sync::Mutex::new(file))
-                .init();
+            let file = std::sync::Mutex::new(file);
+            if log.also_stderr() {
+                builder
+                    .with_ansi(false)
+                    .with_writer(file.and(std::io::stderr))
+                    .init();
+            } else {
+                builder.with_ansi(false).with_writer(file).init();
+            }
         }
-        _ => {
+        None => {
             use std::io::IsTerminal;
             builder
                 .with_ansi(std::io::stderr().is_terminal())
@@ -222,10 +230,19 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
         eprintln!("antrea-vm-agent: {e}");
         return ExitCode::FAILURE;
     }
-    let config = match Config::load(config_path) {
+    let gates = log.feature_gates.clone().unwrap_or_default().0;
+    let config = match Config::load_with_feature_gates(config_path, &gates) {
         Ok(c) => c,
         Err(problems) => {
-            error!("invalid configuration {}:\n{problems}", config_path.display());
+            let with_gates = if gates.is_empty() {
+                ""
+            } else {
+                " with --feature-gates"
+            };
+            error!(
+                "invalid configuration {}{with_gates}:\n{problems}",
+                config_path.display()
+            );
             return ExitCode::FAILURE;
         }
     };

@@ -1,5 +1,7 @@
-//! The command line: `check-config` reports every problem with its key path, and `run` accepts
-//! the Go agent's logging flags (`--logtostderr=false --log_file=F`) so its systemd unit works.
+//! The command line: `check-config` reports every problem with its key path, and the agent runs
+//! as the Go `antrea-agent` does, `antrea-vm-agent --config F` with no subcommand (or `run`), with
+//! the Go agent's klog flags, so its systemd unit works with only the binary path changed; unknown
+//! flags are named in the error.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -97,49 +99,104 @@ fn check_config_passes_the_shipped_sample_and_explains_refused_gates() {
     );
 }
 
+fn the_agent_runs_with_the_go_agents_command_line() {
+    // Without a subcommand, as the Go unit runs it, and with `run`.
+    for drop_in in [true, false] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = write(
+            dir.path(),
+            "agent.conf",
+            &format!(
+                "nodeType: externalNode\nfeatureGates: {{ExternalNode: true}}\novsRunDir: {d}/no-ovs\nstateDir: {d}/state\n\
+                 standalone: {{externalNodeFile: {d}/en.yaml}}\n",
+                d = dir.path().display()
+            ),
+        );
+        let log = dir.path().join("log/antrea-agent.log");
+        let mut command = Command::new(BIN);
+        if !drop_in {
+            command.arg("run");
+        }
+        let mut child = command
+            .arg(format!("--config={}", config.display()))
+            .arg("--logtostderr=false")
+            .arg(format!("--log_file={}", log.display()))
+            .args([
+                "--log_file_max_size=100",
+                "--log_file_max_num=4",
+                "--alsologtostderr=false",
+            ])
+            .arg("--v=2")
+            .arg("--feature-gates=AntreaPolicy=true")
+            .env("NODE_NAME", "vm1")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start agent");
+        let start = Instant::now();
+        let mut text = String::new();
+        while start.elapsed() < Duration::from_secs(20) {
+            text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.contains("no-ovs/db.sock") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let still_running = child.try_wait().expect("wait").is_none();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(still_running, "the agent keeps running without OVS; log:\n{text}");
+        assert!(
+            text.contains("starting antrea-vm-agent"),
+            "log file written:\n{text}"
+        );
+        assert!(
+            text.contains("no-ovs/db.sock"),
+            "the OVSDB error names the socket:\n{text}"
+        );
+        assert!(!text.contains('\u{1b}'), "no terminal colours in a log file");
+    }
+}
+
 #[test]
-fn run_accepts_the_go_agents_logging_flags() {
+fn bad_flags_and_feature_gates_are_named() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = write(
         dir.path(),
         "agent.conf",
-        &format!(
-            "nodeType: externalNode\nfeatureGates: {{ExternalNode: true}}\novsRunDir: {d}/no-ovs\nstateDir: {d}/state\n\
-             standalone: {{externalNodeFile: {d}/en.yaml}}\n",
-            d = dir.path().display()
-        ),
+        "nodeType: externalNode\nfeatureGates: {ExternalNode: true}\nstandalone: {externalNodeFile: /tmp/en.yaml}\n",
     );
-    let log = dir.path().join("log/antrea-agent.log");
-    let mut child = Command::new(BIN)
-        .arg("run")
-        .arg(format!("--config={}", config.display()))
-        .arg("--logtostderr=false")
-        .arg(format!("--log_file={}", log.display()))
-        .arg("--v=2")
-        .env("NODE_NAME", "vm1")
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start agent");
-    let start = Instant::now();
-    let mut text = String::new();
-    while start.elapsed() < Duration::from_secs(20) {
-        text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains("no-ovs/db.sock") {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let still_running = child.try_wait().expect("wait").is_none();
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(still_running, "the agent keeps running without OVS; log:\n{text}");
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .arg(format!("--config={}", config.display()))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run");
+        assert!(!out.status.success(), "{args:?} accepted");
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let err = run(&["--v=2", "--log_dir=/var/log"]);
+    assert!(err.contains("unexpected argument '--log_dir'"), "{err}");
+    let err = run(&["--feature-gates=Egress"]);
+    assert!(err.contains("--feature-gates") && err.contains("Egress"), "{err}");
+    // A gate the agent does not implement is refused as if written in the file.
+    let err = run(&[
+        "--logtostderr",
+        "--feature-gates=Multicast=true,ExternalNode=false",
+    ]);
     assert!(
-        text.contains("starting antrea-vm-agent"),
-        "log file written:\n{text}"
+        err.contains("featureGates.Multicast")
+            && err.contains("featureGates.ExternalNode")
+            && err.contains("--feature-gates"),
+        "{err}"
     );
-    assert!(
-        text.contains("no-ovs/db.sock"),
-        "the OVSDB error names the socket:\n{text}"
-    );
-    assert!(!text.contains('\u{1b}'), "no terminal colours in a log file");
+    // Subcommands other than run do not take the agent's flags.
+    let out = Command::new(BIN)
+        .args(["--config=/x", "get", "policies"])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    // No configuration, no subcommand: the missing flag is named.
+    let out = Command::new(BIN).output().expect("run");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--config is required"));
 }

@@ -16,6 +16,7 @@ const CP: &str = "/apis/controlplane.antrea.io/v1beta2";
 async fn tls_is_verified_and_tokens_and_rbac_are_enforced() {
     let env = EmulatorEnv::start().await;
     let agent = env.agent_client().await;
+    let controller = env.controller_client().await;
 
     // TLS verified with the written CA: the request reaches the server (404: no ExternalNode yet).
     let (code, status) = send_json(&agent, "GET", &external_node_path(VM_NS, "vm1"), None).await;
@@ -74,9 +75,14 @@ async fn tls_is_verified_and_tokens_and_rbac_are_enforced() {
     );
     assert_eq!(send_json(&agent, "GET", "/emulator/v1/calls", None).await.0, 403);
     assert_eq!(
-        send_json(&agent, "POST", &format!("{CP}/networkpolicies"), Some(&json!({})))
-            .await
-            .0,
+        send_json(
+            &controller,
+            "POST",
+            &format!("{CP}/networkpolicies"),
+            Some(&json!({}))
+        )
+        .await
+        .0,
         403
     );
 
@@ -323,21 +329,21 @@ fn policy_fixture(emu: &Emulator) {
 async fn controlplane_watch_snapshot_bookmark_and_live_events() {
     let env = EmulatorEnv::start().await;
     policy_fixture(&env.emu);
-    let agent = env.agent_client().await;
+    let controller = env.controller_client().await;
     let node = "vm-ns/vm1";
 
-    let mut atg = WatchStream::open(&agent, &controlplane_watch_path("appliedtogroups", node)).await;
-    let mut ag = WatchStream::open(&agent, &controlplane_watch_path("addressgroups", node)).await;
-    let mut np = WatchStream::open(&agent, &controlplane_watch_path("networkpolicies", node)).await;
+    let mut atg = WatchStream::open(&controller, &controlplane_watch_path("appliedtogroups", node)).await;
+    let mut ag = WatchStream::open(&controller, &controlplane_watch_path("addressgroups", node)).await;
+    let mut np = WatchStream::open(&controller, &controlplane_watch_path("networkpolicies", node)).await;
     // Byte-exact lines, keys in Go's order (antrea-apis.md §3.3).
-    let mut raw = WatchStream::open(&agent, &controlplane_watch_path("appliedtogroups", node)).await;
+    let mut raw = WatchStream::open(&controller, &controlplane_watch_path("appliedtogroups", node)).await;
     assert_eq!(
         raw.next_raw().await,
-        r#"{"type":"ADDED","object":{"kind":"AppliedToGroup","apiVersion":"controlplane.antrea.io/v1beta2","metadata":{"name":"atg-db","uid":"atg-db","creationTimestamp":null},"groupMembers":[{"externalEntity":{"name":"vm1","namespace":"vm-ns"}}]}}"#
+        r#"{"type":"ADDED","object":{"kind":"AppliedToGroup","apiVersion":"controlplane.antrea.io/v1beta2","metadata":{"name":"atg-db","uid":"atg-db"},"groupMembers":[{"externalEntity":{"name":"vm1","namespace":"vm-ns"}}]}}"#
     );
     assert_eq!(
         raw.next_raw().await,
-        r#"{"type":"BOOKMARK","object":{"kind":"AppliedToGroup","apiVersion":"controlplane.antrea.io/v1beta2","metadata":{"resourceVersion":"1","creationTimestamp":null}}}"#
+        r#"{"type":"BOOKMARK","object":{"kind":"AppliedToGroup","apiVersion":"controlplane.antrea.io/v1beta2","metadata":{"resourceVersion":"1"}}}"#
     );
     drop(raw);
     let (atgs, bookmark) = atg.snapshot().await;
@@ -345,14 +351,14 @@ async fn controlplane_watch_snapshot_bookmark_and_live_events() {
         atgs,
         vec![
             json!({"kind": "AppliedToGroup", "apiVersion": "controlplane.antrea.io/v1beta2",
-                     "metadata": {"name": "atg-db", "uid": "atg-db", "creationTimestamp": null},
+                     "metadata": {"name": "atg-db", "uid": "atg-db"},
                      "groupMembers": [{"externalEntity": {"name": "vm1", "namespace": "vm-ns"}}]})
         ]
     );
     assert_eq!(
         bookmark,
         json!({"kind": "AppliedToGroup", "apiVersion": "controlplane.antrea.io/v1beta2",
-               "metadata": {"resourceVersion": "1", "creationTimestamp": null}})
+               "metadata": {"resourceVersion": "1"}})
     );
     let (ags, _) = ag.snapshot().await;
     assert_eq!(
@@ -372,7 +378,11 @@ async fn controlplane_watch_snapshot_bookmark_and_live_events() {
     .await;
 
     // vm2 sees nothing: its entity is in no AppliedToGroup.
-    let mut ag2 = WatchStream::open(&agent, &controlplane_watch_path("addressgroups", "vm-ns/vm2")).await;
+    let mut ag2 = WatchStream::open(
+        &controller,
+        &controlplane_watch_path("addressgroups", "vm-ns/vm2"),
+    )
+    .await;
     assert!(ag2.snapshot().await.0.is_empty());
 
     // AddressGroup membership change: a global patch.
@@ -386,14 +396,18 @@ async fn controlplane_watch_snapshot_bookmark_and_live_events() {
     assert_eq!(
         ev,
         json!({"type": "MODIFIED", "object": {"kind": "AddressGroupPatch", "apiVersion": "controlplane.antrea.io/v1beta2",
-            "metadata": {"name": "ag-front", "uid": "ag-front", "creationTimestamp": null},
+            "metadata": {"name": "ag-front", "uid": "ag-front"},
             "addedGroupMembers": [{"externalEntity": {"name": "vm3", "namespace": "vm-ns"}, "ips": ["AAAAAAAAAAAAAP//rBBkBg=="]}],
             "removedGroupMembers": [{"externalEntity": {"name": "vm2-e8be5", "namespace": "vm-ns"}, "ips": ["AAAAAAAAAAAAAP//rBBkBA=="]}]}})
     );
 
     // vm2 joins the AppliedToGroup: vm1 gets nothing on the ATG stream but a MODIFIED policy
     // (span changed); vm2 gets ADDED with only its own member.
-    let mut atg2 = WatchStream::open(&agent, &controlplane_watch_path("appliedtogroups", "vm-ns/vm2")).await;
+    let mut atg2 = WatchStream::open(
+        &controller,
+        &controlplane_watch_path("appliedtogroups", "vm-ns/vm2"),
+    )
+    .await;
     assert!(atg2.snapshot().await.0.is_empty());
     env.emu
         .upsert_controlplane(applied_to_group(
@@ -450,7 +464,7 @@ async fn controlplane_watch_snapshot_bookmark_and_live_events() {
     assert_eq!(
         ev["object"],
         json!({"kind": "AppliedToGroup", "apiVersion": "controlplane.antrea.io/v1beta2",
-               "metadata": {"name": "atg-db", "uid": "atg-db", "creationTimestamp": null}})
+               "metadata": {"name": "atg-db", "uid": "atg-db"}})
     );
     let ev = atg.next().await;
     assert_eq!(ev["type"], "ADDED");
@@ -483,7 +497,7 @@ async fn controlplane_watch_snapshot_bookmark_and_live_events() {
     assert_eq!(
         ev,
         json!({"type": "MODIFIED", "object": {"kind": "AppliedToGroupPatch", "apiVersion": "controlplane.antrea.io/v1beta2",
-            "metadata": {"name": "atg-db", "uid": "atg-db", "creationTimestamp": null},
+            "metadata": {"name": "atg-db", "uid": "atg-db"},
             "addedGroupMembers": [{"externalEntity": {"name": "vm1", "namespace": "vm-ns"}}]}})
     );
 
@@ -495,7 +509,7 @@ async fn controlplane_watch_snapshot_bookmark_and_live_events() {
     assert_eq!(
         ev,
         json!({"type": "DELETED", "object": {"kind": "NetworkPolicy", "apiVersion": "controlplane.antrea.io/v1beta2",
-            "metadata": {"name": "uid-1", "uid": "uid-1", "generation": 2, "creationTimestamp": null},
+            "metadata": {"name": "uid-1", "uid": "uid-1", "generation": 2},
             "sourceRef": {"type": "AntreaNetworkPolicy", "namespace": "vm-ns", "name": "annp-uid-1", "uid": "uid-1"}}})
     );
     // The AddressGroup left vm1's span with it.
@@ -503,12 +517,12 @@ async fn controlplane_watch_snapshot_bookmark_and_live_events() {
     assert_eq!(ev["type"], "DELETED");
     assert_eq!(
         ev["object"]["metadata"],
-        json!({"name": "ag-front", "uid": "ag-front", "creationTimestamp": null})
+        json!({"name": "ag-front", "uid": "ag-front"})
     );
 
     // Selectors other than nodeName/metadata.name: 400. LIST is unfiltered.
     let (code, _) = send_json(
-        &agent,
+        &controller,
         "GET",
         &format!("{CP}/addressgroups?fieldSelector=spec.x%3Dy&watch=true"),
         None,
@@ -516,7 +530,7 @@ async fn controlplane_watch_snapshot_bookmark_and_live_events() {
     .await;
     assert_eq!(code, 400);
     let (code, list) = send_json(
-        &agent,
+        &controller,
         "GET",
         &format!("{CP}/appliedtogroups?fieldSelector=nodeName%3Dvm-ns%2Fvm1"),
         None,
@@ -530,11 +544,11 @@ async fn controlplane_watch_snapshot_bookmark_and_live_events() {
 #[tokio::test]
 async fn statuses_and_stats_are_recorded() {
     let env = EmulatorEnv::start().await;
-    let agent = env.agent_client().await;
+    let controller = env.controller_client().await;
     let status = json!({"kind": "NetworkPolicyStatus", "apiVersion": "controlplane.antrea.io/v1beta2",
         "metadata": {"name": "uid-1"}, "nodes": [{"nodeName": "vm-ns/vm1", "generation": 1, "realizationFailure": false}]});
     let (code, body) = send_json(
-        &agent,
+        &controller,
         "POST",
         &format!("{CP}/networkpolicies/uid-1/status"),
         Some(&status),
@@ -542,7 +556,7 @@ async fn statuses_and_stats_are_recorded() {
     .await;
     assert_eq!((code, body["status"].as_str()), (201, Some("Success")));
     let (code, _) = send_json(
-        &agent,
+        &controller,
         "POST",
         &format!("{CP}/networkpolicies/other/status"),
         Some(&status),
@@ -559,7 +573,7 @@ async fn statuses_and_stats_are_recorded() {
         "metadata": {"name": "vm1"}, "antreaNetworkPolicies": [{"networkPolicy": {"uid": "uid-1"}, "trafficStats": {},
         "ruleTrafficStats": [{"name": "r", "trafficStats": {"packets": 12, "bytes": 720, "sessions": 3}}]}]});
     let (code, body) = send_json(
-        &agent,
+        &controller,
         "POST",
         &format!("{CP}/nodestatssummaries"),
         Some(&summary),
@@ -585,8 +599,12 @@ async fn slow_reader_is_cut_off() {
     })
     .await;
     policy_fixture(&env.emu);
-    let agent = env.agent_client().await;
-    let mut ag = WatchStream::open(&agent, &controlplane_watch_path("addressgroups", "vm-ns/vm1")).await;
+    let controller = env.controller_client().await;
+    let mut ag = WatchStream::open(
+        &controller,
+        &controlplane_watch_path("addressgroups", "vm-ns/vm1"),
+    )
+    .await;
     ag.snapshot().await;
     // The reader stops reading; big patches fill the socket buffers, then the 4-event buffer.
     let big = |tag: u32| -> Value {
@@ -624,12 +642,13 @@ async fn slow_reader_is_cut_off() {
 async fn injected_failures_then_recovery() {
     let env = EmulatorEnv::start().await;
     let agent = env.agent_client().await;
+    let controller = env.controller_client().await;
     env.emu.fail_next("/apis/controlplane.antrea.io/", 2);
     let path = format!("{CP}/addressgroups");
-    let (code, status) = send_json(&agent, "GET", &path, None).await;
+    let (code, status) = send_json(&controller, "GET", &path, None).await;
     assert_eq!((code, status["reason"].as_str()), (500, Some("InternalError")));
-    assert_eq!(send_json(&agent, "GET", &path, None).await.0, 500);
-    assert_eq!(send_json(&agent, "GET", &path, None).await.0, 200);
+    assert_eq!(send_json(&controller, "GET", &path, None).await.0, 500);
+    assert_eq!(send_json(&controller, "GET", &path, None).await.0, 200);
     // Other prefixes are unaffected; the control API too.
     let statuses: Vec<u16> = env
         .emu
@@ -664,8 +683,9 @@ async fn controller_restart_and_forced_close() {
     let env = EmulatorEnv::start().await;
     policy_fixture(&env.emu);
     let agent = env.agent_client().await;
+    let controller = env.controller_client().await;
     let node = "vm-ns/vm1";
-    let mut np = WatchStream::open(&agent, &controlplane_watch_path("networkpolicies", node)).await;
+    let mut np = WatchStream::open(&controller, &controlplane_watch_path("networkpolicies", node)).await;
     np.snapshot().await;
     for i in 0..3 {
         let p = network_policy(
@@ -679,7 +699,7 @@ async fn controller_restart_and_forced_close() {
     }
     let status = json!({"metadata": {"name": "uid-1"}, "nodes": [{"nodeName": node, "generation": 4}]});
     send_json(
-        &agent,
+        &controller,
         "POST",
         &format!("{CP}/networkpolicies/uid-1/status"),
         Some(&status),
@@ -691,7 +711,7 @@ async fn controller_restart_and_forced_close() {
     env.emu.restart_controller();
     assert!(np.ends_within(T).await.is_some());
     assert!(env.emu.statuses().is_empty());
-    let mut np = WatchStream::open(&agent, &controlplane_watch_path("networkpolicies", node)).await;
+    let mut np = WatchStream::open(&controller, &controlplane_watch_path("networkpolicies", node)).await;
     let (objects, bookmark) = np.snapshot().await;
     assert_eq!(objects[0]["metadata"]["generation"], 4);
     assert_eq!(bookmark["metadata"]["resourceVersion"], "1");
@@ -767,4 +787,274 @@ async fn control_api_over_https() {
         .unwrap()
         .iter()
         .any(|c| c["path"] == "/emulator/v1/controlplane" && c["status"] == 200));
+}
+
+/// A request with explicit `Accept` and `Content-Type` (None = header absent); status and body.
+async fn send_raw(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    accept: Option<&str>,
+    content_type: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    let mut b = http::Request::builder().method(method).uri(path);
+    if let Some(a) = accept {
+        b = b.header("Accept", a);
+    }
+    if let Some(c) = content_type {
+        b = b.header("Content-Type", c);
+    }
+    let request = b.body(body.as_bytes().to_vec()).expect("request");
+    let resp = client
+        .send(request.map(kube::client::Body::from))
+        .await
+        .expect("request failed");
+    let code = resp.status().as_u16();
+    let bytes = resp.into_body().collect_bytes().await.expect("body");
+    (code, String::from_utf8_lossy(&bytes).to_string())
+}
+
+#[tokio::test]
+async fn each_server_serves_only_its_own_api_as_the_real_ones_do() {
+    let env = EmulatorEnv::start().await;
+    let emu = &env.emu;
+    let agent = env.agent_client().await;
+    let controller = env.controller_client().await;
+    let admin = env.admin_client().await;
+    emu.create_external_node(external_node(VM_NS, "vm1", "eth0", &["10.0.0.1"], &[]))
+        .unwrap();
+    emu.create_external_node(external_node(VM_NS, "vm2", "eth0", &["10.0.0.2"], &[]))
+        .unwrap();
+    emu.upsert_controlplane(json!([
+        address_group("ag-a", vec![ee_member(VM_NS, "vm1-3e616", &["10.0.0.1"])]),
+        address_group("ag-b", vec![ee_member(VM_NS, "vm2-3e616", &["10.0.0.2"])]),
+    ]))
+    .unwrap();
+
+    // Two servers, each with its own API only; the other's paths get the generic 404.
+    assert_ne!(emu.url(), emu.controller_url());
+    let (code, status) = send_json(&controller, "GET", &external_node_path(VM_NS, "vm1"), None).await;
+    assert_eq!(code, 404, "{status}");
+    assert_eq!(
+        status["message"],
+        "the server could not find the requested resource"
+    );
+    let (code, _) = send_json(&agent, "GET", &format!("{CP}/addressgroups"), None).await;
+    assert_eq!(code, 404, "kube-apiserver without the controller's APIService");
+    assert_eq!(
+        send_json(&controller, "GET", &format!("{CP}/addressgroups"), None)
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        send_json(&agent, "GET", &external_node_path(VM_NS, "vm1"), None)
+            .await
+            .0,
+        200
+    );
+    // Discovery: kube-apiserver has the core API, antrea-controller does not.
+    let (code, versions) = send_json(&agent, "GET", "/api", None).await;
+    assert_eq!((code, versions["kind"].as_str()), (200, Some("APIVersions")));
+    assert_eq!(send_json(&controller, "GET", "/api", None).await.0, 404);
+    let (_, groups) = send_json(&controller, "GET", "/apis", None).await;
+    assert_eq!(groups["groups"][0]["name"], "controlplane.antrea.io");
+    // The control API lives on kube-apiserver's side only.
+    assert_eq!(send_json(&admin, "GET", "/emulator/v1/calls", None).await.0, 200);
+
+    // Custom resources allow no unconditional update (422) and no stale one (409).
+    let (_, mut aai) = send_json(&agent, "GET", &agent_info_path("vm1"), None).await;
+    let rv = aai["metadata"]["resourceVersion"].clone();
+    aai["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+    let (code, status) = send_json(&agent, "PUT", &agent_info_path("vm1"), Some(&aai)).await;
+    assert_eq!(
+        (code, status["reason"].as_str()),
+        (422, Some("Invalid")),
+        "{status}"
+    );
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"),
+        "{status}"
+    );
+    // The AntreaAgentInfo CRD preserves unknown fields (x-kubernetes-preserve-unknown-fields).
+    aai["metadata"]["resourceVersion"] = rv;
+    aai["someFutureField"] = json!({"x": 1});
+    let (code, stored) = send_json(&agent, "PUT", &agent_info_path("vm1"), Some(&aai)).await;
+    assert_eq!(code, 200, "{stored}");
+    assert_eq!(stored["someFutureField"], json!({"x": 1}));
+    let (code, _) = send_json(&agent, "PUT", &agent_info_path("vm1"), Some(&aai)).await;
+    assert_eq!(code, 409);
+    let (_, mut en) = send_json(&admin, "GET", &external_node_path(VM_NS, "vm2"), None).await;
+    en["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+    let (code, _) = send_json(&admin, "PUT", &external_node_path(VM_NS, "vm2"), Some(&en)).await;
+    assert_eq!(code, 422);
+    en["metadata"]["resourceVersion"] = json!("1");
+    let (code, _) = send_json(&admin, "PUT", &external_node_path(VM_NS, "vm2"), Some(&en)).await;
+    assert_eq!(code, 409);
+
+    // An interface without `ips` is valid for the CRD.
+    let no_ips = json!({"apiVersion": "crd.antrea.io/v1alpha1", "kind": "ExternalNode",
+        "metadata": {"name": "vm3", "namespace": VM_NS},
+        "spec": {"interfaces": [{"name": "eth0"}]}});
+    let (code, created) = send_json(
+        &admin,
+        "POST",
+        &format!("/apis/crd.antrea.io/v1alpha1/namespaces/{VM_NS}/externalnodes"),
+        Some(&no_ips),
+    )
+    .await;
+    assert_eq!(code, 201, "{created}");
+
+    // Content negotiation: JSON only, protobuf refused (documented), bodies must be JSON.
+    let cp_list = format!("{CP}/addressgroups");
+    for (accept, expected) in [
+        (None, 200),
+        (Some("application/json"), 200),
+        (Some("application/json;stream=watch"), 200),
+        (Some("application/vnd.kubernetes.protobuf, */*;q=0.5"), 200),
+        (Some("*/*"), 200),
+        (Some("application/vnd.kubernetes.protobuf"), 406),
+        (Some("application/yaml"), 406),
+    ] {
+        let (code, body) = send_raw(&controller, "GET", &cp_list, accept, None, "").await;
+        assert_eq!(code, expected, "Accept {accept:?}: {body}");
+        let (code, _) = send_raw(&agent, "GET", &agent_info_path("vm1"), accept, None, "").await;
+        assert_eq!(code, expected, "Accept {accept:?} on kube-apiserver");
+    }
+    let status_body = json!({"kind": "NetworkPolicyStatus", "apiVersion": "controlplane.antrea.io/v1beta2",
+        "metadata": {"name": "p"}, "nodes": []})
+    .to_string();
+    let status_path = format!("{CP}/networkpolicies/p/status");
+    let (code, _) = send_raw(
+        &controller,
+        "POST",
+        &status_path,
+        Some("application/json"),
+        Some("application/vnd.kubernetes.protobuf"),
+        &status_body,
+    )
+    .await;
+    assert_eq!(code, 415);
+    let (code, body) = send_raw(
+        &controller,
+        "POST",
+        &status_path,
+        Some("application/json"),
+        Some("application/json; charset=utf-8"),
+        &status_body,
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+
+    // Field selectors: antrea-controller's LIST applies none (metadata.name neither), a
+    // custom resource LIST applies metadata.name; unsupported labels are 400 on both.
+    let (_, list) = send_json(
+        &controller,
+        "GET",
+        &format!("{cp_list}?fieldSelector=metadata.name%3Dag-a"),
+        None,
+    )
+    .await;
+    assert_eq!(list["items"].as_array().unwrap().len(), 2, "{list}");
+    let (code, _) = send_json(
+        &controller,
+        "GET",
+        &format!("{cp_list}?fieldSelector=spec.x%3Dy"),
+        None,
+    )
+    .await;
+    assert_eq!(code, 400);
+    let en_list = format!("/apis/crd.antrea.io/v1alpha1/namespaces/{VM_NS}/externalnodes");
+    let (_, list) = send_json(
+        &admin,
+        "GET",
+        &format!("{en_list}?fieldSelector=metadata.name%3Dvm1"),
+        None,
+    )
+    .await;
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["vm1"]);
+    let (code, _) = send_json(
+        &admin,
+        "GET",
+        &format!("{en_list}?fieldSelector=spec.x%3Dy"),
+        None,
+    )
+    .await;
+    assert_eq!(code, 400);
+
+    // No `creationTimestamp: null` anywhere.
+    for (client, path) in [
+        (&controller, cp_list.clone()),
+        (&agent, agent_info_path("vm1")),
+        (&admin, en_list.clone()),
+    ] {
+        let (_, body) = send_raw(client, "GET", &path, Some("application/json"), None, "").await;
+        assert!(!body.contains("\"creationTimestamp\":null"), "{path}: {body}");
+    }
+    let mut watch = WatchStream::open(
+        &controller,
+        &controlplane_watch_path("addressgroups", "vm-ns/vm1"),
+    )
+    .await;
+    let line = watch.next_raw().await;
+    assert!(!line.contains("null"), "{line}");
+}
+
+/// Antrea's own example (docs/external-node.md): the ExternalNode is accepted as written, the
+/// controller side derives the ExternalEntity the docs show, and the agent's parser reads the
+/// ExternalNode the server returns.
+#[tokio::test]
+async fn antreas_documented_external_node_and_its_entity() {
+    use serde::Deserialize;
+    let text = include_str!("fixtures/antrea-docs-external-node.yaml");
+    let docs: Vec<Value> = serde_norway::Deserializer::from_str(text)
+        .map(|d| Value::deserialize(d).expect("fixture YAML"))
+        .collect();
+    let (en, expected_ee) = (&docs[0], &docs[1]);
+    let env = EmulatorEnv::start().await;
+    let admin = env.admin_client().await;
+    let (code, stored) = send_json(
+        &admin,
+        "POST",
+        "/apis/crd.antrea.io/v1alpha1/namespaces/vm-ns/externalnodes",
+        Some(en),
+    )
+    .await;
+    assert_eq!(code, 201, "{stored}");
+    let ee = env
+        .emu
+        .external_entities()
+        .into_iter()
+        .find(|e| e["metadata"]["name"] == "vm1")
+        .expect("the ExternalEntity the docs show");
+    for field in [
+        "/metadata/name",
+        "/metadata/namespace",
+        "/metadata/labels",
+        "/spec",
+    ] {
+        assert_eq!(ee.pointer(field), expected_ee.pointer(field), "{field}: {ee}");
+    }
+    let owner = &ee["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (&owner["kind"], &owner["name"]),
+        (&json!("ExternalNode"), &json!("vm1"))
+    );
+    // The agent reads what the server returns.
+    let agent = env.agent_client().await;
+    let (_, got) = send_json(&agent, "GET", &external_node_path("vm-ns", "vm1"), None).await;
+    let parsed: antrea_vm_agent::k8s::external_node::ExternalNodeObject =
+        serde_json::from_value(got).expect("the agent decodes it");
+    let node = parsed.validate("vm1", "vm-ns").expect("the agent accepts it");
+    assert_eq!(node.interfaces[0].entity_name, "vm1");
 }

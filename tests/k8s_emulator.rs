@@ -6,8 +6,9 @@
 //! * [`KubeExternalNodeSource`]: 404 at start, create, irrelevant and relevant changes, watches
 //!   closed by the server, expired history (410), injected 500s, delete;
 //! * [`ControlplaneSource`]: snapshots, live ADDED/MODIFIED/patch/DELETED events, a controller
-//!   restart with deletions while it is down, a patch for a group the watch never accepted, a 500
-//!   on open, and the fallback store written while connected and read when unreachable;
+//!   restart with deletions while it is down, a group with a bad member (left out and named, the
+//!   group and its patches applied), a 500 on open, and the fallback store written while connected
+//!   and read when unreachable; swapped kubeconfigs (a clear error, never an absent ExternalNode);
 //! * the reporter's writers: the AntreaAgentInfo heartbeat (never creating the object, 409 on a
 //!   stale copy), NetworkPolicyStatus and NodeStatsSummary posts.
 //!
@@ -504,8 +505,17 @@ fn fixture(emu: &Emulator) {
 
 /// Reads the initial Replace + Connection{true} of each kind; returns the Replaces.
 async fn synced(updates: &mut Updates) -> BTreeMap<Kind, Vec<ValidObject>> {
+    synced_with(updates, false).await
+}
+
+/// [`synced`], after a broken watch or a failed open: the NetworkPolicy snapshot is preceded by
+/// the notice that the controller may have lost the statuses.
+async fn synced_with(updates: &mut Updates, restart_suspected: bool) -> BTreeMap<Kind, Vec<ValidObject>> {
     let mut out = BTreeMap::new();
     for kind in WATCHED_KINDS {
+        if restart_suspected && kind == Kind::NetworkPolicy {
+            updates.expect(PolicyUpdate::ServerMayHaveRestarted).await;
+        }
         out.insert(kind, updates.replace(kind).await);
         updates.expect(connection(kind, true)).await;
     }
@@ -659,7 +669,12 @@ async fn controlplane_source_snapshot_and_live_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controlplane_source_resyncs_after_a_controller_restart() {
-    let env = EmulatorEnv::start().await;
+    // The test makes the restarted controller unreachable itself, with injected faults.
+    let env = EmulatorEnv::start_with(EmulatorOptions {
+        controller_restart_downtime: Duration::ZERO,
+        ..EmulatorOptions::default()
+    })
+    .await;
     let emu = &env.emu;
     fixture(emu);
     emu.upsert_controlplane(network_policy(
@@ -703,7 +718,7 @@ async fn controlplane_source_resyncs_after_a_controller_restart() {
     }
 
     // Full resync: the Replaces carry the current state, without the deleted policy.
-    let resync = synced(&mut updates).await;
+    let resync = synced_with(&mut updates, true).await;
     assert_eq!(resync[&Kind::NetworkPolicy], vec![served_policy(emu, "uid-1")]);
     assert_eq!(
         groups_text(&resync[&Kind::AppliedToGroup]),
@@ -739,7 +754,7 @@ async fn controlplane_source_resyncs_after_a_controller_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn controlplane_patch_for_an_unknown_group_forces_a_resync() {
+async fn controlplane_a_bad_member_never_hides_its_group() {
     let env = EmulatorEnv::start().await;
     let emu = &env.emu;
     fixture(emu);
@@ -747,8 +762,8 @@ async fn controlplane_patch_for_an_unknown_group_forces_a_resync() {
     let mut updates = Updates::new(&source);
     synced(&mut updates).await;
 
-    // The controller sends AddressGroup `ag-legacy` with a member the agent rejects (an
-    // ExternalEntity without namespace): the agent reports it and does not track the group.
+    // The controller sends AddressGroup `ag-legacy` with a member the agent cannot use (an
+    // ExternalEntity without namespace): that member is named and left out, the group stands.
     let bad = json!({"externalEntity": {"name": "legacy"}, "ips": ["10.99.0.9"]});
     emu.upsert_controlplane(json!([
         address_group("ag-legacy", vec![bad.clone()]),
@@ -759,36 +774,38 @@ async fn controlplane_patch_for_an_unknown_group_forces_a_resync() {
             vec![ingress_rule(&["ag-legacy"], 443, "Drop")]
         ),
     ]))
-    .expect("a policy with a group the agent rejects");
+    .expect("a policy with a group holding a bad member");
     let message = updates.error(Kind::AddressGroup).await;
-    assert!(message.contains("ag-legacy"), "{message}");
+    assert!(
+        message.contains("AddressGroup ag-legacy: groupMembers[0] (externalEntity /legacy) dropped"),
+        "{message}"
+    );
+    match updates.next(Kind::AddressGroup).await {
+        PolicyUpdate::Upsert(object) => assert_eq!(group_text(&object), "ag-legacy: "),
+        other => panic!("expected the group, got {other:?}"),
+    }
     updates
         .expect(PolicyUpdate::Upsert(served_policy(emu, "uid-3")))
         .await;
 
-    // A member joins: the controller sends a patch for a group this watch never accepted. The
-    // watch reports it and reopens for a full snapshot.
+    // A good member joins: the controller's patch applies to the group the agent holds, with no
+    // resync.
     emu.upsert_controlplane(address_group(
         "ag-legacy",
         vec![bad, ee_member(VM_NS, "vm4", &["10.99.0.5"])],
     ))
     .expect("grow ag-legacy");
-    let message = updates.error(Kind::AddressGroup).await;
-    assert!(
-        message.contains("patch for unknown AddressGroup \"ag-legacy\""),
-        "{message}"
-    );
-    updates.expect(connection(Kind::AddressGroup, false)).await;
-    // The snapshot still holds the group the agent rejects (reported again) and everything else.
-    let message = updates.error(Kind::AddressGroup).await;
-    assert!(message.contains("ag-legacy"), "{message}");
-    assert_eq!(
-        groups_text(&updates.replace(Kind::AddressGroup).await),
-        vec![format!("ag-peers: {}", ee_ip(PEER_ENTITY, "10.99.0.3"))]
-    );
-    updates.expect(connection(Kind::AddressGroup, true)).await;
+    match updates.next(Kind::AddressGroup).await {
+        PolicyUpdate::Patch { patch, .. } => {
+            assert_eq!(
+                patch_text(&patch),
+                ("ag-legacy".into(), vec![ee_ip("vm4", "10.99.0.5")], vec![])
+            )
+        }
+        other => panic!("expected a patch, got {other:?}"),
+    }
 
-    // Only the AddressGroup watch was reopened.
+    // No watch was reopened.
     let watches = cp_watch_calls(emu);
     let count = |r: &str| watches.iter().filter(|(p, s)| p == r && *s == 200).count();
     assert_eq!(
@@ -797,7 +814,7 @@ async fn controlplane_patch_for_an_unknown_group_forces_a_resync() {
             count("appliedtogroups"),
             count("addressgroups")
         ),
-        (1, 1, 2),
+        (1, 1, 1),
         "{watches:?}"
     );
     updates.assert_drained();
@@ -814,7 +831,7 @@ async fn controlplane_watch_open_failure_then_success() {
     let source = ControlplaneSource::new(controller_api(&env), NODE_KEY).with_timing(fast_controlplane());
     let mut updates = Updates::new(&source);
     updates.expect(connection(Kind::NetworkPolicy, false)).await;
-    let snapshot = synced(&mut updates).await;
+    let snapshot = synced_with(&mut updates, true).await;
     assert_fixture_snapshot(emu, &snapshot);
     let np_watches: Vec<u16> = cp_watch_calls(emu)
         .into_iter()
@@ -1108,5 +1125,61 @@ async fn policy_status_and_stats_summary_posts_are_accepted() {
             (format!("{CP}/nodestatssummaries"), 201),
         ]
     );
+    assert_rbac_allowed_everything(emu);
+}
+
+// === swapped kubeconfigs ===
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swapped_kubeconfigs_fail_with_a_clear_error() {
+    let env = EmulatorEnv::start().await;
+    let emu = &env.emu;
+    // The fixture holds vm1's ExternalNode and its policies.
+    fixture(emu);
+    // The two endpoints are distinct servers, as in a cluster.
+    assert_ne!(emu.url(), emu.controller_url());
+
+    // The ExternalNode asked of antrea-controller: an error naming the likely mistake, and never
+    // "absent" (which would detach the VM's interfaces).
+    let swapped_kube =
+        KubeExternalNodeSource::new(controller_api(&env), VM_NS, NODE).with_timing(fast_watch());
+    let mut events = EnEvents::spawn(&swapped_kube);
+    match events.next().await {
+        SourceEvent::Error(message) => assert!(
+            message.contains("is not kube-apiserver")
+                && message.contains("clientConnection.kubeconfig")
+                && message.contains("swapped"),
+            "{message}"
+        ),
+        other => panic!("expected an error, got {other:?}"),
+    }
+    drop(events);
+
+    // The controlplane watches asked of kube-apiserver (no APIService in this cluster).
+    let swapped_controller =
+        ControlplaneSource::new(kube_api(&env), NODE_KEY).with_timing(fast_controlplane());
+    let mut updates = Updates::new(&swapped_controller);
+    for kind in WATCHED_KINDS {
+        let message = updates.error(kind).await;
+        assert!(
+            message.contains("does not serve controlplane.antrea.io")
+                && message.contains("antreaClientConnection.kubeconfig")
+                && message.contains("swapped"),
+            "{message}"
+        );
+        updates.expect(connection(kind, false)).await;
+    }
+    // Nothing reached the wrong server's handlers: both answered the generic 404.
+    let misrouted: Vec<_> = emu
+        .calls()
+        .into_iter()
+        .filter(|c| c.path.contains("externalnodes") || c.path.starts_with(CP))
+        .collect();
+    assert!(misrouted.iter().all(|c| c.status == 404), "{misrouted:?}");
+
+    // The right way round works.
+    let kube = KubeExternalNodeSource::new(kube_api(&env), VM_NS, NODE).with_timing(fast_watch());
+    let mut events = EnEvents::spawn(&kube);
+    present(events.next().await);
     assert_rbac_allowed_everything(emu);
 }

@@ -15,8 +15,10 @@ use serde_json::{json, Value};
 use support::emulator::{Emulator, EmulatorOptions};
 use support::*;
 
-/// Where the emulator listens, in the outside host's namespace.
+/// Where the emulator's kube-apiserver listens, in the outside host's namespace.
 const EMULATOR_PORT: u16 = 16443;
+/// Where its antrea-controller listens (a separate server, as in a cluster).
+const CONTROLLER_PORT: u16 = 16444;
 /// The ExternalEntity the controller derives from the ExternalNode's `eth0` (antrea-apis §4.2).
 const ENTITY: &str = "vm1-3e616";
 /// Short report and stats periods so the test sees several within its time.
@@ -37,8 +39,10 @@ fn start_emulator(lab: &Lab) -> Emulator {
             .build()
             .expect("a runtime");
         let listen: SocketAddr = format!("{EXT_IP4}:{EMULATOR_PORT}").parse().expect("address");
+        let controller_listen: SocketAddr = format!("{EXT_IP4}:{CONTROLLER_PORT}").parse().expect("address");
         runtime.block_on(Emulator::start(EmulatorOptions {
             listen,
+            controller_listen,
             extra_server_names: vec![EXT_IP4.to_string()],
             ..EmulatorOptions::default()
         }))
@@ -50,6 +54,11 @@ fn start_emulator(lab: &Lab) -> Emulator {
 
 /// An agent config for Kubernetes mode with the emulator's kubeconfigs.
 fn k8s_config(lab: &Lab, emu: &Emulator) -> PathBuf {
+    k8s_config_with(lab, emu, "metricsServer:\n  bindAddress: \"\"\n")
+}
+
+/// [`k8s_config`] with `extra` YAML (a `metricsServer` section) in place of no metrics.
+fn k8s_config_with(lab: &Lab, emu: &Emulator, extra: &str) -> PathBuf {
     let dir = lab.dir().join("kube");
     let (kube, antrea) = emu.write_agent_kubeconfigs(&dir).expect("write the kubeconfigs");
     let text = format!(
@@ -58,7 +67,7 @@ fn k8s_config(lab: &Lab, emu: &Emulator) -> PathBuf {
          ovsDatapathType: netdev\n\
          ovsRunDir: {run}\n\
          stateDir: {state}\n\
-         metricsServer:\n  bindAddress: \"\"\n\
+         {extra}\
          agentAPI:\n  socket: {sock}\n\
          externalNode:\n  externalNodeNamespace: {EN_NAMESPACE}\n\
          clientConnection:\n  kubeconfig: {kube}\n\
@@ -147,7 +156,7 @@ fn set_emulator_reachable(lab: &Lab, reachable: bool) {
         lab.ext_ok(&format!(
             "nft add table inet emulator_block && \
              nft add chain inet emulator_block input '{{ type filter hook input priority 0; }}' && \
-             nft add rule inet emulator_block input tcp dport {EMULATOR_PORT} reject with tcp reset"
+             nft add rule inet emulator_block input tcp dport {{ {EMULATOR_PORT}, {CONTROLLER_PORT} }} reject with tcp reset"
         ));
     }
 }
@@ -367,6 +376,210 @@ fn kubernetes_mode_attaches_enforces_reports_and_survives_controller_outages() {
     lab.unisolate_uplink();
     wait_until(Duration::from_secs(30), "eth0 detached", || {
         !lab.vm_link_exists(UPLINK) && lab.vm_addrs(NIC).iter().any(|a| a.starts_with(VM_IP4))
+    });
+    agent.stop();
+}
+
+/// The metrics listener in this test's VM namespace.
+const METRICS_PORT: u16 = 10462;
+/// A short liveness timeout so the test need not wait the default's 35 s (whose values the
+/// client's unit tests check).
+const FAST_LIVENESS: (&str, &str) = ("ANTREA_VM_AGENT_LIVENESS_TIMEOUT", "6s");
+
+/// `antrea_vm_agent_controller_connected` from `/metrics`, if the agent answered.
+fn controller_connected_metric(lab: &Lab) -> Option<f64> {
+    let out = lab.vm(&format!(
+        "printf 'GET /metrics HTTP/1.0\\r\\nHost: 127.0.0.1\\r\\n\\r\\n' | nc -N -w 5 127.0.0.1 {METRICS_PORT}"
+    ));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with("antrea_vm_agent_controller_connected "))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+}
+
+/// Black-holes one of the emulator's ports in the outside host: every packet to or from it is
+/// dropped, so the agent gets no RST and no FIN (a dead host, a load balancer losing the flow).
+fn set_black_hole(lab: &Lab, port: u16, on: bool) {
+    let table = format!("black_hole_{port}");
+    if on {
+        lab.ext_ok(&format!(
+            "nft add table inet {table} && \
+             nft add chain inet {table} input '{{ type filter hook input priority -10; }}' && \
+             nft add chain inet {table} output '{{ type filter hook output priority -10; }}' && \
+             nft add rule inet {table} input tcp dport {port} drop && \
+             nft add rule inet {table} output tcp sport {port} drop"
+        ));
+    } else {
+        lab.ext_ok(&format!("nft delete table inet {table}"));
+    }
+}
+
+fn set_controller_black_hole(lab: &Lab, on: bool) {
+    set_black_hole(lab, CONTROLLER_PORT, on);
+}
+
+/// ExternalNode watches the emulator started (answered 200).
+fn external_node_watch_opens(emu: &Emulator) -> usize {
+    emu.calls()
+        .iter()
+        .filter(|c| {
+            c.path.contains("/externalnodes")
+                && c.query_param("watch").as_deref() == Some("true")
+                && c.status == 200
+        })
+        .count()
+}
+
+fn status_posts(emu: &Emulator) -> usize {
+    emu.calls()
+        .iter()
+        .filter(|c| c.method == "POST" && c.path.ends_with("/status"))
+        .count()
+}
+
+/// Controlplane watches the emulator started (answered 200).
+fn controlplane_watch_opens(emu: &Emulator) -> usize {
+    emu.calls()
+        .iter()
+        .filter(|c| {
+            c.path.starts_with("/apis/controlplane.antrea.io/")
+                && c.query_param("watch").as_deref() == Some("true")
+                && c.status == 200
+        })
+        .count()
+}
+
+fn controller_up(emu: &Emulator) -> Option<String> {
+    emu.agent_info(NODE_NAME)
+        .and_then(|info| condition(&info, "ControllerConnectionUp"))
+}
+
+#[test]
+fn a_black_holed_controller_is_seen_down_while_policies_hold_and_the_heal_resyncs() {
+    let lab = Lab::new();
+    let emu = start_emulator(&lab);
+    let config = k8s_config_with(
+        &lab,
+        &emu,
+        &format!("metricsServer:\n  bindAddress: \"127.0.0.1:{METRICS_PORT}\"\n"),
+    );
+    let mut env = FAST_REPORTS.to_vec();
+    env.push(FAST_LIVENESS);
+    // The Go agent's command line: no subcommand, klog flags.
+    let mut agent = lab.start_agent_with_env(
+        &[
+            "--config",
+            &config.display().to_string(),
+            "--v=0",
+            "--logtostderr",
+        ],
+        &env,
+    );
+    emu.create_external_node(external_node())
+        .expect("create the ExternalNode");
+    wait_until(Duration::from_secs(30), "eth0 attached", || attached(&lab));
+    lab.isolate_uplink();
+    emu.upsert_controlplane(json!([applied_to_group(), policy(1, 5201, 5202)]))
+        .expect("inject the policy");
+    wait_until(Duration::from_secs(30), "the policy's flows", || {
+        port_flows(&lab, 5201) > 0
+    });
+    wait_until(Duration::from_secs(30), "NetworkPolicyStatus posted", || {
+        emu.status("uid-web", "vm-ns/vm1")
+            .is_some_and(|s| s.generation == 1)
+    });
+    wait_until(Duration::from_secs(30), "the controller reported up", || {
+        controller_up(&emu).as_deref() == Some("True") && controller_connected_metric(&lab) == Some(1.0)
+    });
+
+    // The server closes the watches (as antrea-controller does every 2-4 h) three times with
+    // nothing changed: each reopen resyncs, and no status is posted again.
+    let posts = status_posts(&emu);
+    for round in 1..=3 {
+        let opened = controlplane_watch_opens(&emu);
+        emu.close_watches();
+        wait_until(Duration::from_secs(20), "the agent re-watches", || {
+            controlplane_watch_opens(&emu) >= opened + 3 && emu.controlplane_watches("vm-ns/vm1").len() == 3
+        });
+        println!("clean reopen {round}: {} status POSTs in all", status_posts(&emu));
+    }
+    // A few report periods for any late post to show.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        status_posts(&emu),
+        posts,
+        "no NetworkPolicyStatus re-posted over reopens that changed nothing"
+    );
+
+    // Black hole: the allowed traffic keeps flowing throughout.
+    let flood = lab.start_ping_flood(true, VM_IP4, 50);
+    let holed = std::time::Instant::now();
+    set_controller_black_hole(&lab, true);
+    // A change the agent cannot see yet.
+    emu.upsert_controlplane(policy(2, 5203, 5202))
+        .expect("change the policy");
+    wait_until(
+        Duration::from_secs(60),
+        "ControllerConnectionUp False and the metric 0",
+        || controller_up(&emu).as_deref() == Some("False") && controller_connected_metric(&lab) == Some(0.0),
+    );
+    let detected = holed.elapsed();
+    println!("silent controller detected after {detected:?}");
+    assert!(detected < Duration::from_secs(60), "{detected:?}");
+    // The last policies are still enforced.
+    assert!(!lab.tcp_from_ext(VM_IP4, 5201), "5201 still dropped");
+    assert!(lab.tcp_from_ext(VM_IP4, 5202), "5202 still allowed");
+    assert!(lab.tcp_from_ext(VM_IP4, 5203), "the unseen change is not applied");
+    assert!(agent.is_running(), "the agent runs on");
+
+    // Heal: the change is enforced within 10 s.
+    set_controller_black_hole(&lab, false);
+    let healed = std::time::Instant::now();
+    wait_until(Duration::from_secs(10), "the changed policy's flows", || {
+        port_flows(&lab, 5203) > 0 && port_flows(&lab, 5201) == 0
+    });
+    println!("changed policy enforced {:?} after the heal", healed.elapsed());
+    assert!(!lab.tcp_from_ext(VM_IP4, 5203), "5203 dropped after the heal");
+    assert!(lab.tcp_from_ext(VM_IP4, 5201), "5201 passes after the heal");
+    assert!(lab.tcp_from_ext(VM_IP4, 5202), "5202 still allowed");
+    wait_until(
+        Duration::from_secs(30),
+        "the controller reported up again",
+        || controller_up(&emu).as_deref() == Some("True") && controller_connected_metric(&lab) == Some(1.0),
+    );
+    let mut flood = flood;
+    let ping = flood.finish_result();
+    println!(
+        "ping across the outage: {}/{} answered",
+        ping.received, ping.transmitted
+    );
+    // The request in flight when the ping stops may count as lost.
+    assert!(
+        ping.transmitted > 100 && ping.received + 1 >= ping.transmitted && ping.duplicates == 0,
+        "allowed traffic lost across the outage: {}",
+        ping.output
+    );
+    // kube-apiserver black-holed in turn: its ExternalNode watch (which asks for 5-minute
+    // watches) is found dead by the same TCP liveness and reopened soon after the heal, long
+    // before its own timeout would.
+    let en_watches = external_node_watch_opens(&emu);
+    set_black_hole(&lab, EMULATOR_PORT, true);
+    std::thread::sleep(Duration::from_secs(12));
+    set_black_hole(&lab, EMULATOR_PORT, false);
+    let kube_healed = std::time::Instant::now();
+    wait_until(Duration::from_secs(15), "a new ExternalNode watch", || {
+        external_node_watch_opens(&emu) > en_watches
+    });
+    println!(
+        "ExternalNode watch reopened {:?} after kube-apiserver's heal",
+        kube_healed.elapsed()
+    );
+    assert!(attached(&lab), "the interface stays attached");
+    // The broken watches may hide a controller restart: the statuses went out again, at the
+    // new generation.
+    wait_until(Duration::from_secs(30), "status of generation 2 posted", || {
+        emu.status("uid-web", "vm-ns/vm1")
+            .is_some_and(|s| s.generation == 2)
     });
     agent.stop();
 }

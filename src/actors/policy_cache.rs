@@ -194,10 +194,11 @@ impl PolicyCache {
                     }
                 }
                 match kind {
+                    // A resync alone starts no new sync epoch: statuses already reported stay
+                    // reported unless the source says the server may have lost them.
                     Kind::NetworkPolicy => {
                         let changes = self.store.replace_policies(policies);
                         self.note(changes);
-                        self.sync_epoch = next_sync_epoch();
                     }
                     Kind::AddressGroup => {
                         let changes = self.store.replace_address_groups(groups);
@@ -233,6 +234,10 @@ impl PolicyCache {
                 if self.connections.insert(kind, connected) != Some(connected) {
                     info!(kind = %kind, connected, "antrea-controller watch connection changed");
                 }
+            }
+            PolicyUpdate::ServerMayHaveRestarted => {
+                info!("antrea-controller may have restarted: realization statuses will be reported again");
+                self.sync_epoch = next_sync_epoch();
             }
             PolicyUpdate::Error(e) => {
                 warn!("{e}");

@@ -17,9 +17,16 @@ use antrea_vm_agent::emulator::{Emulator, EmulatorOptions};
 #[derive(Parser, Debug)]
 #[command(about = "HTTPS emulator of kube-apiserver and antrea-controller for antrea-vm-agent")]
 struct Args {
-    /// Address to listen on.
+    /// kube-apiserver's address.
     #[arg(long, default_value = "127.0.0.1:6443")]
     listen: SocketAddr,
+    /// antrea-controller's address (a separate server, as in a cluster).
+    #[arg(long, default_value = "127.0.0.1:10349")]
+    controller_listen: SocketAddr,
+    /// Also serve controlplane.antrea.io on kube-apiserver's address (the controller's
+    /// APIService), for agents without antreaClientConnection.
+    #[arg(long)]
+    aggregate_controlplane: bool,
     /// Directory for ca.crt, antrea-agent.kubeconfig, antrea-agent.antrea.kubeconfig, admin.kubeconfig.
     #[arg(long, default_value = "emulator")]
     out_dir: PathBuf,
@@ -65,6 +72,8 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let emu = Emulator::start(EmulatorOptions {
         listen: args.listen,
+        controller_listen: args.controller_listen,
+        kube_aggregates_controlplane: args.aggregate_controlplane,
         agent_token: args.agent_token,
         admin_token: args.admin_token,
         ..EmulatorOptions::default()
@@ -76,7 +85,11 @@ async fn main() -> anyhow::Result<()> {
         let n = load(&emu, path)?;
         println!("loaded {n} objects from {}", path.display());
     }
-    println!("antrea-api-emulator listening on {}", emu.url());
+    println!("antrea-api-emulator: kube-apiserver on {}", emu.url());
+    println!(
+        "                     antrea-controller on {}",
+        emu.controller_url()
+    );
     println!("  agent kubeconfig (kube-apiserver):     {}", kube.display());
     println!("  agent kubeconfig (antrea-controller):  {}", antrea.display());
     println!("  admin kubeconfig (control API):        {}", admin.display());

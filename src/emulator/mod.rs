@@ -6,6 +6,17 @@
 //! failure injection and controller restarts. No real cluster can run in tests; this is what
 //! proves the agent's Kubernetes mode.
 //!
+//! Two endpoints, as in a cluster: kube-apiserver on `listen` (crd.antrea.io, discovery, the
+//! control API) and antrea-controller on `controller_listen` (controlplane.antrea.io only). Each
+//! answers a path of the other with the generic 404 "the server could not find the requested
+//! resource", so an agent whose two kubeconfigs are swapped fails as it would in a cluster
+//! (unless `kube_aggregates_controlplane`, which models the controller's APIService: kube-apiserver
+//! then also serves the controlplane paths, as the Go agent uses without antreaClientConnection).
+//!
+//! Answers are JSON only (`Accept` must allow it, else 406; request bodies must be JSON, else
+//! 415); custom resources need `resourceVersion` on update (422 without, 409 stale); see the
+//! README's "How strict the emulator is".
+//!
 //! The server runs on its own thread (an actix system), so it works under any test runtime.
 //! [`Emulator`] is the handle: in-process control methods, the control API (`control.rs`) offers
 //! the same over HTTPS with the admin token. Dropping the handle stops the server.
@@ -56,8 +67,14 @@ pub enum EmulatorError {
 /// How to run the emulator.
 #[derive(Clone, Debug)]
 pub struct EmulatorOptions {
-    /// Listen address (tests: `127.0.0.1:0`).
+    /// kube-apiserver's listen address (tests: `127.0.0.1:0`).
     pub listen: SocketAddr,
+    /// antrea-controller's listen address (tests: `127.0.0.1:0`).
+    pub controller_listen: SocketAddr,
+    /// kube-apiserver also serves controlplane.antrea.io (the controller's APIService).
+    pub kube_aggregates_controlplane: bool,
+    /// After [`Emulator::restart_controller`], antrea-controller answers 503 for this long.
+    pub controller_restart_downtime: Duration,
     /// RBAC manifests; the bundled `deploy/kubernetes/vm-agent-rbac.yml` by default.
     pub rbac_yaml: String,
     /// Token of the agent's ServiceAccount (random when None).
@@ -84,6 +101,9 @@ impl Default for EmulatorOptions {
     fn default() -> Self {
         EmulatorOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            controller_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            kube_aggregates_controlplane: false,
+            controller_restart_downtime: Duration::from_millis(500),
             rbac_yaml: VM_AGENT_RBAC_YAML.to_string(),
             agent_token: None,
             admin_token: None,
@@ -108,6 +128,7 @@ fn random_token() -> String {
 pub struct Emulator {
     core: Arc<Core>,
     addr: SocketAddr,
+    controller_addr: SocketAddr,
     ca_pem: String,
     agent_token: String,
     admin_token: String,
@@ -144,6 +165,8 @@ impl Emulator {
                 watch_buffer: options.watch_buffer,
                 max_watch_duration: options.max_watch_duration,
                 kube_bookmark_interval: options.kube_bookmark_interval,
+                kube_aggregates_controlplane: options.kube_aggregates_controlplane,
+                controller_restart_downtime: options.controller_restart_downtime,
             },
             dispatch_tx,
         ));
@@ -153,10 +176,12 @@ impl Emulator {
         );
         core.add_token(&admin_token, Identity::admin());
 
-        let (ready_tx, ready_rx) = oneshot::channel::<Result<SocketAddr, std::io::Error>>();
+        type Bound = Result<(SocketAddr, SocketAddr), std::io::Error>;
+        let (ready_tx, ready_rx) = oneshot::channel::<Bound>();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let thread_core = core.clone();
         let listen = options.listen;
+        let controller_listen = options.controller_listen;
         let workers = options.workers.max(1);
         let slow = options.slow_watcher_timeout;
         let thread = std::thread::Builder::new()
@@ -177,7 +202,8 @@ impl Emulator {
                     .h1_allow_half_closed(false)
                     .disable_signals()
                     .shutdown_timeout(1)
-                    .bind_rustls_0_23(listen, tls);
+                    .bind_rustls_0_23(listen, tls.clone())
+                    .and_then(|s| s.bind_rustls_0_23(controller_listen, tls));
                     let server = match server {
                         Ok(s) => s,
                         Err(e) => {
@@ -185,7 +211,17 @@ impl Emulator {
                             return;
                         }
                     };
-                    let addr = server.addrs().first().copied();
+                    // In bind order: kube-apiserver, then antrea-controller.
+                    let addrs = server.addrs();
+                    let bound = match addrs.as_slice() {
+                        [kube, controller] => {
+                            thread_core.set_controller_addr(*controller);
+                            Ok((*kube, *controller))
+                        }
+                        _ => Err(std::io::Error::other(format!(
+                            "unexpected listening addresses {addrs:?}"
+                        ))),
+                    };
                     let server = server.run();
                     let handle = server.handle();
                     actix_rt::spawn(watch::dispatch_loop(
@@ -194,19 +230,20 @@ impl Emulator {
                         slow,
                     ));
                     let running = actix_rt::spawn(server);
-                    let _ = ready_tx.send(addr.ok_or_else(|| std::io::Error::other("no listening address")));
+                    let _ = ready_tx.send(bound);
                     let _ = stop_rx.await;
                     thread_core.close_watches();
                     handle.stop(false).await;
                     let _ = running.await;
                 });
             })?;
-        let addr = ready_rx
+        let (addr, controller_addr) = ready_rx
             .await
             .map_err(|_| EmulatorError::Thread("the emulator thread ended before listening".into()))??;
         Ok(Emulator {
             core,
             addr,
+            controller_addr,
             ca_pem: pki.ca_pem,
             agent_token,
             admin_token,
@@ -219,13 +256,22 @@ impl Emulator {
 
     // --- connection facts ---
 
-    /// `https://127.0.0.1:<port>` (IP of the listen address).
+    /// kube-apiserver's `https://127.0.0.1:<port>` (IP of the listen address).
     pub fn url(&self) -> String {
         format!("https://{}", self.addr)
     }
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// antrea-controller's `https://127.0.0.1:<port>`.
+    pub fn controller_url(&self) -> String {
+        format!("https://{}", self.controller_addr)
+    }
+
+    pub fn controller_addr(&self) -> SocketAddr {
+        self.controller_addr
     }
 
     /// PEM of the CA that signed the server certificate.
@@ -261,25 +307,33 @@ impl Emulator {
         self.core.add_token(token, identity);
     }
 
-    /// A kubeconfig (YAML) for this server with the CA embedded and `token`.
+    /// A kubeconfig (YAML) for kube-apiserver with the CA embedded and `token`.
     pub fn kubeconfig_yaml(&self, token: &str, user: &str) -> String {
+        self.kubeconfig_yaml_for(&self.url(), token, user)
+    }
+
+    /// A kubeconfig (YAML) for the server at `url` (one of the two endpoints) with the CA
+    /// embedded and `token`.
+    pub fn kubeconfig_yaml_for(&self, url: &str, token: &str, user: &str) -> String {
         let ca = crate::policy::controlplane::ip::base64_encode(self.ca_pem.as_bytes());
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {url}\n    certificate-authority-data: {ca}\nusers:\n- name: {user}\n  user:\n    token: {token}\ncontexts:\n- name: {user}@emulator\n  context:\n    cluster: emulator\n    user: {user}\ncurrent-context: {user}@emulator\n",
-            url = self.url()
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {url}\n    certificate-authority-data: {ca}\nusers:\n- name: {user}\n  user:\n    token: {token}\ncontexts:\n- name: {user}@emulator\n  context:\n    cluster: emulator\n    user: {user}\ncurrent-context: {user}@emulator\n"
         )
     }
 
     /// Writes `ca.crt` and the agent's two kubeconfigs into `dir`: `antrea-agent.kubeconfig`
-    /// (kube-apiserver) and `antrea-agent.antrea.kubeconfig` (antrea-controller), both with the
-    /// agent token. Returns `(kube_path, antrea_path)`.
+    /// (kube-apiserver's URL) and `antrea-agent.antrea.kubeconfig` (antrea-controller's URL),
+    /// both with the agent token. Returns `(kube_path, antrea_path)`.
     pub fn write_agent_kubeconfigs(&self, dir: &Path) -> std::io::Result<(PathBuf, PathBuf)> {
         std::fs::create_dir_all(dir)?;
         std::fs::write(dir.join("ca.crt"), &self.ca_pem)?;
         let kube = dir.join("antrea-agent.kubeconfig");
         let antrea = dir.join("antrea-agent.antrea.kubeconfig");
         std::fs::write(&kube, self.kubeconfig_yaml(&self.agent_token, "vm-agent"))?;
-        std::fs::write(&antrea, self.kubeconfig_yaml(&self.agent_token, "vm-agent"))?;
+        std::fs::write(
+            &antrea,
+            self.kubeconfig_yaml_for(&self.controller_url(), &self.agent_token, "vm-agent"),
+        )?;
         Ok((kube, antrea))
     }
 
@@ -447,7 +501,8 @@ impl Emulator {
     }
 
     /// Restarts the emulated antrea-controller: controlplane watches dropped, resourceVersion
-    /// counters restarted, statuses forgotten (kube-apiserver objects are untouched).
+    /// counters restarted, statuses forgotten, 503 for `controller_restart_downtime`
+    /// (kube-apiserver objects are untouched).
     pub fn restart_controller(&self) {
         self.core.restart_controller();
     }

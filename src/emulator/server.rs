@@ -60,7 +60,20 @@ pub struct ServeOptions {
     pub watch_buffer: usize,
     pub max_watch_duration: Duration,
     pub kube_bookmark_interval: Duration,
+    pub kube_aggregates_controlplane: bool,
+    /// How long a restarted antrea-controller answers 503 before serving again.
+    pub controller_restart_downtime: Duration,
 }
+
+/// Which server a request reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    KubeApiserver,
+    AntreaController,
+}
+
+/// The group antrea-controller serves to agents.
+const CONTROLPLANE_GROUP: &str = "controlplane.antrea.io";
 
 /// Everything shared by the HTTP workers, the dispatcher and the in-process API.
 pub struct Core {
@@ -72,6 +85,9 @@ pub struct Core {
     calls: Mutex<Vec<RecordedCall>>,
     faults: Mutex<Vec<Fault>>,
     pub options: ServeOptions,
+    controller_addr: std::sync::OnceLock<std::net::SocketAddr>,
+    /// Until then, antrea-controller is restarting (every request of its group answers 503).
+    controller_down_until: Mutex<Option<std::time::Instant>>,
 }
 
 impl Core {
@@ -90,6 +106,21 @@ impl Core {
             calls: Mutex::new(Vec::new()),
             faults: Mutex::new(Vec::new()),
             options,
+            controller_addr: std::sync::OnceLock::new(),
+            controller_down_until: Mutex::new(None),
+        }
+    }
+
+    /// Records antrea-controller's listening address (requests to it are the controller's).
+    pub fn set_controller_addr(&self, addr: std::net::SocketAddr) {
+        let _ = self.controller_addr.set(addr);
+    }
+
+    fn endpoint(&self, req: &HttpRequest) -> Endpoint {
+        if self.controller_addr.get() == Some(&req.app_config().local_addr()) {
+            Endpoint::AntreaController
+        } else {
+            Endpoint::KubeApiserver
         }
     }
 
@@ -157,10 +188,13 @@ impl Core {
     }
 
     /// An antrea-controller restart: controlplane watches dropped, counters restarted, statuses
-    /// forgotten.
+    /// forgotten, and the new process unavailable (503) for `controller_restart_downtime`, as a
+    /// real one is while it starts and syncs (the Deployment's Recreate strategy leaves a gap).
     pub fn restart_controller(&self) {
         let mut st = lock(&self.state);
         st.restart_controller();
+        *lock(&self.controller_down_until) =
+            Some(std::time::Instant::now() + self.options.controller_restart_downtime);
         self.registry
             .close_where(|w| matches!(w.target, WatchTarget::Controlplane { .. }));
     }
@@ -350,9 +384,23 @@ pub async fn handle(req: HttpRequest, body: web::Bytes, core: web::Data<Arc<Core
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or_default().to_string();
     let identity = core.identity(&req);
+    let endpoint = core.endpoint(&req);
     let response = match &identity {
         None => status_response(&StatusError::new(401, "Unauthorized", "Unauthorized")),
-        Some(who) => serve(&core, who, &method, &path, &query, &body),
+        Some(who) => {
+            let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+            serve(
+                &core,
+                endpoint,
+                who,
+                &method,
+                &path,
+                &query,
+                &body,
+                header("accept"),
+                header("content-type"),
+            )
+        }
     };
     // Reading the call log is not itself logged: tests poll it.
     if !(path.starts_with("/emulator/v1/calls") && method == "GET") {
@@ -367,13 +415,106 @@ pub async fn handle(req: HttpRequest, body: web::Bytes, core: web::Data<Arc<Core
     response
 }
 
+/// The generic 404 of a path no handler serves (k8s.io/apiserver's not-found handler).
+fn unserved() -> StatusError {
+    StatusError::new(
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+    )
+}
+
+/// Whether `endpoint` serves a request for `group` (`""` for non-resource paths).
+fn serves(core: &Core, endpoint: Endpoint, group: &str, path: &str) -> bool {
+    match endpoint {
+        // antrea-controller: its controlplane group, and the health and version paths.
+        Endpoint::AntreaController => {
+            group == CONTROLPLANE_GROUP
+                || matches!(path, "/version" | "/healthz" | "/livez" | "/readyz" | "/apis")
+        }
+        Endpoint::KubeApiserver => group != CONTROLPLANE_GROUP || core.options.kube_aggregates_controlplane,
+    }
+}
+
+/// Discovery documents, readable by every authenticated user (`system:discovery`).
+fn discovery(endpoint: Endpoint, path: &str) -> Option<Value> {
+    let trimmed = path.trim_end_matches('/');
+    match (endpoint, trimmed) {
+        (Endpoint::KubeApiserver, "/api") => Some(json!({
+            "kind": "APIVersions", "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "10.0.0.1:6443"}]
+        })),
+        (_, "/apis") => {
+            let groups: &[(&str, &str)] = match endpoint {
+                Endpoint::KubeApiserver => &[("crd.antrea.io", "v1beta1")],
+                Endpoint::AntreaController => &[(CONTROLPLANE_GROUP, "v1beta2")],
+            };
+            let groups: Vec<Value> = groups
+                .iter()
+                .map(|(g, v)| {
+                    let gv = json!({"groupVersion": format!("{g}/{v}"), "version": v});
+                    json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
+                })
+                .collect();
+            Some(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}))
+        }
+        _ => None,
+    }
+}
+
+/// Content negotiation as kube-apiserver does it for custom resources, and as this emulator does
+/// it for antrea-controller: answers are JSON only. `Accept` must allow `application/json` (a
+/// media range `application/*` or `*/*`, or none at all, does; parameters such as `;q=` or
+/// `;stream=watch` are ignored); anything else, protobuf included, is 406 Not Acceptable (a real
+/// antrea-controller would serve protobuf, which this agent never asks for). A request body must
+/// be sent as `application/json`, else 415.
+fn negotiate(accept: Option<&str>, content_type: Option<&str>, body: &[u8]) -> Result<(), StatusError> {
+    let media = |range: &str| {
+        range
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase()
+    };
+    let acceptable = match accept.map(str::trim).filter(|a| !a.is_empty()) {
+        None => true,
+        Some(accept) => accept
+            .split(',')
+            .map(media)
+            .any(|m| matches!(m.as_str(), "application/json" | "application/*" | "*/*")),
+    };
+    if !acceptable {
+        return Err(StatusError::new(
+            406,
+            "NotAcceptable",
+            "only the following media types are accepted: application/json",
+        ));
+    }
+    if !body.is_empty() {
+        let sent = content_type.map(media).unwrap_or_default();
+        if sent != "application/json" {
+            return Err(StatusError::new(
+                415,
+                "UnsupportedMediaType",
+                format!("the body of the request was in an unknown format - accepted media types include: application/json (got {sent:?})"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
 fn serve(
     core: &Arc<Core>,
+    endpoint: Endpoint,
     who: &Identity,
     method: &str,
     path: &str,
     query: &str,
     body: &[u8],
+    accept: Option<&str>,
+    content_type: Option<&str>,
 ) -> HttpResponse {
     let control = path.starts_with("/emulator/");
     if !control && core.take_fault(path) {
@@ -388,11 +529,35 @@ fn serve(
         Err(e) => return status_response(&e),
     };
     let public = matches!(path, "/version" | "/healthz" | "/livez" | "/readyz");
-    if !public && !core.rbac.allows(who, &info.attrs) {
+    let discovery_path = method == "GET" && matches!(path.trim_end_matches('/'), "/api" | "/apis");
+    if !public && !discovery_path && !core.rbac.allows(who, &info.attrs) {
         return status_response(&forbidden(who, &info.attrs));
     }
     if control {
+        if endpoint == Endpoint::AntreaController {
+            return status_response(&unserved());
+        }
         return super::control::handle(core, method, path, &info.params, body);
+    }
+    if !serves(core, endpoint, &info.attrs.api_group, path) {
+        return status_response(&unserved());
+    }
+    if let Err(e) = negotiate(accept, content_type, body) {
+        return status_response(&e);
+    }
+    let restarting = lock(&core.controller_down_until).is_some_and(|until| std::time::Instant::now() < until);
+    if restarting && (endpoint == Endpoint::AntreaController || info.attrs.api_group == CONTROLPLANE_GROUP) {
+        return status_response(&StatusError::new(
+            503,
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request (antrea-controller is restarting)",
+        ));
+    }
+    if discovery_path {
+        return match discovery(endpoint, path) {
+            Some(doc) => json_response(200, &doc),
+            None => status_response(&unserved()),
+        };
     }
     if public {
         return json_response(
@@ -504,9 +669,7 @@ fn route(core: &Arc<Core>, who: &Identity, info: &ReqInfo, body: &[u8]) -> Resul
             })?;
             Ok(raw_response(
                 201,
-                format!(
-                    r#"{{"kind":"NodeStatsSummary","apiVersion":"{CP_API_VERSION}","metadata":{{"creationTimestamp":null}}}}"#
-                ),
+                format!(r#"{{"kind":"NodeStatsSummary","apiVersion":"{CP_API_VERSION}","metadata":{{}}}}"#),
             ))
         }
         ("controlplane.antrea.io", "v1beta2", res, "") => {
@@ -544,10 +707,10 @@ fn controlplane(
     match a.verb.as_str() {
         "get" => Ok(raw_response(200, core.read(|s| s.cp_get(resource, &a.name))?)),
         "list" => {
-            // LIST ignores nodeName (§2.2) but still validates the selector.
-            let sel = selector_terms(info, &["metadata.name", "nodeName"])?;
-            let (items, rv) =
-                core.read(|s| s.cp_snapshot(resource, None, sel.get("metadata.name").map(String::as_str)));
+            // antrea-controller's LIST validates the field selector but applies none of it
+            // (neither nodeName, §2.2, nor metadata.name): every object comes back.
+            selector_terms(info, &["metadata.name", "nodeName"])?;
+            let (items, rv) = core.read(|s| s.cp_snapshot(resource, None, None));
             // A typed list: kind, apiVersion, metadata, items (Go struct order).
             Ok(raw_response(
                 200,

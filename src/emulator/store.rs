@@ -40,6 +40,9 @@ pub struct StatusError {
     pub details: Option<Value>,
 }
 
+/// kube-apiserver's answer to an update of a custom resource without `metadata.resourceVersion`.
+pub const RV_REQUIRED: &str = "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update";
+
 impl StatusError {
     pub fn new(code: u16, reason: &str, message: impl Into<String>) -> StatusError {
         StatusError {
@@ -278,7 +281,8 @@ impl CpObject {
 
     /// Decodes a controlplane object (JSON as the controller writes it; IPs may also be text) and
     /// normalizes it to what the controller would store: kind/apiVersion set, uid defaulting to
-    /// the name, no resourceVersion, `creationTimestamp: null`, IPv4 in 16-byte form.
+    /// the name, no resourceVersion, no `creationTimestamp` (a `null` one sent is dropped: the
+    /// emulator never offers the agent that quirk to depend on), IPv4 in 16-byte form.
     pub fn from_json(value: Value) -> Result<CpObject, StatusError> {
         let object =
             ControlplaneObject::from_value(value).map_err(|e| StatusError::bad_request(e.to_string()))?;
@@ -324,9 +328,9 @@ impl CpObject {
             meta.uid = meta.name.clone();
         }
         meta.resource_version.clear();
-        meta.extra
-            .entry("creationTimestamp".into())
-            .or_insert(Value::Null);
+        if meta.extra.get("creationTimestamp").is_some_and(Value::is_null) {
+            meta.extra.remove("creationTimestamp");
+        }
         Ok(object)
     }
 
@@ -403,7 +407,6 @@ impl CpEntry {
             meta.generation = p.metadata.generation;
             source_ref = p.source_ref.clone();
         }
-        meta.extra.insert("creationTimestamp".into(), Value::Null);
         serde_json::to_string(&DeletedObject {
             kind: self.object.resource().kind(),
             api_version: CP_API_VERSION,
@@ -438,7 +441,7 @@ pub fn bookmark_with_annotations(kind: &str, api_version: &str, rv: u64, initial
         ""
     };
     format!(
-        r#"{{"kind":"{kind}","apiVersion":"{api_version}","metadata":{{"resourceVersion":"{rv}","creationTimestamp":null{annotations}}}}}"#
+        r#"{{"kind":"{kind}","apiVersion":"{api_version}","metadata":{{"resourceVersion":"{rv}"{annotations}}}}}"#
     )
 }
 
@@ -511,12 +514,11 @@ impl CpEvent {
                         return None;
                     }
                     let m = cur.object.metadata();
-                    let mut meta = ObjectMeta {
+                    let meta = ObjectMeta {
                         name: m.name.clone(),
                         uid: m.uid.clone(),
                         ..ObjectMeta::default()
                     };
-                    meta.extra.insert("creationTimestamp".into(), Value::Null);
                     let patch = GroupPatch {
                         kind: format!("{}Patch", cur.object.resource().kind()),
                         api_version: CP_API_VERSION.into(),
@@ -756,9 +758,16 @@ impl State {
                 ifaces.len()
             )));
         }
-        let ips = ifaces[0].get("ips").and_then(Value::as_array);
-        let Some(ips) = ips.filter(|ips| !ips.is_empty()) else {
-            return Err(invalid("spec.interfaces[0].ips: should have at least 1 items"));
+        // `ips` is optional in the CRD schema (an interface found by name only); when present it
+        // is a list of IP strings.
+        let ips = match ifaces[0].get("ips") {
+            None | Some(Value::Null) => return Ok(()),
+            Some(Value::Array(ips)) => ips,
+            Some(_) => {
+                return Err(invalid(
+                    "spec.interfaces[0].ips: Invalid value: must be of type array",
+                ))
+            }
         };
         for (i, ip) in ips.iter().enumerate() {
             if ip.as_str().and_then(|s| s.parse::<IpAddr>().ok()).is_none() {
@@ -827,8 +836,8 @@ impl State {
         Ok((obj, out))
     }
 
-    /// PUT: replaces an ExternalNode; `check_rv` applies optimistic concurrency when the body
-    /// carries a resourceVersion.
+    /// PUT: replaces an ExternalNode; `check_rv` (an API PUT) applies a custom resource's
+    /// optimistic concurrency: 422 without a resourceVersion, 409 with a stale one.
     pub fn update_external_node(
         &mut self,
         obj: &Value,
@@ -844,7 +853,15 @@ impl State {
             .cloned()
             .ok_or_else(|| StatusError::not_found(GROUP_CRD, "externalnodes", &name))?;
         let sent_rv = meta_str(&obj, "resourceVersion");
-        if check_rv && !sent_rv.is_empty() && sent_rv != meta_str(&old, "resourceVersion") {
+        if check_rv && sent_rv.is_empty() {
+            return Err(StatusError::invalid(
+                GROUP_CRD,
+                "ExternalNode",
+                &name,
+                RV_REQUIRED,
+            ));
+        }
+        if check_rv && sent_rv != meta_str(&old, "resourceVersion") {
             return Err(StatusError::conflict(GROUP_CRD, "externalnodes", &name));
         }
         self.stamp_update(&mut obj, &old, EN_API_VERSION, "ExternalNode");
@@ -1043,7 +1060,8 @@ impl State {
         Ok(obj)
     }
 
-    /// PUT: replaces an AntreaAgentInfo; 404 if absent, 409 if the body's resourceVersion is stale.
+    /// PUT: replaces an AntreaAgentInfo; 404 if absent, 422 without a resourceVersion, 409 with a
+    /// stale one. Fields the CRD schema does not define are pruned, as kube-apiserver does.
     pub fn update_agent_info(&mut self, name: &str, obj: &Value) -> Result<Value, StatusError> {
         if !obj.is_object() {
             return Err(StatusError::bad_request("AntreaAgentInfo must be a JSON object"));
@@ -1056,7 +1074,16 @@ impl State {
         }
         let old = self.get_agent_info(name)?;
         let sent_rv = meta_str(obj, "resourceVersion");
-        if !sent_rv.is_empty() && sent_rv != meta_str(&old, "resourceVersion") {
+        if sent_rv.is_empty() {
+            // Custom resources allow no unconditional update.
+            return Err(StatusError::invalid(
+                GROUP_CRD,
+                "AntreaAgentInfo",
+                name,
+                RV_REQUIRED,
+            ));
+        }
+        if sent_rv != meta_str(&old, "resourceVersion") {
             return Err(StatusError::conflict(GROUP_CRD, "antreaagentinfos", name));
         }
         let mut obj = obj.clone();
@@ -1367,8 +1394,11 @@ mod tests {
         assert_eq!(aai["podRef"], json!({}));
         assert!(aai["metadata"]["resourceVersion"].is_string());
         // Renaming the interface renames the entity.
-        s.update_external_node(&en("vm2", "eth0", "172.16.100.4", json!({})), None, true)
-            .unwrap();
+        // (An API update must carry the current resourceVersion.)
+        let mut renamed = en("vm2", "eth0", "172.16.100.4", json!({}));
+        let current = s.get_external_node("vm-ns", "vm2").unwrap();
+        renamed["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
+        s.update_external_node(&renamed, None, true).unwrap();
         let names: Vec<Value> = s
             .list_external_entities()
             .iter()
@@ -1457,13 +1487,13 @@ mod tests {
         assert_eq!(
             np_del[0].1,
             json!({"kind": "NetworkPolicy", "apiVersion": CP_API_VERSION,
-                   "metadata": {"name": "p", "uid": "p", "generation": 1, "creationTimestamp": null},
+                   "metadata": {"name": "p", "uid": "p", "generation": 1},
                    "sourceRef": {"type": "AntreaNetworkPolicy", "namespace": "vm-ns", "name": "a", "uid": "p"}})
         );
         assert_eq!(
             events(&items, CpResource::AppliedToGroups, "vm-ns/vm1")[0].1,
             json!({"kind": "AppliedToGroup", "apiVersion": CP_API_VERSION,
-                   "metadata": {"name": "atg", "uid": "atg", "creationTimestamp": null}})
+                   "metadata": {"name": "atg", "uid": "atg"}})
         );
         // AddressGroup patch is global.
         let items = s.upsert_controlplane(vec![cp(

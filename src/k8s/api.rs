@@ -54,6 +54,9 @@ pub enum ApiError {
     },
 }
 
+/// The message of the generic 404 for a path no handler serves.
+pub const UNSERVED_MESSAGE: &str = "the server could not find the requested resource";
+
 impl ApiError {
     /// The HTTP status code, if the server answered.
     pub fn code(&self) -> Option<u16> {
@@ -67,6 +70,13 @@ impl ApiError {
     }
     pub fn is_conflict(&self) -> bool {
         self.code() == Some(409)
+    }
+    /// A 404 for the path itself rather than an object: the server has no handler for this API
+    /// group or resource (k8s.io/apiserver's generic answer), e.g. a request sent to the wrong
+    /// server, or a CRD that is not installed.
+    pub fn is_unserved(&self) -> bool {
+        matches!(self, ApiError::Status { code: 404, message, .. }
+            if message == UNSERVED_MESSAGE)
     }
 }
 

@@ -6,8 +6,15 @@
 //!
 //! Timeouts: connecting is bounded ([`CONNECT_TIMEOUT`]); an ordinary request is bounded as a
 //! whole ([`REQUEST_TIMEOUT`]); a watch is bounded only until its response headers arrive
-//! ([`WATCH_OPEN_TIMEOUT`]) because its body legitimately lasts for hours. Detecting a silent,
-//! dead watch connection is the watcher's job (it knows the `timeoutSeconds` it asked for).
+//! ([`WATCH_OPEN_TIMEOUT`]) because its body legitimately lasts for hours.
+//!
+//! Liveness ([`Liveness`]): a watch body is silent for as long as nothing changes, so a peer
+//! that vanished (host down, load balancer dropping the flow, a black hole) cannot be told from
+//! an idle one by reading. kube-rs 5 builds an HTTP/1.1-only client (its hyper and hyper-rustls
+//! have no `http2` feature, so no HTTP/2 PING), and its own `HttpConnector` sets no TCP options.
+//! This client therefore builds kube's stack itself around a connector with TCP keepalive and
+//! `TCP_USER_TIMEOUT`: the kernel probes an idle connection and aborts it when the peer stops
+//! acknowledging, the watch body then fails, and the watcher reconnects.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -26,6 +33,112 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bound on getting the response headers of a watch.
 pub const WATCH_OPEN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Environment variable overriding [`Liveness::DEFAULT_TIMEOUT`] (e.g. `6s`): lab tests use it to
+/// see a dead connection quickly; operators keep the default.
+pub const LIVENESS_TIMEOUT_ENV: &str = "ANTREA_VM_AGENT_LIVENESS_TIMEOUT";
+
+/// TCP-level liveness of the API connections: keepalive probes on an idle connection and a bound
+/// on unacknowledged data (`TCP_USER_TIMEOUT`, which on Linux also ends keepalive probing once it
+/// has elapsed since the peer last answered). A silent peer is detected within
+/// [`Liveness::detection_bound`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Liveness {
+    /// Idle time before the first keepalive probe.
+    pub keepalive_idle: Duration,
+    /// Time between unanswered probes.
+    pub keepalive_interval: Duration,
+    /// Unanswered probes before the connection is dropped (when no user timeout ends it first).
+    pub keepalive_probes: u32,
+    /// How long sent data (or probes) may stay unacknowledged before the connection is dropped.
+    pub user_timeout: Duration,
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Liveness::within(Liveness::DEFAULT_TIMEOUT)
+    }
+}
+
+impl Liveness {
+    /// The Go agent's HTTP/2 health check is a 30 s PING with a 15 s timeout (45 s); ours aborts a
+    /// silent connection 30 s after the peer last answered, and the detection bound stays under
+    /// the 60 s the agent promises.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+    /// Settings that drop a connection whose peer stopped answering `timeout` ago: first probe at
+    /// half of it, then probes every sixth (at least 1 s, the kernel's granularity).
+    pub fn within(timeout: Duration) -> Liveness {
+        let timeout = timeout.max(Duration::from_secs(2));
+        Liveness {
+            keepalive_idle: (timeout / 2).max(Duration::from_secs(1)),
+            keepalive_interval: (timeout / 6).max(Duration::from_secs(1)),
+            keepalive_probes: 3,
+            user_timeout: timeout,
+        }
+    }
+
+    /// [`Liveness::DEFAULT_TIMEOUT`], or the period in [`LIVENESS_TIMEOUT_ENV`] (`500ms`, `6s`,
+    /// `1m`); an unparsable value is an error naming the variable.
+    pub fn from_env() -> Result<Liveness, String> {
+        match std::env::var(LIVENESS_TIMEOUT_ENV) {
+            Err(_) => Ok(Liveness::default()),
+            Ok(text) => parse_period(&text).map(Liveness::within).ok_or_else(|| {
+                format!("{LIVENESS_TIMEOUT_ENV}={text:?} is not a period such as 30s, 500ms or 1m")
+            }),
+        }
+    }
+
+    /// The longest time from the peer's last answer to the connection being dropped: the user
+    /// timeout or the keepalive probing, whichever ends first (the kernel checks at each probe
+    /// interval, hence the extra interval).
+    pub fn detection_bound(&self) -> Duration {
+        let probing = self.keepalive_idle + self.keepalive_interval * self.keepalive_probes;
+        self.user_timeout.min(probing).max(self.keepalive_idle) + self.keepalive_interval
+    }
+}
+
+/// `500ms`, `30s` or `5m`, greater than zero.
+fn parse_period(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let (number, unit): (&str, fn(u64) -> Duration) = if let Some(n) = text.strip_suffix("ms") {
+        (n, Duration::from_millis)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, Duration::from_secs)
+    } else if let Some(n) = text.strip_suffix('m') {
+        (n, |m| Duration::from_secs(m.saturating_mul(60)))
+    } else {
+        return None;
+    };
+    let d = unit(number.trim().parse().ok()?);
+    (!d.is_zero()).then_some(d)
+}
+
+/// kube's client stack (base URI, authentication, extra headers, JSON) over a hyper client whose
+/// TCP connector carries the [`Liveness`] options; the TLS setup is kube's own (`ConfigExt`).
+fn live_kube_client(config: kube::Config, liveness: Liveness) -> Result<kube::Client, kube::Error> {
+    use kube::client::ConfigExt;
+    use tower::ServiceBuilder;
+
+    let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(config.connect_timeout);
+    tcp.set_keepalive(Some(liveness.keepalive_idle));
+    tcp.set_keepalive_interval(Some(liveness.keepalive_interval));
+    tcp.set_keepalive_retries(Some(liveness.keepalive_probes));
+    tcp.set_tcp_user_timeout(Some(liveness.user_timeout));
+    let https = config.rustls_https_connector_with_connector(tcp)?;
+    let hyper =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(https);
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(tower::BoxError::from)
+        .service(hyper);
+    Ok(kube::Client::new(service, config.default_namespace))
+}
 
 /// Longest piece of a non-JSON error body quoted in an error message.
 const MAX_QUOTED_BODY: usize = 300;
@@ -154,6 +267,15 @@ impl KubeApiClient {
     /// runtime (kube spawns its request-buffer task there), and that runtime must outlive the
     /// client.
     pub fn from_kubeconfig(path: &Path, purpose: &str) -> Result<KubeApiClient, ClientError> {
+        Self::from_kubeconfig_with(path, purpose, Liveness::default())
+    }
+
+    /// [`KubeApiClient::from_kubeconfig`] with explicit connection [`Liveness`] settings.
+    pub fn from_kubeconfig_with(
+        path: &Path,
+        purpose: &str,
+        liveness: Liveness,
+    ) -> Result<KubeApiClient, ClientError> {
         let bad = |message: String| ClientError::Kubeconfig {
             path: path.to_path_buf(),
             purpose: purpose.to_string(),
@@ -198,7 +320,7 @@ impl KubeApiClient {
         }
         install_crypto_provider();
         let server = config.cluster_url.to_string().trim_end_matches('/').to_string();
-        let client = kube::Client::try_from(config).map_err(|e| ClientError::Client {
+        let client = live_kube_client(config, liveness).map_err(|e| ClientError::Client {
             path: path.to_path_buf(),
             purpose: purpose.to_string(),
             message: error_chain(&e),
@@ -471,6 +593,41 @@ mod tests {
 
     fn token(t: &str) -> Vec<String> {
         vec![format!("token: {t}")]
+    }
+
+    #[test]
+    fn default_liveness_detects_a_silent_peer_within_a_minute() {
+        let l = Liveness::default();
+        assert_eq!(l.keepalive_idle, Duration::from_secs(15));
+        assert_eq!(l.keepalive_interval, Duration::from_secs(5));
+        assert_eq!(l.keepalive_probes, 3);
+        assert_eq!(l.user_timeout, Duration::from_secs(30));
+        assert_eq!(l.detection_bound(), Duration::from_secs(35));
+        assert!(l.detection_bound() < Duration::from_secs(60));
+        // Scaled down for tests, never below the kernel's one-second granularity.
+        let fast = Liveness::within(Duration::from_secs(6));
+        assert_eq!(
+            (fast.keepalive_idle, fast.keepalive_interval, fast.user_timeout),
+            (
+                Duration::from_secs(3),
+                Duration::from_secs(1),
+                Duration::from_secs(6)
+            )
+        );
+        let tiny = Liveness::within(Duration::from_millis(10));
+        assert!(
+            tiny.keepalive_idle >= Duration::from_secs(1)
+                && tiny.keepalive_interval >= Duration::from_secs(1)
+        );
+    }
+
+    #[test]
+    fn liveness_periods_parse() {
+        assert_eq!(parse_period("6s"), Some(Duration::from_secs(6)));
+        assert_eq!(parse_period("1m"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_period("1500ms"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_period("0s"), None);
+        assert_eq!(parse_period("soon"), None);
     }
 
     #[tokio::test]

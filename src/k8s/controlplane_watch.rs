@@ -36,6 +36,7 @@ use tracing::{debug, info, warn};
 use super::api::{ApiClient, WatchLines};
 use super::fallback::FallbackStore;
 use crate::policy::controlplane::types::{AddressGroup, AppliedToGroup, GroupMember, GroupPatch, ObjectMeta};
+use crate::policy::controlplane::validate::dropped_members;
 use crate::policy::controlplane::{
     ControlplaneObject, Group, Kind, MemberKey, MembersPatch, ValidObject, API_VERSION,
 };
@@ -44,23 +45,26 @@ use crate::sources::{PolicySource, PolicyUpdate};
 /// The kinds watched, in the order their watches start.
 pub const WATCHED_KINDS: [Kind; 3] = [Kind::NetworkPolicy, Kind::AppliedToGroup, Kind::AddressGroup];
 
+/// Default [`ControlplaneTiming::max_watch_lifetime`]: past antrea-controller's own 2-4 h.
+pub const MAX_WATCH_LIFETIME: Duration = Duration::from_secs(5 * 60 * 60);
+
 /// Retry timing of the watches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ControlplaneTiming {
     /// Minimum time between the starts of two attempts of one watch (Go agent: 5 s).
     pub retry_period: Duration,
-    /// A watch that delivers nothing for this long is reopened (with a full resync): the only way
-    /// to notice a half-open connection, since antrea-controller sends nothing while nothing
-    /// changes and the agent's connection has no read timeout. The server itself ends watches
-    /// every 2 to 4 hours.
-    pub idle_timeout: Duration,
+    /// Safety deadline: a watch open this long is closed and reopened (with a full resync).
+    /// antrea-controller itself ends each watch after 2 to 4 hours, so this fires only if a
+    /// server never does; a dead connection is found by the client's TCP liveness
+    /// (`client::Liveness`), not by this timer (a silent watch is normal: nothing changed).
+    pub max_watch_lifetime: Duration,
 }
 
 impl Default for ControlplaneTiming {
     fn default() -> Self {
         ControlplaneTiming {
             retry_period: Duration::from_secs(5),
-            idle_timeout: Duration::from_secs(30 * 60),
+            max_watch_lifetime: MAX_WATCH_LIFETIME,
         }
     }
 }
@@ -139,12 +143,14 @@ impl PolicySource for ControlplaneSource {
                 path: watch_path(kind, &self.node_key),
                 fallback: self.fallback.clone(),
                 retry_period: self.timing.retry_period,
-                idle_timeout: self.timing.idle_timeout,
+                max_watch_lifetime: self.timing.max_watch_lifetime,
                 tx: tx.clone(),
                 tracked: BTreeMap::new(),
                 synced: false,
                 connected: None,
                 fallback_failing: false,
+                suspect_restart: false,
+                last_bookmark_rv: None,
             })
             .collect();
         UpdateStream {
@@ -280,9 +286,11 @@ fn apply_patch(tracked: &mut Tracked, wire: &GroupPatch, patch: &MembersPatch) {
         patch_group(g, patch);
     }
     if let Wire::Group { members, .. } = &mut tracked.wire {
-        // Validation keeps members in order and fails as a whole, so the lists pair up.
-        for (w, v) in wire.added_group_members.iter().zip(&patch.added) {
-            members.insert(v.key(), w.clone());
+        // Validation drops bad members, so pair each wire member with its own key.
+        for w in &wire.added_group_members {
+            if let Some(key) = member_key(w) {
+                members.insert(key, w.clone());
+            }
         }
         for v in &patch.removed {
             members.remove(&v.key());
@@ -366,7 +374,7 @@ struct Watcher {
     path: String,
     fallback: Option<FallbackStore>,
     retry_period: Duration,
-    idle_timeout: Duration,
+    max_watch_lifetime: Duration,
     tx: mpsc::UnboundedSender<PolicyUpdate>,
     /// The objects delivered, after patches: by name.
     tracked: BTreeMap<String, Tracked>,
@@ -376,6 +384,11 @@ struct Watcher {
     connected: Option<bool>,
     /// The last fallback write failed (reported once until one succeeds).
     fallback_failing: bool,
+    /// Since the last snapshot, the watch broke or could not be opened, or the server's
+    /// resourceVersion went backwards: the controller may have restarted and lost the statuses.
+    suspect_restart: bool,
+    /// The resourceVersion of the last BOOKMARK.
+    last_bookmark_rv: Option<u64>,
 }
 
 impl Watcher {
@@ -424,6 +437,15 @@ impl Watcher {
             Ok(lines) => lines,
             Err(e) => {
                 warn!(kind = %self.kind, "cannot watch antrea-controller: {e}");
+                self.suspect_restart = true;
+                if e.is_unserved() {
+                    self.error(format!(
+                        "{} does not serve controlplane.antrea.io: antreaClientConnection.kubeconfig \
+                         must point at antrea-controller (or at kube-apiserver with Antrea's APIService); \
+                         are clientConnection and antreaClientConnection swapped?",
+                        self.api.describe()
+                    ))?;
+                }
                 if !self.synced {
                     self.load_fallback().await?;
                 }
@@ -432,25 +454,30 @@ impl Watcher {
             }
         };
         debug!(kind = %self.kind, path = %self.path, "antrea-controller watch opened");
-        if !self.initial_snapshot(&mut lines).await? {
+        let deadline = tokio::time::Instant::now() + self.max_watch_lifetime;
+        if !self.initial_snapshot(&mut lines, deadline).await? {
             self.set_connected(false)?;
             return Ok(End::Retry);
         }
-        self.live(&mut lines).await?;
+        self.live(&mut lines, deadline).await?;
         self.set_connected(false)?;
         Ok(End::Retry)
     }
 
     /// Buffers ADDED objects until the first BOOKMARK, then emits the `Replace`. False if the
     /// body ended first.
-    async fn initial_snapshot(&mut self, lines: &mut WatchLines) -> Result<bool, End> {
+    async fn initial_snapshot(
+        &mut self,
+        lines: &mut WatchLines,
+        deadline: tokio::time::Instant,
+    ) -> Result<bool, End> {
         let mut snapshot: BTreeMap<String, Tracked> = BTreeMap::new();
         loop {
             let line = tokio::select! {
                 line = lines.next() => line,
                 _ = self.tx.closed() => return Err(End::Closed),
-                _ = tokio::time::sleep(self.idle_timeout) => {
-                    warn!(kind = %self.kind, "antrea-controller watch silent before its snapshot ended; reopening");
+                _ = tokio::time::sleep_until(deadline) => {
+                    warn!(kind = %self.kind, "antrea-controller watch still without its snapshot at its deadline; reopening");
                     return Ok(false);
                 }
             };
@@ -458,10 +485,12 @@ impl Watcher {
                 Some(Ok(line)) => line,
                 Some(Err(e)) => {
                     warn!(kind = %self.kind, "antrea-controller watch failed before its snapshot ended: {e}");
+                    self.suspect_restart = true;
                     return Ok(false);
                 }
                 None => {
                     warn!(kind = %self.kind, "antrea-controller watch ended before its snapshot ended");
+                    self.suspect_restart = true;
                     return Ok(false);
                 }
             };
@@ -500,11 +529,17 @@ impl Watcher {
                         }
                     }
                 }
-                "BOOKMARK" => break,
+                "BOOKMARK" => {
+                    self.note_bookmark(&event.object);
+                    break;
+                }
                 other => debug!(kind = %self.kind, "ignoring a {other} event before the initial BOOKMARK"),
             }
         }
         self.tracked = snapshot;
+        if std::mem::take(&mut self.suspect_restart) && self.kind == Kind::NetworkPolicy {
+            self.send(PolicyUpdate::ServerMayHaveRestarted)?;
+        }
         let objects = self.tracked.values().map(|t| t.valid.clone()).collect();
         self.send(PolicyUpdate::Replace {
             kind: self.kind,
@@ -525,13 +560,13 @@ impl Watcher {
     }
 
     /// Applies events until the watch must be reopened.
-    async fn live(&mut self, lines: &mut WatchLines) -> Result<(), End> {
+    async fn live(&mut self, lines: &mut WatchLines, deadline: tokio::time::Instant) -> Result<(), End> {
         loop {
             let line = tokio::select! {
                 line = lines.next() => line,
                 _ = self.tx.closed() => return Err(End::Closed),
-                _ = tokio::time::sleep(self.idle_timeout) => {
-                    info!(kind = %self.kind, idle = ?self.idle_timeout, "antrea-controller watch idle; reopening to check the connection");
+                _ = tokio::time::sleep_until(deadline) => {
+                    info!(kind = %self.kind, lifetime = ?self.max_watch_lifetime, "antrea-controller watch reached its safety deadline; reopening");
                     return Ok(());
                 }
             };
@@ -539,6 +574,7 @@ impl Watcher {
                 Some(Ok(line)) => line,
                 Some(Err(e)) => {
                     warn!(kind = %self.kind, "antrea-controller watch failed: {e}; reopening");
+                    self.suspect_restart = true;
                     return Ok(());
                 }
                 None => {
@@ -601,13 +637,32 @@ impl Watcher {
                         .unwrap_or("no message")
                         .to_owned();
                     warn!(kind = %self.kind, "antrea-controller watch sent an ERROR ({message}); reopening");
+                    self.suspect_restart = true;
                     return Ok(());
                 }
                 other => {
                     warn!(kind = %self.kind, "unexpected {other} event on the antrea-controller watch; reopening");
+                    self.suspect_restart = true;
                     return Ok(());
                 }
             }
+        }
+    }
+
+    /// Remembers the snapshot's resourceVersion; one lower than the last means a new server
+    /// incarnation (antrea-controller's counters restart with the process).
+    fn note_bookmark(&mut self, object: &Value) {
+        let rv = object
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .and_then(|v| v.parse::<u64>().ok());
+        if let (Some(rv), Some(last)) = (rv, self.last_bookmark_rv) {
+            if rv < last {
+                self.suspect_restart = true;
+            }
+        }
+        if rv.is_some() {
+            self.last_bookmark_rv = rv;
         }
     }
 
@@ -622,6 +677,11 @@ impl Watcher {
             ));
         }
         let valid = object.validate().map_err(|e| e.to_string())?;
+        // One line per member left out (the subscriber logs it); a subscriber gone ends the
+        // watch at its next step anyway.
+        for note in dropped_members(&object) {
+            let _ = self.error(note);
+        }
         match (object, valid) {
             (ControlplaneObject::AddressGroupPatch(w), ValidObject::AddressGroupPatch(p))
             | (ControlplaneObject::AppliedToGroupPatch(w), ValidObject::AppliedToGroupPatch(p)) => {
@@ -736,7 +796,9 @@ pub fn update_kind(update: &PolicyUpdate) -> Option<Kind> {
         | PolicyUpdate::Patch { kind, .. }
         | PolicyUpdate::Delete { kind, .. }
         | PolicyUpdate::Connection { kind, .. } => Some(*kind),
-        PolicyUpdate::Upsert(ValidObject::NetworkPolicy(_)) => Some(Kind::NetworkPolicy),
+        PolicyUpdate::Upsert(ValidObject::NetworkPolicy(_)) | PolicyUpdate::ServerMayHaveRestarted => {
+            Some(Kind::NetworkPolicy)
+        }
         PolicyUpdate::Upsert(ValidObject::AddressGroup(_)) => Some(Kind::AddressGroup),
         PolicyUpdate::Upsert(ValidObject::AppliedToGroup(_)) => Some(Kind::AppliedToGroup),
         PolicyUpdate::Error(e) => WATCHED_KINDS
@@ -747,796 +809,4 @@ pub fn update_kind(update: &PolicyUpdate) -> Option<Kind> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::k8s::fake_api::{FakeApi, WatchFeed};
-    use serde_json::json;
-
-    const T: Duration = Duration::from_secs(10);
-    const NP: &str = include_str!("../policy/controlplane/testdata/np_annp1.json");
-    const ATG: &str = include_str!("../policy/controlplane/testdata/atg.json");
-    const ATG_PATCH: &str = include_str!("../policy/controlplane/testdata/atg_patch.json");
-    const AG: &str = include_str!("../policy/controlplane/testdata/ag.json");
-    const AG_PATCH: &str = include_str!("../policy/controlplane/testdata/ag_patch.json");
-    const NPS: &str = "/apis/controlplane.antrea.io/v1beta2/networkpolicies";
-    const ATGS: &str = "/apis/controlplane.antrea.io/v1beta2/appliedtogroups";
-    const AGS: &str = "/apis/controlplane.antrea.io/v1beta2/addressgroups";
-
-    fn obj(text: &str, name: &str) -> Value {
-        let mut v: Value = serde_json::from_str(text).unwrap();
-        v["metadata"]["name"] = json!(name);
-        v["metadata"]["uid"] = json!(name);
-        v
-    }
-
-    fn valid(v: &Value) -> ValidObject {
-        ControlplaneObject::from_value(v.clone())
-            .unwrap()
-            .validate()
-            .unwrap()
-    }
-
-    fn line(kind: &str, object: &Value) -> String {
-        json!({"type": kind, "object": object}).to_string()
-    }
-
-    fn bookmark(kind: &str) -> String {
-        line(
-            "BOOKMARK",
-            &json!({"kind": kind, "apiVersion": API_VERSION, "metadata": {"resourceVersion": "7"}}),
-        )
-    }
-
-    fn send(feed: &WatchFeed, lines: &[String]) {
-        for l in lines {
-            feed.send(Ok(l.clone())).unwrap();
-        }
-    }
-
-    fn source(api: &FakeApi, fallback: Option<FallbackStore>) -> ControlplaneSource {
-        let mut s =
-            ControlplaneSource::new(Arc::new(api.clone()), "vm-ns/vm1").with_timing(ControlplaneTiming {
-                retry_period: Duration::from_millis(20),
-                ..ControlplaneTiming::default()
-            });
-        s.fallback = fallback;
-        s
-    }
-
-    /// A subscription whose updates tests read per kind.
-    struct Updates {
-        stream: BoxStream<'static, PolicyUpdate>,
-        /// Updates about other kinds than the one last waited for, in arrival order.
-        held: Vec<PolicyUpdate>,
-    }
-
-    fn updates(src: &ControlplaneSource) -> Updates {
-        Updates {
-            stream: src.subscribe(),
-            held: Vec::new(),
-        }
-    }
-
-    /// The next update about `kind` (the three watches are concurrent: updates about other kinds
-    /// are held for later), bounded.
-    async fn next(updates: &mut Updates, kind: Kind) -> PolicyUpdate {
-        if let Some(i) = updates.held.iter().position(|u| update_kind(u) == Some(kind)) {
-            return updates.held.remove(i);
-        }
-        let wait = async {
-            loop {
-                let u = updates.stream.next().await.expect("the stream ended");
-                if update_kind(&u) == Some(kind) {
-                    return u;
-                }
-                updates.held.push(u);
-            }
-        };
-        tokio::time::timeout(T, wait)
-            .await
-            .unwrap_or_else(|_| panic!("no update about {kind} within {T:?}"))
-    }
-
-    fn connection(kind: Kind, connected: bool) -> PolicyUpdate {
-        PolicyUpdate::Connection { kind, connected }
-    }
-
-    #[test]
-    fn watch_paths_filter_on_the_urlencoded_node_key() {
-        assert_eq!(
-            watch_path(Kind::NetworkPolicy, "vm-ns/vm1"),
-            "/apis/controlplane.antrea.io/v1beta2/networkpolicies?fieldSelector=nodeName%3Dvm-ns%2Fvm1&watch=true"
-        );
-        assert_eq!(
-            watch_path(Kind::AppliedToGroup, "vm-ns/vm1"),
-            "/apis/controlplane.antrea.io/v1beta2/appliedtogroups?fieldSelector=nodeName%3Dvm-ns%2Fvm1&watch=true"
-        );
-        assert_eq!(
-            watch_path(Kind::AddressGroup, "a&b/c=d"),
-            "/apis/controlplane.antrea.io/v1beta2/addressgroups?fieldSelector=nodeName%3Da%26b%2Fc%3Dd&watch=true"
-        );
-    }
-
-    #[tokio::test]
-    async fn opens_the_three_node_filtered_watches() {
-        let api = FakeApi::named("https://10.0.0.1:443");
-        let src = source(&api, None);
-        assert_eq!(
-            src.describe(),
-            "antrea-controller https://10.0.0.1:443 (node vm-ns/vm1)"
-        );
-        let mut stream = updates(&src);
-        // Nothing answers: each kind reports "not connected" once.
-        for kind in WATCHED_KINDS {
-            assert_eq!(next(&mut stream, kind).await, connection(kind, false));
-        }
-        for (prefix, kind) in [
-            (NPS, Kind::NetworkPolicy),
-            (ATGS, Kind::AppliedToGroup),
-            (AGS, Kind::AddressGroup),
-        ] {
-            let paths = api.wait_for_watches(prefix, 2, T).await.unwrap();
-            assert!(
-                paths.iter().all(|p| *p == watch_path(kind, "vm-ns/vm1")),
-                "{paths:?}"
-            );
-        }
-        assert!(api
-            .calls()
-            .iter()
-            .all(|c| c.watch && c.method == crate::k8s::api::Method::Get));
-    }
-
-    #[tokio::test]
-    async fn a_silent_watch_is_reopened_after_the_idle_timeout() {
-        let api = FakeApi::new();
-        // The first watch delivers its snapshot, then nothing, and its body stays open.
-        let atgs = api.watch_stream(ATGS);
-        let _second = api.watch_stream(ATGS);
-        let mut src = source(&api, None);
-        src.timing.idle_timeout = Duration::from_millis(200);
-        let mut stream = updates(&src);
-        send(&atgs, &[bookmark("AppliedToGroup")]);
-        assert_eq!(
-            next(&mut stream, Kind::AppliedToGroup).await,
-            PolicyUpdate::Replace {
-                kind: Kind::AppliedToGroup,
-                objects: vec![]
-            }
-        );
-        assert_eq!(
-            next(&mut stream, Kind::AppliedToGroup).await,
-            connection(Kind::AppliedToGroup, true)
-        );
-        // Silence: the watch is reported down and reopened, though the server never closed it.
-        assert_eq!(
-            next(&mut stream, Kind::AppliedToGroup).await,
-            connection(Kind::AppliedToGroup, false)
-        );
-        api.wait_for_watches(ATGS, 2, T).await.unwrap();
-        assert!(atgs.is_closed(), "the silent body was dropped");
-    }
-
-    #[tokio::test]
-    async fn snapshot_is_buffered_until_the_bookmark_then_live_events_apply() {
-        let api = FakeApi::new();
-        let atgs = api.watch_stream(ATGS);
-        let nps = api.watch_stream(NPS);
-        let mut stream = updates(&source(&api, None));
-
-        let (atg_a, atg_b) = (obj(ATG, "atg-a"), obj(ATG, "ns/atg-b"));
-        let patch_a = obj(ATG_PATCH, "atg-a");
-        send(
-            &atgs,
-            &[
-                // Before the bookmark only ADDED counts.
-                line("MODIFIED", &patch_a),
-                line("DELETED", &atg_a),
-                line("ADDED", &atg_b),
-                line("ADDED", &atg_a),
-            ],
-        );
-        tokio::task::yield_now().await;
-        send(&atgs, &[bookmark("AppliedToGroup")]);
-        assert_eq!(
-            next(&mut stream, Kind::AppliedToGroup).await,
-            PolicyUpdate::Replace {
-                kind: Kind::AppliedToGroup,
-                objects: vec![valid(&atg_a), valid(&atg_b)]
-            }
-        );
-        assert_eq!(
-            next(&mut stream, Kind::AppliedToGroup).await,
-            connection(Kind::AppliedToGroup, true)
-        );
-
-        // Live: patch, add, full modify, delete.
-        let atg_c = obj(ATG, "atg-c");
-        let mut atg_b2 = atg_b.clone();
-        atg_b2["groupMembers"] = json!([{"externalEntity": {"name": "vm9", "namespace": "vm-ns"}}]);
-        send(
-            &atgs,
-            &[
-                line("MODIFIED", &patch_a),
-                line("ADDED", &atg_c),
-                line("MODIFIED", &atg_b2),
-                line(
-                    "DELETED",
-                    &json!({"kind": "AppliedToGroup", "metadata": {"name": "atg-c"}}),
-                ),
-            ],
-        );
-        let ValidObject::AppliedToGroupPatch(p) = valid(&patch_a) else {
-            panic!()
-        };
-        assert_eq!(
-            next(&mut stream, Kind::AppliedToGroup).await,
-            PolicyUpdate::Patch {
-                kind: Kind::AppliedToGroup,
-                patch: p
-            }
-        );
-        assert_eq!(
-            next(&mut stream, Kind::AppliedToGroup).await,
-            PolicyUpdate::Upsert(valid(&atg_c))
-        );
-        assert_eq!(
-            next(&mut stream, Kind::AppliedToGroup).await,
-            PolicyUpdate::Upsert(valid(&atg_b2))
-        );
-        assert_eq!(
-            next(&mut stream, Kind::AppliedToGroup).await,
-            PolicyUpdate::Delete {
-                kind: Kind::AppliedToGroup,
-                name: "atg-c".into()
-            }
-        );
-
-        // NetworkPolicies: empty snapshot, then ADDED, MODIFIED (full object), DELETED.
-        let np: Value = serde_json::from_str(NP).unwrap();
-        let mut np2 = np.clone();
-        np2["metadata"]["generation"] = json!(2);
-        let deleted: Value = serde_json::from_str(
-            include_str!("../policy/controlplane/testdata/watch_events.jsonl")
-                .lines()
-                .nth(5)
-                .unwrap(),
-        )
-        .unwrap();
-        send(
-            &nps,
-            &[
-                bookmark("NetworkPolicy"),
-                line("ADDED", &np),
-                line("MODIFIED", &np2),
-                deleted.to_string(),
-            ],
-        );
-        assert_eq!(
-            next(&mut stream, Kind::NetworkPolicy).await,
-            PolicyUpdate::Replace {
-                kind: Kind::NetworkPolicy,
-                objects: vec![]
-            }
-        );
-        assert_eq!(
-            next(&mut stream, Kind::NetworkPolicy).await,
-            connection(Kind::NetworkPolicy, true)
-        );
-        assert_eq!(
-            next(&mut stream, Kind::NetworkPolicy).await,
-            PolicyUpdate::Upsert(valid(&np))
-        );
-        assert_eq!(
-            next(&mut stream, Kind::NetworkPolicy).await,
-            PolicyUpdate::Upsert(valid(&np2))
-        );
-        assert_eq!(
-            next(&mut stream, Kind::NetworkPolicy).await,
-            PolicyUpdate::Delete {
-                kind: Kind::NetworkPolicy,
-                name: "5d5b6c7e-0f0a-4c43-9d61-2a1f9e3c4b10".into()
-            }
-        );
-        // Still the first session of each watch.
-        assert_eq!(api.watch_paths(ATGS).len(), 1);
-        assert_eq!(api.watch_paths(NPS).len(), 1);
-    }
-
-    #[tokio::test]
-    async fn a_closed_body_reconnects_with_a_full_resync() {
-        let api = FakeApi::new();
-        let first = api.watch_stream(AGS);
-        let (ag1, ag2) = (obj(AG, "ag1"), obj(AG, "ag2"));
-        send(
-            &first,
-            &[line("ADDED", &ag1), line("ADDED", &ag2), bookmark("AddressGroup")],
-        );
-        let mut stream = updates(&source(&api, None));
-        assert!(
-            matches!(next(&mut stream, Kind::AddressGroup).await, PolicyUpdate::Replace { ref objects, .. } if objects.len() == 2)
-        );
-        assert_eq!(
-            next(&mut stream, Kind::AddressGroup).await,
-            connection(Kind::AddressGroup, true)
-        );
-
-        // The controller restarts: the body ends; the next snapshot lacks ag1, so the cache's
-        // Replace deletes it.
-        let second = api.watch_stream(AGS);
-        send(&second, &[line("ADDED", &ag2), bookmark("AddressGroup")]);
-        drop(first);
-        assert_eq!(
-            next(&mut stream, Kind::AddressGroup).await,
-            connection(Kind::AddressGroup, false)
-        );
-        assert_eq!(
-            next(&mut stream, Kind::AddressGroup).await,
-            PolicyUpdate::Replace {
-                kind: Kind::AddressGroup,
-                objects: vec![valid(&ag2)]
-            }
-        );
-        assert_eq!(
-            next(&mut stream, Kind::AddressGroup).await,
-            connection(Kind::AddressGroup, true)
-        );
-        assert_eq!(api.watch_paths(AGS).len(), 2);
-
-        // A transport error ends the body the same way; a body that ends before its bookmark
-        // gives nothing and is retried.
-        let third = api.watch_stream(AGS);
-        send(&third, &[line("ADDED", &ag1)]);
-        drop(third);
-        let fourth = api.watch_stream(AGS);
-        send(&fourth, &[line("ADDED", &ag1), bookmark("AddressGroup")]);
-        second.send(Err(FakeApi::transport("connection reset"))).unwrap();
-        assert_eq!(
-            next(&mut stream, Kind::AddressGroup).await,
-            connection(Kind::AddressGroup, false)
-        );
-        assert_eq!(
-            next(&mut stream, Kind::AddressGroup).await,
-            PolicyUpdate::Replace {
-                kind: Kind::AddressGroup,
-                objects: vec![valid(&ag1)]
-            }
-        );
-        assert_eq!(
-            next(&mut stream, Kind::AddressGroup).await,
-            connection(Kind::AddressGroup, true)
-        );
-        assert_eq!(api.watch_paths(AGS).len(), 4);
-    }
-
-    #[tokio::test]
-    async fn a_patch_for_an_unknown_group_reopens_the_watch() {
-        let api = FakeApi::new();
-        let first = api.watch_stream(AGS);
-        let ag1 = obj(AG, "ag1");
-        send(
-            &first,
-            &[
-                line("ADDED", &ag1),
-                bookmark("AddressGroup"),
-                line("MODIFIED", &obj(AG_PATCH, "nope")),
-            ],
-        );
-        let second = api.watch_stream(AGS);
-        send(&second, &[line("ADDED", &ag1), bookmark("AddressGroup")]);
-        let mut stream = updates(&source(&api, None));
-        assert!(matches!(
-            next(&mut stream, Kind::AddressGroup).await,
-            PolicyUpdate::Replace { .. }
-        ));
-        assert_eq!(
-            next(&mut stream, Kind::AddressGroup).await,
-            connection(Kind::AddressGroup, true)
-        );
-        let PolicyUpdate::Error(e) = next(&mut stream, Kind::AddressGroup).await else {
-            panic!()
-        };
-        assert_eq!(e, "antrea-controller AddressGroup watch: patch for unknown AddressGroup \"nope\"; reopening the watch to resync");
-        assert_eq!(
-            next(&mut stream, Kind::AddressGroup).await,
-            connection(Kind::AddressGroup, false)
-        );
-        assert!(matches!(
-            next(&mut stream, Kind::AddressGroup).await,
-            PolicyUpdate::Replace { .. }
-        ));
-        assert_eq!(
-            next(&mut stream, Kind::AddressGroup).await,
-            connection(Kind::AddressGroup, true)
-        );
-        assert_eq!(api.watch_paths(AGS).len(), 2);
-        // The first body was dropped by the watcher.
-        assert!(first.is_closed());
-    }
-
-    #[tokio::test]
-    async fn error_and_late_bookmark_events_reopen_the_watch() {
-        let api = FakeApi::new();
-        let status = json!({"kind": "Status", "status": "Failure", "message": "too old", "code": 410});
-        for end in [
-            line("ERROR", &status),
-            bookmark("NetworkPolicy"),
-            line("SURPRISE", &json!({})),
-        ] {
-            let feed = api.watch_stream(NPS);
-            send(&feed, &[bookmark("NetworkPolicy"), end]);
-        }
-        let last = api.watch_stream(NPS);
-        send(&last, &[bookmark("NetworkPolicy")]);
-        let mut stream = updates(&source(&api, None));
-        for _ in 0..3 {
-            assert!(matches!(
-                next(&mut stream, Kind::NetworkPolicy).await,
-                PolicyUpdate::Replace { .. }
-            ));
-            assert_eq!(
-                next(&mut stream, Kind::NetworkPolicy).await,
-                connection(Kind::NetworkPolicy, true)
-            );
-            assert_eq!(
-                next(&mut stream, Kind::NetworkPolicy).await,
-                connection(Kind::NetworkPolicy, false)
-            );
-        }
-        assert!(matches!(
-            next(&mut stream, Kind::NetworkPolicy).await,
-            PolicyUpdate::Replace { .. }
-        ));
-        assert_eq!(
-            next(&mut stream, Kind::NetworkPolicy).await,
-            connection(Kind::NetworkPolicy, true)
-        );
-        assert_eq!(api.watch_paths(NPS).len(), 4);
-    }
-
-    #[tokio::test]
-    async fn a_failed_open_is_retried() {
-        let api = FakeApi::new();
-        api.watch_fails(ATGS, FakeApi::status(500, "InternalError", "etcd down"));
-        let feed = api.watch_stream(ATGS);
-        send(
-            &feed,
-            &[line("ADDED", &obj(ATG, "a")), bookmark("AppliedToGroup")],
-        );
-        let mut stream = updates(&source(&api, None));
-        assert_eq!(
-            next(&mut stream, Kind::AppliedToGroup).await,
-            connection(Kind::AppliedToGroup, false)
-        );
-        assert_eq!(
-            next(&mut stream, Kind::AppliedToGroup).await,
-            PolicyUpdate::Replace {
-                kind: Kind::AppliedToGroup,
-                objects: vec![valid(&obj(ATG, "a"))]
-            }
-        );
-        assert_eq!(
-            next(&mut stream, Kind::AppliedToGroup).await,
-            connection(Kind::AppliedToGroup, true)
-        );
-        assert_eq!(api.watch_paths(ATGS).len(), 2);
-    }
-
-    #[tokio::test]
-    async fn bad_lines_and_objects_are_reported_and_skipped() {
-        let api = FakeApi::new();
-        let first = api.watch_stream(AGS);
-        let good = obj(AG, "good");
-        let mut bad = obj(AG, "bad");
-        bad["groupMembers"][0]["ips"] = json!(["AAE="]);
-        send(
-            &first,
-            &[
-                "not json".into(),
-                line("ADDED", &bad),
-                line("ADDED", &good),
-                bookmark("AddressGroup"),
-                r#"{"object": {}}"#.into(),
-                line(
-                    "ADDED",
-                    &json!({"kind": "NetworkPolicy", "apiVersion": API_VERSION, "metadata": {"name": "np"}}),
-                ),
-                line("MODIFIED", &bad),
-                line("ADDED", &obj(AG, "after")),
-            ],
-        );
-        let mut stream = updates(&source(&api, None));
-        let mut errors = Vec::new();
-        let mut updates = Vec::new();
-        while updates.len() < 3 {
-            match next(&mut stream, Kind::AddressGroup).await {
-                PolicyUpdate::Error(e) => errors.push(e),
-                u => updates.push(u),
-            }
-        }
-        assert_eq!(
-            updates,
-            [
-                PolicyUpdate::Replace {
-                    kind: Kind::AddressGroup,
-                    objects: vec![valid(&good)]
-                },
-                connection(Kind::AddressGroup, true),
-                PolicyUpdate::Upsert(valid(&obj(AG, "after")))
-            ]
-        );
-        assert_eq!(errors.len(), 5, "{errors:#?}");
-        assert!(
-            errors[0].starts_with("antrea-controller AddressGroup watch: event is not JSON"),
-            "{}",
-            errors[0]
-        );
-        assert!(
-            errors[1].starts_with(
-                "antrea-controller AddressGroup watch: AddressGroup bad: groupMembers[0].ips[0]"
-            ),
-            "{}",
-            errors[1]
-        );
-        assert!(errors[2].contains("event without a type"), "{}", errors[2]);
-        assert!(
-            errors[3].contains("NetworkPolicy \"np\" does not belong on this watch"),
-            "{}",
-            errors[3]
-        );
-        assert!(
-            errors[4].contains("AddressGroup bad: groupMembers[0].ips[0]"),
-            "{}",
-            errors[4]
-        );
-
-        // A resync where a known object turned bad keeps its last good version.
-        let second = api.watch_stream(AGS);
-        let mut good_now_bad = bad.clone();
-        good_now_bad["metadata"]["name"] = json!("good");
-        send(&second, &[line("ADDED", &good_now_bad), bookmark("AddressGroup")]);
-        drop(first);
-        assert_eq!(
-            next(&mut stream, Kind::AddressGroup).await,
-            connection(Kind::AddressGroup, false)
-        );
-        let PolicyUpdate::Error(e) = next(&mut stream, Kind::AddressGroup).await else {
-            panic!()
-        };
-        assert!(
-            e.contains("AddressGroup good:") && e.ends_with("keeping its last good version"),
-            "{e}"
-        );
-        assert_eq!(
-            next(&mut stream, Kind::AddressGroup).await,
-            PolicyUpdate::Replace {
-                kind: Kind::AddressGroup,
-                objects: vec![valid(&good)]
-            }
-        );
-    }
-
-    #[tokio::test]
-    async fn dropping_the_stream_stops_the_watches() {
-        let api = FakeApi::new();
-        let feeds: Vec<WatchFeed> = [NPS, ATGS, AGS].iter().map(|p| api.watch_stream(p)).collect();
-        let mut stream = updates(&source(&api, None));
-        send(&feeds[0], &[bookmark("NetworkPolicy")]);
-        assert!(matches!(
-            next(&mut stream, Kind::NetworkPolicy).await,
-            PolicyUpdate::Replace { .. }
-        ));
-        api.wait_for_watches("/apis/controlplane.antrea.io/", 3, T)
-            .await
-            .unwrap();
-        drop(stream);
-        for feed in &feeds {
-            tokio::time::timeout(T, feed.closed())
-                .await
-                .expect("a watch body stayed open");
-        }
-        // And no watch is opened again.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(api.watch_paths("/apis/controlplane.antrea.io/").len(), 3);
-    }
-
-    fn dir_files(store: &FallbackStore, kind: Kind) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(store.kind_dir(kind).unwrap())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        names.sort();
-        names
-    }
-
-    #[tokio::test]
-    async fn the_fallback_store_is_written_and_used_when_the_controller_is_down_at_start() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = FallbackStore::in_state_dir(tmp.path());
-        let api = FakeApi::new();
-        let (nps, atgs, ags) = (
-            api.watch_stream(NPS),
-            api.watch_stream(ATGS),
-            api.watch_stream(AGS),
-        );
-        let np: Value = serde_json::from_str(NP).unwrap();
-        let np_name = np["metadata"]["name"].as_str().unwrap().to_owned();
-        let np_gone = obj(NP, "gone");
-        let (atg, ag, ag_old) = (obj(ATG, "ns/atg"), obj(AG, "ag"), obj(AG, "ag-old"));
-        let mut stream = updates(&source(&api, Some(store.clone())));
-        send(
-            &nps,
-            &[
-                line("ADDED", &np),
-                line("ADDED", &np_gone),
-                bookmark("NetworkPolicy"),
-            ],
-        );
-        send(&atgs, &[line("ADDED", &atg), bookmark("AppliedToGroup")]);
-        send(
-            &ags,
-            &[
-                line("ADDED", &ag),
-                line("ADDED", &ag_old),
-                bookmark("AddressGroup"),
-            ],
-        );
-        for kind in WATCHED_KINDS {
-            assert!(matches!(
-                next(&mut stream, kind).await,
-                PolicyUpdate::Replace { .. }
-            ));
-            assert_eq!(next(&mut stream, kind).await, connection(kind, true));
-        }
-        // Changes: a policy and a group deleted, a group patched.
-        send(
-            &nps,
-            &[line(
-                "DELETED",
-                &json!({"kind": "NetworkPolicy", "metadata": {"name": "gone"}}),
-            )],
-        );
-        send(
-            &ags,
-            &[line(
-                "DELETED",
-                &json!({"kind": "AddressGroup", "metadata": {"name": "ag-old"}}),
-            )],
-        );
-        send(&ags, &[line("MODIFIED", &obj(AG_PATCH, "ag"))]);
-        send(&atgs, &[line("MODIFIED", &obj(ATG_PATCH, "ns/atg"))]);
-        assert!(matches!(
-            next(&mut stream, Kind::NetworkPolicy).await,
-            PolicyUpdate::Delete { .. }
-        ));
-        assert!(matches!(
-            next(&mut stream, Kind::AddressGroup).await,
-            PolicyUpdate::Delete { .. }
-        ));
-        assert!(matches!(
-            next(&mut stream, Kind::AddressGroup).await,
-            PolicyUpdate::Patch { .. }
-        ));
-        assert!(matches!(
-            next(&mut stream, Kind::AppliedToGroup).await,
-            PolicyUpdate::Patch { .. }
-        ));
-        // Writes follow their update; one more round trip on each watch makes sure they are done.
-        for (feed, kind, k) in [
-            (&nps, "NetworkPolicy", Kind::NetworkPolicy),
-            (&ags, "AddressGroup", Kind::AddressGroup),
-            (&atgs, "AppliedToGroup", Kind::AppliedToGroup),
-        ] {
-            send(feed, &["garbage".to_string()]);
-            assert!(
-                matches!(next(&mut stream, k).await, PolicyUpdate::Error(_)),
-                "{kind}"
-            );
-        }
-        drop(stream);
-        assert_eq!(
-            dir_files(&store, Kind::NetworkPolicy),
-            [format!("{np_name}.json")]
-        );
-        assert_eq!(dir_files(&store, Kind::AppliedToGroup), ["ns%2Fatg.json"]);
-        assert_eq!(dir_files(&store, Kind::AddressGroup), ["ag.json"]);
-
-        // Restart with the controller down: each kind's Replace comes from the store, patched.
-        let down = FakeApi::new();
-        down.set_default_error(|m, p| crate::k8s::api::ApiError::Transport {
-            method: m.as_str(),
-            path: p.into(),
-            message: "connection refused".into(),
-        });
-        let mut stream = updates(&source(&down, Some(store.clone())));
-        let patched_ag = json!({
-            "kind": "AddressGroup", "apiVersion": API_VERSION,
-            "metadata": {"name": "ag", "uid": "ag"},
-            "groupMembers": [
-                {"externalEntity": {"name": "vm2-e8be5", "namespace": "vm-ns"}, "ips": ["AAAAAAAAAAAAAP//rBBkBA=="]},
-                {"pod": {"name": "front-7d9f", "namespace": "vm-ns"}, "ips": ["AAAAAAAAAAAAAP//CgoBBQ=="]}
-            ]
-        });
-        let patched_atg = json!({
-            "kind": "AppliedToGroup", "apiVersion": API_VERSION,
-            "metadata": {"name": "ns/atg", "uid": "ns/atg"},
-            "groupMembers": [{"externalEntity": {"name": "vm1-3e616", "namespace": "vm-ns"}}]
-        });
-        for (kind, expected) in [
-            (Kind::NetworkPolicy, vec![valid(&np)]),
-            (Kind::AppliedToGroup, vec![valid(&patched_atg)]),
-            (Kind::AddressGroup, vec![valid(&patched_ag)]),
-        ] {
-            assert_eq!(
-                next(&mut stream, kind).await,
-                PolicyUpdate::Replace {
-                    kind,
-                    objects: expected
-                }
-            );
-            assert_eq!(next(&mut stream, kind).await, connection(kind, false));
-        }
-        // The files hold the controller's JSON (members in identity order).
-        let saved: Value = serde_json::from_slice(
-            &std::fs::read(store.kind_dir(Kind::AddressGroup).unwrap().join("ag.json")).unwrap(),
-        )
-        .unwrap();
-        assert_eq!(saved["groupMembers"].as_array().unwrap().len(), 2);
-        // The fallback is read once: later failures do not replay it.
-        down.wait_for_watches(AGS, 3, T).await.unwrap();
-        let replays = down.watch_paths(AGS).len();
-        assert!(replays >= 3);
-        // A connection that comes back replaces the fallback view.
-        let back = down.watch_stream(AGS);
-        send(&back, &[bookmark("AddressGroup")]);
-        assert_eq!(
-            next(&mut stream, Kind::AddressGroup).await,
-            PolicyUpdate::Replace {
-                kind: Kind::AddressGroup,
-                objects: vec![]
-            }
-        );
-        assert_eq!(
-            next(&mut stream, Kind::AddressGroup).await,
-            connection(Kind::AddressGroup, true)
-        );
-    }
-
-    #[tokio::test]
-    async fn a_corrupt_fallback_file_is_reported_and_the_rest_loads() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = FallbackStore::new(tmp.path());
-        let np: Value = serde_json::from_str(NP).unwrap();
-        store.replace(Kind::NetworkPolicy, [("p", &np)]).unwrap();
-        let corrupt = store.kind_dir(Kind::NetworkPolicy).unwrap().join("torn.json");
-        std::fs::write(&corrupt, "{\"kind\":").unwrap();
-        let api = FakeApi::new();
-        let mut stream = updates(&source(&api, Some(store)));
-        let PolicyUpdate::Error(e) = next(&mut stream, Kind::NetworkPolicy).await else {
-            panic!()
-        };
-        assert!(
-            e.starts_with(&format!(
-                "antrea-controller NetworkPolicy watch: fallback file {}: not JSON",
-                corrupt.display()
-            )),
-            "{e}"
-        );
-        assert_eq!(
-            next(&mut stream, Kind::NetworkPolicy).await,
-            PolicyUpdate::Replace {
-                kind: Kind::NetworkPolicy,
-                objects: vec![valid(&np)]
-            }
-        );
-        assert_eq!(
-            next(&mut stream, Kind::NetworkPolicy).await,
-            connection(Kind::NetworkPolicy, false)
-        );
-        // Kinds never saved give no Replace (nothing to enforce from), only "not connected".
-        assert_eq!(
-            next(&mut stream, Kind::AddressGroup).await,
-            connection(Kind::AddressGroup, false)
-        );
-    }
-}
+mod tests;

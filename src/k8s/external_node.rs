@@ -144,7 +144,9 @@ impl ExternalNodeObject {
             if iface.ips.is_empty() {
                 return Err(bad(
                     &format!("spec.interfaces[{i}].ips"),
-                    "must list at least one IP".into(),
+                    "is empty: the CRD allows an interface named without IPs, but this agent finds \
+                     and polices interfaces by their IPs and refuses it (list the interface's IPs)"
+                        .into(),
                 ));
             }
             let mut ips = Vec::new();

@@ -226,7 +226,14 @@ impl FallbackStore {
         let mut loaded = LoadedKind::default();
         for path in paths {
             match load_file(&path, kind) {
-                Ok(object) => loaded.objects.push(object),
+                Ok((object, notes)) => {
+                    loaded.objects.push(object);
+                    loaded.errors.extend(
+                        notes
+                            .into_iter()
+                            .map(|note| format!("fallback file {}: {note}", path.display())),
+                    );
+                }
                 Err(problem) => loaded
                     .errors
                     .push(format!("fallback file {}: {problem}", path.display())),
@@ -236,7 +243,8 @@ impl FallbackStore {
     }
 }
 
-fn load_file(path: &Path, kind: Kind) -> Result<LoadedObject, String> {
+/// The object in `path`, and what lenient validation left out of it.
+fn load_file(path: &Path, kind: Kind) -> Result<(LoadedObject, Vec<String>), String> {
     let text = fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
     let wire: Value = serde_json::from_slice(&text).map_err(|e| format!("not JSON: {e}"))?;
     let object = ControlplaneObject::from_value(wire.clone()).map_err(|e| e.to_string())?;
@@ -244,11 +252,15 @@ fn load_file(path: &Path, kind: Kind) -> Result<LoadedObject, String> {
         return Err(format!("holds a {}, expected a {kind}", object.kind()));
     }
     let valid = object.validate().map_err(|e| e.to_string())?;
-    Ok(LoadedObject {
-        path: path.to_owned(),
-        wire,
-        valid,
-    })
+    let notes = crate::policy::controlplane::validate::dropped_members(&object);
+    Ok((
+        LoadedObject {
+            path: path.to_owned(),
+            wire,
+            valid,
+        },
+        notes,
+    ))
 }
 
 #[cfg(test)]
@@ -369,7 +381,8 @@ mod tests {
         fs::write(dir.join("README"), "garbage").unwrap();
 
         let loaded = store.load(Kind::AddressGroup).unwrap().unwrap();
-        assert_eq!(names(&loaded), ["good"]);
+        // A bad member is left out of its group, which still loads (the controller is lenient).
+        assert_eq!(names(&loaded), ["bad", "good"]);
         assert_eq!(loaded.errors.len(), 3, "{:?}", loaded.errors);
         let torn = dir.join("torn.json");
         assert!(loaded
@@ -381,10 +394,9 @@ mod tests {
             .iter()
             .any(|e| e.contains("wrong.json: holds a NetworkPolicy, expected a AddressGroup")));
         assert!(
-            loaded
-                .errors
-                .iter()
-                .any(|e| e.contains("bad.json: AddressGroup bad: groupMembers[0].ips[0]")),
+            loaded.errors.iter().any(|e| e
+                .contains("bad.json: AddressGroup bad: groupMembers[0] (externalEntity")
+                && e.contains("dropped: groupMembers[0].ips[0]")),
             "{:?}",
             loaded.errors
         );

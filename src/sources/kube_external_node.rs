@@ -45,6 +45,16 @@ use super::{ExternalNodeSource, SourceEvent};
 use crate::k8s::api::{ApiClient, Method, WatchLines};
 use crate::k8s::external_node::{ExternalNodeObject, API_VERSION};
 
+/// Whether the server answers kube-apiserver's core discovery (`/api`), which antrea-controller
+/// does not serve: tells a missing ExternalNode CRD (an answer: the object is absent) from a
+/// kubeconfig pointing at the wrong server (an error: nothing is known).
+async fn is_kube_apiserver(api: &dyn ApiClient) -> bool {
+    match api.request(Method::Get, "/api", None).await {
+        Ok(_) => true,
+        Err(e) => !e.is_not_found(),
+    }
+}
+
 /// Delays and timeouts of the watch loop; tests shrink them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatchTiming {
@@ -353,6 +363,17 @@ impl Machine {
             Ok(object) => {
                 self.observe_object(&object);
                 self.phase = Phase::List;
+            }
+            Err(e) if e.is_unserved() && !is_kube_apiserver(self.source.api.as_ref()).await => {
+                self.connection_error(format!(
+                    "{}: {} does not serve ExternalNodes and is not kube-apiserver (it has no /api): \
+                     clientConnection.kubeconfig must point at kube-apiserver (are clientConnection \
+                     and antreaClientConnection swapped?); retrying every {:?}",
+                    self.object(),
+                    self.source.api.describe(),
+                    self.source.timing.initial_retry
+                ));
+                self.delay = Some(self.source.timing.initial_retry);
             }
             Err(e) if e.is_not_found() => {
                 info!(object = %self.object(), "ExternalNode not found; watching for it to be created");

@@ -60,6 +60,10 @@ pub enum PolicyUpdate {
     Connection { kind: Kind, connected: bool },
     /// A problem naming the object and field; the last good state stays in force.
     Error(String),
+    /// The server may have lost what the agent reported to it (the watch broke or could not be
+    /// opened, so the server may have restarted meanwhile): realization statuses are reported
+    /// again. A watch the server closed cleanly and that reopened at once does not say this.
+    ServerMayHaveRestarted,
 }
 
 /// A source of controlplane policy objects.

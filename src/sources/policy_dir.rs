@@ -547,7 +547,17 @@ fn load_file(
                     obj.kind(),
                     obj.metadata().name
                 )),
-                _ => obj.validate().map_err(|e| e.to_string()),
+                _ => {
+                    // A member left out of its group is reported; the group still loads.
+                    for note in crate::policy::controlplane::validate::dropped_members(&obj) {
+                        errors.push(format!(
+                            "policy file {}: object {}: {note}",
+                            path.display(),
+                            i + 1
+                        ));
+                    }
+                    obj.validate().map_err(|e| e.to_string())
+                }
             });
         match loaded {
             Ok(object) => out.push(object),

@@ -14,7 +14,7 @@ use super::policy_dir::PolicyDirSource;
 use super::{ExternalNodeSource, PolicySource};
 use crate::config::Config;
 use crate::k8s::api::ApiClient;
-use crate::k8s::client::KubeApiClient;
+use crate::k8s::client::{KubeApiClient, Liveness};
 use crate::k8s::controlplane_watch::ControlplaneSource;
 use crate::k8s::fallback::FallbackStore;
 use crate::k8s::ClusterClients;
@@ -50,12 +50,16 @@ pub fn select(config: &Config, node_name: &str) -> Result<Selected, String> {
         .kubeconfig
         .as_ref()
         .ok_or("clientConnection.kubeconfig is required without a standalone section")?;
-    let kube: Arc<dyn ApiClient> =
-        Arc::new(KubeApiClient::from_kubeconfig(kubeconfig, "kube-apiserver").map_err(|e| e.to_string())?);
+    let liveness = Liveness::from_env()?;
+    let kube: Arc<dyn ApiClient> = Arc::new(
+        KubeApiClient::from_kubeconfig_with(kubeconfig, "kube-apiserver", liveness)
+            .map_err(|e| e.to_string())?,
+    );
     let controller: Arc<dyn ApiClient> = match &config.antrea_kubeconfig {
-        Some(path) => {
-            Arc::new(KubeApiClient::from_kubeconfig(path, "antrea-controller").map_err(|e| e.to_string())?)
-        }
+        Some(path) => Arc::new(
+            KubeApiClient::from_kubeconfig_with(path, "antrea-controller", liveness)
+                .map_err(|e| e.to_string())?,
+        ),
         None => {
             // The controlplane API is also registered as an APIService, so kube-apiserver's
             // aggregation layer serves the same paths.

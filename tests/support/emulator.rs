@@ -55,6 +55,12 @@ impl EmulatorEnv {
         client_from_kubeconfig(&self.kube_kubeconfig).await
     }
 
+    /// A kube-rs client with the agent's identity for antrea-controller (from
+    /// `antrea-agent.antrea.kubeconfig`).
+    pub async fn controller_client(&self) -> kube::Client {
+        client_from_kubeconfig(&self.antrea_kubeconfig).await
+    }
+
     /// A kube-rs client with the admin identity.
     pub async fn admin_client(&self) -> kube::Client {
         client_from_kubeconfig(&self.admin_kubeconfig).await

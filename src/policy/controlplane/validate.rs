@@ -6,8 +6,10 @@
 //! What is checked: names present; IP bytes (4 or 16) and prefix lengths (per family); `except`
 //! inside its `cidr`; protocols, actions and directions from the known sets; port numbers
 //! 1-65535, `endPort >= port`, ranges only on numbered ports, port fields only for TCP/UDP/SCTP,
-//! ICMP/IGMP fields only for their protocol; rule peers on the side their direction reads; group
-//! members with exactly one reference. Views normalise: IPv4-mapped addresses become IPv4,
+//! ICMP/IGMP fields only for their protocol; rule peers on the side their direction reads.
+//! Groups are lenient, as the controller is: a member without exactly one reference or with bad IP
+//! bytes is dropped, a named port that cannot be enforced is left out, and the rest of the group
+//! stands ([`dropped_members`] lists what was left out). Views normalise: IPv4-mapped addresses become IPv4,
 //! networks have host bits cleared, an absent protocol is TCP (except with a named port, where it
 //! stays unset: the member's declared port gives it, as in Antrea) and an absent action Allow.
 
@@ -930,8 +932,82 @@ fn l7(p: &mut Problems, path: &str, l: &L7Wire) -> Option<L7Protocol> {
     }
 }
 
-fn member(p: &mut Problems, path: &str, m: &GroupMember) -> Option<Member> {
-    let before = p.0.len();
+/// How a member names itself in messages: `externalEntity vm-ns/vm2-e8be5`.
+fn member_label(m: &GroupMember) -> String {
+    let refs = [
+        m.pod.as_ref().map(|r| format!("pod {}/{}", r.namespace, r.name)),
+        m.external_entity
+            .as_ref()
+            .map(|r| format!("externalEntity {}/{}", r.namespace, r.name)),
+        m.service
+            .as_ref()
+            .map(|r| format!("service {}/{}", r.namespace, r.name)),
+        m.node.as_ref().map(|r| format!("node {}", r.name)),
+    ];
+    let named: Vec<String> = refs.into_iter().flatten().collect();
+    if named.is_empty() {
+        "a member without a reference".to_string()
+    } else {
+        named.join(" + ")
+    }
+}
+
+/// A member's named ports. antrea-controller copies an ExternalEntity's ports verbatim, so a
+/// port without a name (which no rule can refer to) is skipped silently, and a named port the
+/// agent cannot enforce with its meaning (number outside 1-65535, a protocol without ports, an
+/// invalid name) is left out with a note: rules naming it do not match this member, as with the
+/// Go agent, while the member's addresses still count.
+fn member_ports(path: &str, m: &GroupMember, notes: &mut Vec<String>) -> Vec<MemberPort> {
+    let mut ports = Vec::with_capacity(m.ports.len());
+    for (i, np) in m.ports.iter().enumerate() {
+        if np.name.is_empty() {
+            continue;
+        }
+        let mut p = Problems::default();
+        let ppath = format!("{path}.ports[{i}]");
+        if !is_valid_port_name(&np.name) {
+            p.add(
+                format!("{ppath}.name"),
+                format!("{:?} is not a valid port name", np.name),
+            );
+        }
+        let port = port_number(&mut p, format!("{ppath}.port"), np.port);
+        let protocol = match np.protocol.as_str() {
+            "" => Some(Protocol::Tcp),
+            text => Protocol::parse(text)
+                .filter(|proto| proto.has_ports())
+                .or_else(|| {
+                    p.add(
+                        format!("{ppath}.protocol"),
+                        format!("{text:?} is not one of TCP, UDP, SCTP"),
+                    );
+                    None
+                }),
+        };
+        match (port, protocol) {
+            (Some(port), Some(protocol)) if p.0.is_empty() => ports.push(MemberPort {
+                name: np.name.clone(),
+                port,
+                protocol,
+            }),
+            _ => {
+                let why: Vec<String> = p.0.iter().map(|f| format!("{}: {}", f.path, f.message)).collect();
+                notes.push(format!(
+                    "{path} ({}): named port {:?} left out ({})",
+                    member_label(m),
+                    np.name,
+                    why.join("; ")
+                ));
+            }
+        }
+    }
+    ports
+}
+
+/// Validates one member: `Err` holds why the whole member is unusable (no single reference, a
+/// missing name, bad IP bytes); port problems only leave that port out (see [`member_ports`]).
+fn member(path: &str, m: &GroupMember, notes: &mut Vec<String>) -> Result<Member, String> {
+    let mut p = Problems::default();
     let mut refs = Vec::new();
     let need_ns = |p: &mut Problems, field: &str, ns: &str, name: &str| {
         if name.is_empty() {
@@ -942,21 +1018,21 @@ fn member(p: &mut Problems, path: &str, m: &GroupMember) -> Option<Member> {
         }
     };
     if let Some(r) = &m.pod {
-        need_ns(p, "pod", &r.namespace, &r.name);
+        need_ns(&mut p, "pod", &r.namespace, &r.name);
         refs.push(MemberRef::Pod {
             namespace: r.namespace.clone(),
             name: r.name.clone(),
         });
     }
     if let Some(r) = &m.external_entity {
-        need_ns(p, "externalEntity", &r.namespace, &r.name);
+        need_ns(&mut p, "externalEntity", &r.namespace, &r.name);
         refs.push(MemberRef::ExternalEntity {
             namespace: r.namespace.clone(),
             name: r.name.clone(),
         });
     }
     if let Some(r) = &m.service {
-        need_ns(p, "service", &r.namespace, &r.name);
+        need_ns(&mut p, "service", &r.namespace, &r.name);
         refs.push(MemberRef::Service {
             namespace: r.namespace.clone(),
             name: r.name.clone(),
@@ -984,44 +1060,64 @@ fn member(p: &mut Problems, path: &str, m: &GroupMember) -> Option<Member> {
             Err(e) => p.add(format!("{path}.ips[{i}]"), e.to_string()),
         }
     }
-    let mut ports = Vec::with_capacity(m.ports.len());
-    for (i, np) in m.ports.iter().enumerate() {
-        let ppath = format!("{path}.ports[{i}]");
-        if !is_valid_port_name(&np.name) {
-            p.add(
-                format!("{ppath}.name"),
-                format!("{:?} is not a valid port name", np.name),
-            );
+    match (refs.pop(), p.0.is_empty()) {
+        (Some(entity), true) => {
+            let ports = member_ports(path, m, notes);
+            Ok(Member { entity, ips, ports })
         }
-        let port = port_number(p, format!("{ppath}.port"), np.port);
-        let protocol = match np.protocol.as_str() {
-            "" => Some(Protocol::Tcp),
-            text => Protocol::parse(text)
-                .filter(|proto| proto.has_ports())
-                .or_else(|| {
-                    p.add(
-                        format!("{ppath}.protocol"),
-                        format!("{text:?} is not one of TCP, UDP, SCTP"),
-                    );
-                    None
-                }),
-        };
-        if let (Some(port), Some(protocol)) = (port, protocol) {
-            ports.push(MemberPort {
-                name: np.name.clone(),
-                port,
-                protocol,
-            });
+        _ => {
+            let why: Vec<String> = p.0.iter().map(|f| format!("{}: {}", f.path, f.message)).collect();
+            Err(format!(
+                "{path} ({}) dropped: {}",
+                member_label(m),
+                why.join("; ")
+            ))
         }
     }
-    let entity = refs.pop()?;
-    (p.0.len() == before).then_some(Member { entity, ips, ports })
 }
 
-fn members(p: &mut Problems, field: &str, list: &[GroupMember]) -> Vec<Member> {
-    list.iter()
-        .enumerate()
-        .filter_map(|(i, m)| member(p, &format!("{field}[{i}]"), m))
+/// The usable members of `list`, and a note for each member dropped or port left out.
+fn members(field: &str, list: &[GroupMember]) -> (Vec<Member>, Vec<String>) {
+    let mut notes = Vec::new();
+    let mut good = Vec::with_capacity(list.len());
+    for (i, m) in list.iter().enumerate() {
+        match member(&format!("{field}[{i}]"), m, &mut notes) {
+            Ok(member) => good.push(member),
+            Err(note) => notes.push(note),
+        }
+    }
+    (good, notes)
+}
+
+/// What lenient group validation left out of `object`, one line per member or port, naming the
+/// object; empty for other kinds. The controller copies members from ExternalEntities and Pods
+/// as they are, so one bad member must not hide the rest of its group.
+pub fn dropped_members(object: &ControlplaneObject) -> Vec<String> {
+    let (kind, name, lists): (Kind, &str, Vec<(&str, &[GroupMember])>) = match object {
+        ControlplaneObject::AddressGroup(g) => (
+            Kind::AddressGroup,
+            &g.metadata.name,
+            vec![("groupMembers", &g.group_members)],
+        ),
+        ControlplaneObject::AppliedToGroup(g) => (
+            Kind::AppliedToGroup,
+            &g.metadata.name,
+            vec![("groupMembers", &g.group_members)],
+        ),
+        ControlplaneObject::AddressGroupPatch(g) | ControlplaneObject::AppliedToGroupPatch(g) => (
+            object.kind(),
+            &g.metadata.name,
+            vec![
+                ("addedGroupMembers", &g.added_group_members),
+                ("removedGroupMembers", &g.removed_group_members),
+            ],
+        ),
+        _ => return Vec::new(),
+    };
+    lists
+        .into_iter()
+        .flat_map(|(field, list)| members(field, list).1)
+        .map(|note| format!("{kind} {name}: {note}"))
         .collect()
 }
 
@@ -1030,7 +1126,7 @@ fn group(kind: Kind, meta: &super::types::ObjectMeta, list: &[GroupMember]) -> R
     if meta.name.is_empty() {
         p.add("metadata.name", "missing");
     }
-    let members = members(&mut p, "groupMembers", list);
+    let (members, _dropped) = members("groupMembers", list);
     let object = ObjectRef {
         kind,
         name: meta.name.clone(),
@@ -1072,8 +1168,8 @@ impl GroupPatch {
         if self.metadata.name.is_empty() {
             p.add("metadata.name", "missing");
         }
-        let added = members(&mut p, "addedGroupMembers", &self.added_group_members);
-        let removed = members(&mut p, "removedGroupMembers", &self.removed_group_members);
+        let (added, _) = members("addedGroupMembers", &self.added_group_members);
+        let (removed, _) = members("removedGroupMembers", &self.removed_group_members);
         let object = ObjectRef {
             kind,
             name: self.metadata.name.clone(),
@@ -1091,522 +1187,4 @@ impl GroupPatch {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::{json, Value};
-
-    fn ip(s: &str) -> IpAddr {
-        s.parse().unwrap()
-    }
-
-    fn net(s: &str) -> IpNet {
-        s.parse().unwrap()
-    }
-
-    fn decode(text: &str) -> ControlplaneObject {
-        ControlplaneObject::from_value(serde_json::from_str(text).unwrap()).unwrap()
-    }
-
-    fn policy(v: Value) -> Result<Policy, InvalidObject> {
-        serde_json::from_value::<NetworkPolicy>(v).unwrap().validate()
-    }
-
-    /// A valid ANNP-derived policy with one In rule; `rules` replaces its rules.
-    fn np_with_rules(rules: Value) -> Value {
-        json!({
-            "kind": "NetworkPolicy",
-            "metadata": {"name": "uid-1", "uid": "uid-1", "generation": 2},
-            "appliedToGroups": ["atg"],
-            "priority": 10,
-            "tierPriority": 250,
-            "sourceRef": {"type": "AntreaNetworkPolicy", "namespace": "vm-ns", "name": "annp1", "uid": "uid-1"},
-            "rules": rules,
-        })
-    }
-
-    fn in_rule(extra: Value) -> Value {
-        let mut r =
-            json!({"direction": "In", "from": {"addressGroups": ["ag"]}, "to": {}, "enableLogging": false});
-        if let (Value::Object(r), Value::Object(extra)) = (&mut r, extra) {
-            r.extend(extra);
-        }
-        r
-    }
-
-    /// The problems of a policy whose second rule has `extra` merged in.
-    fn problems(extra: Value) -> Vec<String> {
-        let err = policy(np_with_rules(json!([in_rule(json!({})), in_rule(extra)]))).unwrap_err();
-        err.problems.iter().map(ToString::to_string).collect()
-    }
-
-    fn one_problem(extra: Value) -> String {
-        let p = problems(extra.clone());
-        assert_eq!(p.len(), 1, "{extra}: {p:?}");
-        p[0].clone()
-    }
-
-    #[test]
-    fn annp_example_validates_into_its_view() {
-        let ValidObject::NetworkPolicy(p) =
-            decode(include_str!("testdata/np_annp1.json")).validate().unwrap()
-        else {
-            panic!("kind");
-        };
-        assert_eq!(p.name, "5d5b6c7e-0f0a-4c43-9d61-2a1f9e3c4b10");
-        assert_eq!(p.generation, 1);
-        assert_eq!(p.priority, Some(9000.0));
-        assert_eq!(p.tier_priority, Some(250));
-        let src = p.source_ref.as_ref().unwrap();
-        assert_eq!(src.policy_type, PolicyType::AntreaNetworkPolicy);
-        assert!(src.policy_type.is_antrea_native());
-        assert_eq!(src.to_string(), "AntreaNetworkPolicy vm-ns/annp1");
-        assert!(!p.applied_to_per_rule());
-        assert_eq!(
-            p.rules,
-            vec![Rule {
-                name: "ingress-reject-3f2a1b9".into(),
-                direction: Direction::In,
-                peer: Peer {
-                    address_groups: vec!["cacccce8-595f-5250-b361-a0ca752b2c72".into()],
-                    ip_blocks: vec![CidrBlock {
-                        cidr: net("172.16.100.5/32"),
-                        except: vec![]
-                    }],
-                    ..Peer::default()
-                },
-                services: vec![ServiceMatch {
-                    protocol: Some(Protocol::Tcp),
-                    port: Some(PortMatch::Range(PortRange { start: 22, end: 22 })),
-                    src_ports: None,
-                    icmp_type: None,
-                    icmp_code: None,
-                    igmp_type: None,
-                    group_address: None,
-                }],
-                priority: 0,
-                action: Action::Reject,
-                enable_logging: false,
-                log_label: String::new(),
-                applied_to_groups: vec![],
-                l7_protocols: vec![],
-            }]
-        );
-        assert_eq!(
-            p.rule_applied_to_groups(&p.rules[0]),
-            ["9a47b91d-76f1-5b82-a456-3816a3514090".to_string()]
-        );
-    }
-
-    #[test]
-    fn acnp_example_validates_into_its_view() {
-        let ValidObject::NetworkPolicy(p) = decode(include_str!("testdata/np_acnp.json")).validate().unwrap()
-        else {
-            panic!("kind");
-        };
-        assert!(p.applied_to_per_rule());
-        assert_eq!(p.applied_to_group_names(), BTreeSet::from(["cg-db"]));
-        assert!(p.address_group_names().is_empty());
-        let [allow_web, allow_fqdn, drop] = &p.rules[..] else {
-            panic!("3 rules");
-        };
-        assert_eq!(
-            allow_web.peer.ip_blocks,
-            [CidrBlock {
-                cidr: net("10.0.0.0/8"),
-                except: vec![net("10.10.0.0/16")]
-            }]
-        );
-        assert_eq!(
-            allow_web.services[0].port,
-            Some(PortMatch::Range(PortRange {
-                start: 8000,
-                end: 9000
-            }))
-        );
-        assert_eq!(allow_web.services[1].protocol, Some(Protocol::Icmp));
-        assert_eq!(
-            (allow_web.services[1].icmp_type, allow_web.services[1].icmp_code),
-            (Some(8), Some(0))
-        );
-        assert!(allow_web.enable_logging);
-        assert_eq!(allow_web.log_label, "vm-ingress");
-        assert_eq!(p.rule_applied_to_groups(allow_web), ["cg-db".to_string()]);
-        assert_eq!(allow_fqdn.direction, Direction::Out);
-        assert_eq!(allow_fqdn.peer.fqdns, ["*.example.com"]);
-        assert_eq!(
-            allow_fqdn.l7_protocols,
-            [L7Protocol::Tls {
-                sni: "api.example.com".into()
-            }]
-        );
-        assert_eq!(drop.action, Action::Drop);
-        assert_eq!(drop.priority, 1);
-        assert!(drop.services.is_empty());
-        assert_eq!(
-            drop.peer.ip_blocks.iter().map(|b| b.cidr).collect::<Vec<_>>(),
-            [net("0.0.0.0/0"), net("::/0")]
-        );
-    }
-
-    #[test]
-    fn group_examples_validate_into_member_sets() {
-        let ValidObject::AddressGroup(g) = decode(include_str!("testdata/ag.json")).validate().unwrap()
-        else {
-            panic!("kind");
-        };
-        let members: Vec<_> = g.members.values().cloned().collect();
-        assert_eq!(
-            members,
-            [
-                Member {
-                    entity: MemberRef::ExternalEntity {
-                        namespace: "vm-ns".into(),
-                        name: "vm2-e8be5".into()
-                    },
-                    ips: vec![ip("172.16.100.4")],
-                    ports: vec![],
-                },
-                Member {
-                    entity: MemberRef::ExternalEntity {
-                        namespace: "vm-ns".into(),
-                        name: "vm3".into()
-                    },
-                    ips: vec![ip("172.16.100.6")],
-                    ports: vec![],
-                },
-            ]
-        );
-        let ValidObject::AppliedToGroup(g) = decode(include_str!("testdata/atg.json")).validate().unwrap()
-        else {
-            panic!("kind");
-        };
-        assert_eq!(g.members.len(), 1);
-        let ValidObject::AddressGroupPatch(p) =
-            decode(include_str!("testdata/ag_patch.json")).validate().unwrap()
-        else {
-            panic!("kind");
-        };
-        assert_eq!(p.name, "cacccce8-595f-5250-b361-a0ca752b2c72");
-        assert_eq!(
-            p.added[0].entity,
-            MemberRef::Pod {
-                namespace: "vm-ns".into(),
-                name: "front-7d9f".into()
-            }
-        );
-        assert_eq!(p.added[0].ips, [ip("10.10.1.5")]);
-        assert_eq!(p.removed[0].ips, [ip("172.16.100.6")]);
-        let ValidObject::AppliedToGroupPatch(p) = decode(include_str!("testdata/atg_patch.json"))
-            .validate()
-            .unwrap()
-        else {
-            panic!("kind");
-        };
-        assert_eq!(p.added.len() + p.removed.len(), 2);
-    }
-
-    #[test]
-    fn error_names_object_source_and_field_path() {
-        let err = policy(np_with_rules(json!([
-            in_rule(json!({})),
-            in_rule(json!({"services": [{"protocol": "TCP", "port": 90, "endPort": 80}]})),
-        ])))
-        .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "NetworkPolicy uid-1 (AntreaNetworkPolicy vm-ns/annp1): rules[1].services[0].endPort: 80 is less than port 90"
-        );
-        assert_eq!(err.object.kind, Kind::NetworkPolicy);
-        assert_eq!(err.problems[0].path, "rules[1].services[0].endPort");
-    }
-
-    #[test]
-    fn every_problem_is_reported() {
-        let p = problems(json!({"direction": "Up", "action": "Deny", "services": [{"protocol": "XTP"}]}));
-        assert_eq!(p.len(), 3, "{p:?}");
-        assert!(p[0].starts_with("rules[1].direction: \"Up\""), "{p:?}");
-        assert!(p[1].starts_with("rules[1].action: \"Deny\""), "{p:?}");
-        assert!(
-            p[2].starts_with("rules[1].services[0].protocol: \"XTP\""),
-            "{p:?}"
-        );
-    }
-
-    #[test]
-    fn bad_cidrs_and_ip_bytes() {
-        let block = |b: Value| json!({"from": {"ipBlocks": [b]}});
-        assert_eq!(
-            one_problem(block(json!({"cidr": {"ip": "AQID", "prefixLength": 8}}))),
-            "rules[1].from.ipBlocks[0].cidr: 3 bytes is not an IP address (want 4 or 16)"
-        );
-        assert_eq!(
-            one_problem(block(
-                json!({"cidr": {"ip": "AAAAAAAAAAAAAP//CgAAAA==", "prefixLength": 33}})
-            )),
-            "rules[1].from.ipBlocks[0].cidr: prefix length 33 is out of range for IPv4 (0-32)"
-        );
-        assert_eq!(
-            one_problem(block(json!({"cidr": {"prefixLength": 8}}))),
-            "rules[1].from.ipBlocks[0].cidr: missing IP address"
-        );
-        assert_eq!(
-            one_problem(block(
-                json!({"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16", "11.0.0.0/16"]})
-            )),
-            "rules[1].from.ipBlocks[0].except[1]: 11.0.0.0/16 is not inside cidr 10.0.0.0/8"
-        );
-        assert_eq!(
-            one_problem(block(json!({"cidr": "10.0.0.0/8", "except": ["fd00::/64"]}))),
-            "rules[1].from.ipBlocks[0].except[0]: fd00::/64 is not inside cidr 10.0.0.0/8"
-        );
-        // A 16-byte non-mapped address is IPv6 and may use 128 bits; host bits are cleared.
-        let ok = policy(np_with_rules(json!([in_rule(block(
-            json!({"cidr": "fd00::5/120"})
-        ))])))
-        .unwrap();
-        assert_eq!(ok.rules[0].peer.ip_blocks[0].cidr, net("fd00::/120"));
-    }
-
-    #[test]
-    fn bad_ports() {
-        let svc = |s: Value| json!({"services": [s]});
-        assert_eq!(
-            one_problem(svc(json!({"protocol": "TCP", "port": 0}))),
-            "rules[1].services[0].port: 0 is out of range (1-65535)"
-        );
-        assert_eq!(
-            one_problem(svc(json!({"protocol": "UDP", "port": 70000}))),
-            "rules[1].services[0].port: 70000 is out of range (1-65535)"
-        );
-        assert_eq!(
-            one_problem(svc(json!({"port": 80, "endPort": 65536}))),
-            "rules[1].services[0].endPort: 65536 is out of range (1-65535)"
-        );
-        assert_eq!(
-            one_problem(svc(json!({"endPort": 80}))),
-            "rules[1].services[0].endPort: set without port"
-        );
-        assert_eq!(
-            one_problem(svc(json!({"port": "http", "endPort": 90}))),
-            "rules[1].services[0].endPort: only allowed with a numbered port"
-        );
-        assert_eq!(
-            one_problem(svc(json!({"port": "Not_A_Name"}))),
-            "rules[1].services[0].port: \"Not_A_Name\" is not a valid port name"
-        );
-        assert_eq!(
-            one_problem(svc(json!({"srcPort": 1000, "srcEndPort": 999}))),
-            "rules[1].services[0].srcEndPort: 999 is less than srcPort 1000"
-        );
-        assert_eq!(
-            one_problem(svc(json!({"srcEndPort": 999}))),
-            "rules[1].services[0].srcEndPort: set without srcPort"
-        );
-        assert_eq!(
-            one_problem(svc(json!({"protocol": "ICMP", "port": 22}))),
-            "rules[1].services[0].port: not allowed with protocol ICMP (only for TCP, UDP and SCTP)"
-        );
-        assert_eq!(
-            one_problem(svc(json!({"protocol": "TCP", "icmpType": 8}))),
-            "rules[1].services[0].icmpType: not allowed with protocol TCP (only for ICMP)"
-        );
-        assert_eq!(
-            one_problem(svc(json!({"protocol": "ICMP", "icmpType": 8, "icmpCode": 256}))),
-            "rules[1].services[0].icmpCode: 256 is out of range (0-255)"
-        );
-        assert_eq!(
-            one_problem(svc(json!({"protocol": "UDP", "igmpType": 22}))),
-            "rules[1].services[0].igmpType: not allowed with protocol UDP (only for IGMP)"
-        );
-        assert_eq!(
-            one_problem(svc(json!({"protocol": "IGMP", "groupAddress": "10.0.0.1"}))),
-            "rules[1].services[0].groupAddress: 10.0.0.1 is not a multicast address"
-        );
-        // Valid: named port, range, source range, IGMP.
-        let ok = policy(np_with_rules(json!([in_rule(json!({"services": [
-            {"port": "http"},
-            {"protocol": "SCTP", "port": 1, "endPort": 65535, "srcPort": 1024, "srcEndPort": 2048},
-            {"protocol": "IGMP", "igmpType": 22, "groupAddress": "224.0.0.251"},
-            {"port": 22},
-        ]}))])))
-        .unwrap();
-        let s = &ok.rules[0].services;
-        // A named port without a protocol takes the member's; a numbered one is TCP.
-        assert_eq!(s[0].protocol, None);
-        assert_eq!(s[3].protocol, Some(Protocol::Tcp));
-        assert_eq!(s[0].port, Some(PortMatch::Named("http".into())));
-        assert_eq!(
-            s[1].port,
-            Some(PortMatch::Range(PortRange { start: 1, end: 65535 }))
-        );
-        assert_eq!(
-            s[1].src_ports,
-            Some(PortRange {
-                start: 1024,
-                end: 2048
-            })
-        );
-        assert_eq!(
-            (s[2].igmp_type, s[2].group_address),
-            (Some(22), Some(ip("224.0.0.251")))
-        );
-    }
-
-    #[test]
-    fn bad_protocol_action_direction() {
-        assert_eq!(
-            one_problem(json!({"services": [{"protocol": "tcp"}]})),
-            "rules[1].services[0].protocol: \"tcp\" is not one of TCP, UDP, SCTP, ICMP, IGMP"
-        );
-        assert_eq!(
-            one_problem(json!({"action": "Deny"})),
-            "rules[1].action: \"Deny\" is not one of Allow, Drop, Reject, Pass"
-        );
-        assert_eq!(
-            one_problem(json!({"direction": "Both"})),
-            "rules[1].direction: \"Both\" is not In or Out"
-        );
-        assert_eq!(
-            one_problem(json!({"direction": ""})),
-            "rules[1].direction: missing (want In or Out)"
-        );
-        // Absent action is Allow; Pass is known.
-        let ok = policy(np_with_rules(json!([
-            in_rule(json!({})),
-            in_rule(json!({"action": "Pass"}))
-        ])))
-        .unwrap();
-        assert_eq!(
-            (ok.rules[0].action, ok.rules[1].action),
-            (Action::Allow, Action::Pass)
-        );
-    }
-
-    #[test]
-    fn rule_shape_problems() {
-        assert_eq!(
-            one_problem(json!({"to": {"ipBlocks": [{"cidr": "10.0.0.0/8"}]}})),
-            "rules[1].to: must be empty for direction In (its peer is from)"
-        );
-        assert_eq!(
-            one_problem(json!({"from": {"fqdns": ["a.example.com"]}})),
-            "rules[1].from.fqdns: only allowed in egress (Out) rules"
-        );
-        assert_eq!(
-            one_problem(json!({"priority": -1})),
-            "rules[1].priority: -1 is negative"
-        );
-        assert_eq!(
-            one_problem(json!({"appliedToGroups": ["other"]})),
-            "rules[1].appliedToGroups: set together with the policy's appliedToGroups (use one or the other)"
-        );
-        assert_eq!(
-            one_problem(json!({"from": {"addressGroups": [""]}})),
-            "rules[1].from.addressGroups[0]: empty group name"
-        );
-        assert_eq!(
-            one_problem(json!({"l7Protocols": [{"http": {"method": "FETCH"}}]})),
-            "rules[1].l7Protocols[0].http.method: \"FETCH\" is not one of GET, POST, PUT, HEAD, DELETE, TRACE, OPTIONS, CONNECT, PATCH"
-        );
-        assert_eq!(
-            one_problem(json!({"l7Protocols": [{}]})),
-            "rules[1].l7Protocols[0]: neither http nor tls is set (want exactly one)"
-        );
-        let err = policy(json!({"metadata": {}, "priority": 1})).unwrap_err();
-        assert_eq!(err.to_string(), "NetworkPolicy <unnamed>: metadata.name: missing");
-        // Out rule: `to` is the peer and `from` must be empty.
-        let ok = policy(np_with_rules(
-            json!([{"direction": "Out", "from": {}, "to": {"addressGroups": ["ag"]},
-                                               "enableLogging": true}]),
-        ))
-        .unwrap();
-        assert_eq!(ok.rules[0].peer.address_groups, ["ag"]);
-        assert_eq!(ok.uid, "uid-1");
-        let no_uid = policy(json!({"metadata": {"name": "local"}})).unwrap();
-        assert_eq!(no_uid.uid, "local");
-        assert!(no_uid.source_ref.is_none());
-    }
-
-    #[test]
-    fn bad_group_members() {
-        let group = |members: Value| {
-            serde_json::from_value::<AddressGroup>(
-                json!({"metadata": {"name": "g"}, "groupMembers": members}),
-            )
-            .unwrap()
-            .validate()
-        };
-        let msg = |members: Value| group(members).unwrap_err().to_string();
-        assert_eq!(
-            msg(json!([{"ips": ["AAAAAAAAAAAAAP//CgAAAQ=="]}])),
-            "AddressGroup g: groupMembers[0]: 0 of pod, externalEntity, node, service are set (want exactly one)"
-        );
-        assert_eq!(
-            msg(json!([{"pod": {"name": "a", "namespace": "n"}, "node": {"name": "x"}}])),
-            "AddressGroup g: groupMembers[0]: 2 of pod, externalEntity, node, service are set (want exactly one)"
-        );
-        assert_eq!(
-            msg(json!([{"externalEntity": {"name": "vm1", "namespace": "ns"}, "ips": ["AQIDBAU="]}])),
-            "AddressGroup g: groupMembers[0].ips[0]: 5 bytes is not an IP address (want 4 or 16)"
-        );
-        assert_eq!(
-            msg(json!([{"externalEntity": {"name": "vm1"}}])),
-            "AddressGroup g: groupMembers[0].externalEntity.namespace: missing"
-        );
-        assert_eq!(
-            msg(json!([{"pod": {"name": "p", "namespace": "n"},
-                        "ports": [{"name": "http", "port": 80, "protocol": "ICMP"}, {"name": "x", "port": 0}]}])),
-            "AddressGroup g: groupMembers[0].ports[0].protocol: \"ICMP\" is not one of TCP, UDP, SCTP; \
-             groupMembers[0].ports[1].port: 0 is out of range (1-65535)"
-        );
-        // Duplicates collapse; a node member has no namespace; 4-byte IPv4 is accepted.
-        let g = group(json!([
-            {"node": {"name": "n1"}, "ips": ["CgAAAQ=="]},
-            {"node": {"name": "n1"}, "ips": ["AAAAAAAAAAAAAP//CgAAAQ=="]},
-            {"pod": {"name": "p", "namespace": "n"}, "ports": [{"name": "http", "port": 8080}]},
-        ]))
-        .unwrap();
-        assert_eq!(g.members.len(), 2);
-        let pod = g
-            .members
-            .values()
-            .find(|m| matches!(m.entity, MemberRef::Pod { .. }))
-            .unwrap();
-        assert_eq!(
-            pod.ports,
-            [MemberPort {
-                name: "http".into(),
-                port: 8080,
-                protocol: Protocol::Tcp
-            }]
-        );
-        let patch = serde_json::from_value::<GroupPatch>(json!({"metadata": {"name": "g"},
-            "removedGroupMembers": [{"service": {"name": "s"}}]}))
-        .unwrap()
-        .validate(Kind::AppliedToGroupPatch)
-        .unwrap_err();
-        assert_eq!(
-            patch.to_string(),
-            "AppliedToGroupPatch g: removedGroupMembers[0].service.namespace: missing"
-        );
-    }
-
-    #[test]
-    fn port_names_follow_iana_rules() {
-        for good in ["http", "h2c", "web-8080", "a", "abcdefghijklmno"] {
-            assert!(is_valid_port_name(good), "{good}");
-        }
-        for bad in [
-            "",
-            "8080",
-            "HTTP",
-            "-http",
-            "http-",
-            "we--b",
-            "abcdefghijklmnop",
-            "a_b",
-        ] {
-            assert!(!is_valid_port_name(bad), "{bad}");
-        }
-    }
-}
+mod tests;
