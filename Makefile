@@ -29,6 +29,9 @@ DEB_PROFILE_DIR := $(if $(filter dev test,$(DEB_PROFILE)),debug,$(DEB_PROFILE))
 DEB_ASSETS := target/$(DEB_PROFILE_DIR)/deb-assets
 # Extra arguments for cargo-deb (e.g. DEB_ARGS=--fast, or --deb-version=0.1.0-2).
 DEB_ARGS ?=
+# The release profile already drops DWARF and keeps symbol names (backtraces); cargo-deb would strip
+# those too. The tests' debug-build package strips everything (DEB_STRIP=--strip) to stay small.
+DEB_STRIP ?= --no-strip
 
 .PHONY: build test deps demo lint deb cargo-deb
 
@@ -69,7 +72,7 @@ deb: cargo-deb
 	gzip -9n $(DEB_ASSETS)/man/*.8
 	sed 's|/usr/sbin/antrea-vm-agent|/usr/bin/antrea-vm-agent|g; s|^# Installed by deploy/install-vm.sh as .*|# Installed by the antrea-vm-agent Debian package.|' \
 		deploy/systemd/antrea-vm-agent.service > $(DEB_ASSETS)/antrea-vm-agent.service
-	cargo deb --no-build --profile $(DEB_PROFILE) $(DEB_ARGS)
+	cargo deb --no-build $(DEB_STRIP) --profile $(DEB_PROFILE) $(DEB_ARGS)
 
 lint:
 	$(CARGO) fmt --check

@@ -64,6 +64,7 @@ fn packages() -> &'static Packages {
             .current_dir(repo())
             .arg("deb")
             .arg("DEB_PROFILE=dev")
+            .arg("DEB_STRIP=--strip")
             .arg(format!(
                 "DEB_ARGS=--fast --deb-version 0.1.0-1 -o {}",
                 v1.display()
@@ -74,6 +75,7 @@ fn packages() -> &'static Packages {
             .args([
                 "deb",
                 "--no-build",
+                "--strip",
                 "--profile",
                 "dev",
                 "--fast",
