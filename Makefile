@@ -6,24 +6,39 @@
 #   make demo    deploy/lab.sh demo: the agent on a VM made of two network namespaces (root)
 #   make deps    apt-get install the lab's packages, skipped when every tool is already there
 #   make lint    rustfmt check and clippy with warnings as errors
+#   make deb     the Debian package (release build, LTO) in target/debian/; DEB_PROFILE=dev for a
+#                quick package of the debug build (what tests/deb_package.rs does)
 
 CARGO ?= cargo
 # Each lab test runs its own ovsdb-server and ovs-vswitchd; two at a time keeps them reliable on a
 # 2-core machine (test binaries themselves run one after the other).
 TEST_THREADS ?= 2
 
-DEB_PACKAGES := openvswitch-switch iproute2 nftables ethtool iputils-ping netcat-openbsd shellcheck systemd curl
-LAB_TOOLS := ovsdb-tool ovsdb-server ovs-vswitchd ovs-vsctl ovs-ofctl ovs-appctl ip ss nft ethtool ping nc shellcheck systemd-analyze curl
+DEB_PACKAGES := openvswitch-switch iproute2 nftables ethtool iputils-ping netcat-openbsd shellcheck systemd curl \
+	systemd-container debootstrap man-db
+LAB_TOOLS := ovsdb-tool ovsdb-server ovs-vswitchd ovs-vsctl ovs-ofctl ovs-appctl ip ss nft ethtool ping nc shellcheck systemd-analyze curl \
+	systemd-nspawn debootstrap man dpkg-deb
 
 # The OVS daemons and ip/nft live in sbin, which a user's PATH may lack.
 export PATH := $(PATH):/usr/local/sbin:/usr/sbin:/sbin
 
-.PHONY: build test deps demo lint
+# cargo-deb, pinned: `make deb` installs exactly this version when another (or none) is found.
+CARGO_DEB_VERSION := 3.8.0
+DEB_PROFILE ?= release
+DEB_PROFILE_DIR := $(if $(filter dev test,$(DEB_PROFILE)),debug,$(DEB_PROFILE))
+DEB_ASSETS := target/$(DEB_PROFILE_DIR)/deb-assets
+# Extra arguments for cargo-deb (e.g. DEB_ARGS=--fast, or --deb-version=0.1.0-2).
+DEB_ARGS ?=
+# The release profile already drops DWARF and keeps symbol names (backtraces); cargo-deb would strip
+# those too. The tests' debug-build package strips everything (DEB_STRIP=--strip) to stay small.
+DEB_STRIP ?= --no-strip
+
+.PHONY: build test deps demo lint deb cargo-deb
 
 build:
 	$(CARGO) build
 
-test: deps
+test: deps cargo-deb
 	$(CARGO) test --all-targets -- --test-threads=$(TEST_THREADS)
 
 deps:
@@ -40,6 +55,24 @@ deps:
 
 demo: deps
 	deploy/lab.sh demo
+
+cargo-deb:
+	@if [ "$$(cargo deb --version 2>/dev/null)" != "cargo-deb $(CARGO_DEB_VERSION)" ]; then \
+		echo "cargo-deb: installing $(CARGO_DEB_VERSION)"; \
+		$(CARGO) install cargo-deb --version $(CARGO_DEB_VERSION) --locked; \
+	fi
+
+# The package: the binary, its man pages and completions generated from that very binary, the unit
+# (pointing at /usr/bin), the sample config as a conffile, logrotate and the network-manager
+# drop-ins. The emulator is not in it. See deploy/debian/ for the maintainer scripts.
+deb: cargo-deb
+	$(CARGO) build --profile $(DEB_PROFILE) --bin antrea-vm-agent
+	rm -rf $(DEB_ASSETS) && mkdir -p $(DEB_ASSETS)
+	target/$(DEB_PROFILE_DIR)/antrea-vm-agent gen-docs --out $(DEB_ASSETS) >/dev/null
+	gzip -9n $(DEB_ASSETS)/man/*.8
+	sed 's|/usr/sbin/antrea-vm-agent|/usr/bin/antrea-vm-agent|g; s|^# Installed by deploy/install-vm.sh as .*|# Installed by the antrea-vm-agent Debian package.|' \
+		deploy/systemd/antrea-vm-agent.service > $(DEB_ASSETS)/antrea-vm-agent.service
+	cargo deb --no-build $(DEB_STRIP) --profile $(DEB_PROFILE) $(DEB_ARGS)
 
 lint:
 	$(CARGO) fmt --check

@@ -19,3 +19,4 @@ pub mod ovs;
 pub mod packetin;
 pub mod policy;
 pub mod sources;
+pub mod version;

@@ -28,11 +28,28 @@ use antrea_vm_agent::policy::pipeline::CONTROLLER_ID;
 use antrea_vm_agent::policy::state_file::compile_state;
 use antrea_vm_agent::sources;
 
+/// The top of `--help` and of the man page: what the agent does and where its files live.
+const LONG_ABOUT: &str = "Antrea NetworkPolicy for VMs and bare-metal servers.
+
+antrea-vm-agent is Antrea's ExternalNode agent: it attaches the host's NICs to the Open vSwitch \
+bridge, installs Antrea's ExternalNode OpenFlow pipeline and enforces Antrea NetworkPolicies, \
+watched from antrea-controller (Kubernetes mode) or read from local files (standalone mode). \
+It reports AntreaAgentInfo, policy status and per-rule statistics, and serves /metrics, \
+/livez, /readyz and a local API read by `antrea-vm-agent get`.
+
+Files: /etc/antrea/antrea-agent.conf (configuration; `check-config` validates it), \
+/var/lib/antrea-vm-agent (state: interface records, the last policies), \
+/var/log/antrea/antrea-agent.log (log), /run/antrea/antrea-vm-agent.sock (agent API). \
+The systemd unit is antrea-vm-agent.service; stopping it leaves the NICs attached and the \
+policies enforced, `detach-all` restores the NICs.";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "antrea-vm-agent",
-    version,
-    about = "Antrea NetworkPolicy for VMs and bare-metal servers"
+    version = antrea_vm_agent::version::VERSION,
+    long_version = antrea_vm_agent::version::LONG_VERSION,
+    about = "Antrea NetworkPolicy for VMs and bare-metal servers",
+    long_about = LONG_ABOUT
 )]
 #[command(args_conflicts_with_subcommands = true)]
 struct Cli {
@@ -91,6 +108,13 @@ enum Command {
         #[arg(long, default_value = antrea_vm_agent::config::DEFAULT_AGENT_API_SOCKET)]
         socket: PathBuf,
     },
+    /// Write the man pages and the bash, zsh and fish completions into a directory (used by
+    /// `make deb`).
+    #[command(hide = true)]
+    GenDocs {
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -114,6 +138,7 @@ fn main() -> ExitCode {
         Command::Run { config, log } => run(&config, &log),
         Command::Compile { state } => compile(&state),
         Command::DetachAll { config } => offline::command(&config),
+        Command::GenDocs { out } => gen_docs(&out),
         Command::Get {
             resource,
             name,
@@ -136,6 +161,22 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+    }
+}
+
+fn gen_docs(out: &Path) -> ExitCode {
+    use clap::CommandFactory;
+    match antrea_vm_agent::cli::docs::write_docs(&Cli::command(), out) {
+        Ok(files) => {
+            for f in files {
+                println!("{}", f.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("Error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -263,7 +304,7 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
     }
     let node = node_name();
     info!(node = %node, bridge = %config.ovs_bridge, datapath = %config.ovs_datapath_type.as_str(),
-        run_dir = %config.ovs_run_dir.display(), "starting antrea-vm-agent {}", env!("CARGO_PKG_VERSION"));
+        run_dir = %config.ovs_run_dir.display(), "starting antrea-vm-agent {}", antrea_vm_agent::version::VERSION);
 
     let api_options = ServerOptions::from_config(&config);
     let metrics = AgentMetrics::new();

@@ -437,7 +437,7 @@ impl Handler<Report> for AgentInfoReporter {
             let mut local = AntreaAgentInfo::named(&act.deps.node_name);
             local.apply_full(&inputs);
             let info = AgentInfo {
-                version: env!("CARGO_PKG_VERSION").to_string(),
+                version: crate::version::VERSION.to_string(),
                 node_name: act.deps.node_name.clone(),
                 namespace: act.deps.config.external_node_namespace.clone(),
                 ovs_bridge: act.deps.config.ovs_bridge.clone(),

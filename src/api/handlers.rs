@@ -439,7 +439,7 @@ pub fn agent_info(state: &ApiState, c: &Collected) -> AgentInfoView {
         .and_then(Value::as_object)
         .map_or(0, |t| t.values().filter_map(Value::as_u64).sum::<u64>()) as usize;
     AgentInfoView {
-        version: env!("CARGO_PKG_VERSION").to_string(),
+        version: crate::version::VERSION.to_string(),
         node_name: state.node_name.clone(),
         namespace: state.namespace.clone(),
         ovs_bridge: state.ovs_bridge.clone(),

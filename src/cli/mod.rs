@@ -2,9 +2,10 @@
 //! [--policy NAME] [--socket PATH]`, like antctl's `get` against the agent. It sends plain
 //! HTTP/1.1 GETs over the agent's unix socket ([`client`]), reads back the JSON documents of
 //! [`crate::api::views`], and prints them ([`output`]). [`get`] ties the two together. [`klog`]
-//! holds the Go agent's logging flags that `run` accepts.
+//! holds the Go agent's logging flags that `run` accepts. [`docs`] writes the man pages and shell completions from the command line's definition.
 
 pub mod client;
+pub mod docs;
 pub mod get;
 pub mod klog;
 pub mod output;

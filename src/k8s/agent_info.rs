@@ -23,9 +23,9 @@ pub fn path(name: &str) -> String {
     format!("/apis/crd.antrea.io/v1beta1/antreaagentinfos/{name}")
 }
 
-/// The version string we publish, in Antrea's `v<semver>` style.
+/// The version string we publish, in Antrea's `v<semver>-<commit>` style (see [`crate::version`]).
 pub fn agent_version() -> String {
-    format!("v{}", env!("CARGO_PKG_VERSION"))
+    crate::version::VERSION.to_string()
 }
 
 fn is_zero_i32(v: &i32) -> bool {
