@@ -99,6 +99,7 @@ fn check_config_passes_the_shipped_sample_and_explains_refused_gates() {
     );
 }
 
+#[test]
 fn the_agent_runs_with_the_go_agents_command_line() {
     // Without a subcommand, as the Go unit runs it, and with `run`.
     for drop_in in [true, false] {
