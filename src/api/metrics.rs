@@ -4,6 +4,9 @@
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
+/// The `kind` label values of `antrea_vm_agent_datapath_repairs_total`.
+pub const DATAPATH_REPAIR_KINDS: [&str; 3] = ["flows", "bridge", "port"];
+
 /// Metrics shared by every actor; cheap to clone (the prometheus handles are `Arc`s inside).
 #[derive(Clone)]
 pub struct AgentMetrics {
@@ -19,6 +22,9 @@ pub struct AgentMetrics {
     pub realization_latency: HistogramVec,
     /// `antrea_vm_agent_actor_restarts_total{actor}`.
     pub actor_restarts: IntCounterVec,
+    /// `antrea_vm_agent_datapath_repairs_total{kind}`: what the agent found changed or missing
+    /// under it and put back (kind `flows`, `bridge`, `port`).
+    pub datapath_repairs: IntCounterVec,
 }
 
 impl std::fmt::Debug for AgentMetrics {
@@ -81,6 +87,11 @@ impl AgentMetrics {
                 "Number of times the supervisor restarted an actor, by actor.",
                 &["actor"],
             ),
+            datapath_repairs: counter(
+                "antrea_vm_agent_datapath_repairs_total",
+                "Number of times the agent found its flows, bridge or ports changed or missing under it and repaired them, by kind (flows, bridge, port).",
+                &["kind"],
+            ),
             registry,
         };
         // Like upstream, every operation's series exists from the start (at 0), so rate() and
@@ -88,6 +99,9 @@ impl AgentMetrics {
         for operation in ["add", "modify", "delete"] {
             metrics.ovs_flow_ops.with_label_values(&[operation]);
             metrics.ovs_flow_ops_errors.with_label_values(&[operation]);
+        }
+        for kind in DATAPATH_REPAIR_KINDS {
+            metrics.datapath_repairs.with_label_values(&[kind]);
         }
         metrics
     }
