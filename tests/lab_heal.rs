@@ -168,3 +168,47 @@ fn deleted_flows_groups_and_meters_are_repaired_under_traffic() {
     drop(probe);
     agent.stop();
 }
+
+#[test]
+fn bridge_ports_and_uplink_are_rebuilt_under_traffic() {
+    let lab = Lab::new();
+    let (mut agent, probe) = enforced(&lab);
+    let ports = || lab.ovs_vsctl(&["list-ports", BRIDGE]);
+    let attached = |lab: &Lab| {
+        lab.ovs_vsctl_output(&["list-ports", BRIDGE])
+            .stdout_text()
+            .lines()
+            .collect::<Vec<_>>()
+            == vec![NIC, UPLINK]
+    };
+    assert!(attached(&lab), "ports: {}", ports());
+    survive(&lab, &probe, "del-port of the internal port", || {
+        lab.ovs_vsctl(&["del-port", BRIDGE, NIC]);
+    });
+    survive(&lab, &probe, "del-port of the uplink", || {
+        lab.ovs_vsctl(&["del-port", BRIDGE, UPLINK]);
+    });
+    assert!(repairs(&lab, "port") >= 2, "port repairs counted");
+    survive(&lab, &probe, "uplink renamed by hand", || {
+        lab.vm_ok(&format!(
+            "ip link set '{UPLINK}' down && ip link set '{UPLINK}' name upl-hand && ip link set upl-hand up"
+        ));
+    });
+    // The userspace datapath keeps its socket on the renamed link, so traffic may not even
+    // stop; the name still comes back (OVS would lose the port at its next reconfiguration).
+    wait_until(Duration::from_secs(5), "the uplink's name back", || {
+        lab.vm_link_exists(UPLINK) && !lab.vm_link_exists("upl-hand")
+    });
+    survive(&lab, &probe, "del-br", || {
+        lab.ovs_vsctl(&["del-br", BRIDGE]);
+    });
+    assert!(repairs(&lab, "bridge") >= 1, "the bridge repair is counted");
+    survive(&lab, &probe, "OVS restarted with a fresh database", || {
+        lab.restart_ovs_with_fresh_db();
+    });
+    assert!(attached(&lab), "ports after everything: {}", ports());
+    assert!(agent.is_running());
+    println!("probe attempts: {}", probe.attempts());
+    drop(probe);
+    agent.stop();
+}

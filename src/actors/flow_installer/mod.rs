@@ -543,6 +543,12 @@ impl Handler<InterfacesChanged> for FlowInstaller {
             self.interfaces_tx.send_replace(Arc::new(msg.interfaces.clone()));
             self.interfaces = Some(msg.interfaces);
         }
+        if self.session.is_none() && !self.connecting {
+            // The interface manager may just have re-created the bridge: try now rather than
+            // after the backoff.
+            self.reconnect_delay = self.deps.timing.reconnect_min;
+            ctx.notify(Connect);
+        }
         ctx.notify(Sync);
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod offline;
 pub mod procedures;
+mod repair;
 pub mod store;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,6 +48,7 @@ struct Outcome {
     recovered: bool,
     attached: BTreeMap<String, Attachment>,
     errors: Vec<String>,
+    repaired: repair::Repaired,
 }
 
 pub struct InterfaceManager {
@@ -145,6 +147,7 @@ async fn reconcile(
                 recovered,
                 attached,
                 errors,
+                repaired: Default::default(),
             };
         }
         match procedures::recover(&env).await {
@@ -164,6 +167,7 @@ async fn reconcile(
                     recovered,
                     attached,
                     errors,
+                    repaired: Default::default(),
                 };
             }
         }
@@ -172,11 +176,13 @@ async fn reconcile(
     if let Some(wanted) = wanted {
         apply_wanted(&env, &mut attached, &wanted, &mut errors).await;
     }
+    let repaired = repair::repair_all(&env, &bridge_spec, &attached, &mut errors).await;
     heal_all(&env, &mut attached, &mut errors).await;
     Outcome {
         recovered,
         attached,
         errors,
+        repaired,
     }
 }
 
@@ -328,6 +334,17 @@ impl Handler<Reconcile> for InterfaceManager {
             self.wanted(),
         );
         AtomicResponse::new(Box::pin(fut.into_actor(self).map(|outcome, act, _| {
+            let repairs = &act.deps.metrics.datapath_repairs;
+            // After a repair the flow installer hears at once (even with the same ofports), so
+            // it reconnects to a re-created bridge without waiting for its backoff.
+            let repaired_any = outcome.repaired.bridge || !outcome.repaired.ports.is_empty();
+            if outcome.repaired.bridge {
+                repairs.with_label_values(&["bridge"]).inc();
+            }
+            if !outcome.repaired.ports.is_empty() {
+                repairs.with_label_values(&["port"]).inc();
+                warn!(repaired = ?outcome.repaired.ports, "re-attached interfaces after their OVS ports or uplink changed");
+            }
             act.recovered = outcome.recovered;
             act.attached = outcome.attached;
             for e in &outcome.errors {
@@ -339,7 +356,7 @@ impl Handler<Reconcile> for InterfaceManager {
                 info!("interfaces converged");
             }
             act.last_errors = outcome.errors;
-            act.publish(false);
+            act.publish(repaired_any);
         })))
     }
 }

@@ -95,7 +95,10 @@ pub enum ProcedureError {
     NotReady { iface: String, message: String },
 }
 
-fn host_err<'a>(iface: &'a str, step: &'static str) -> impl FnOnce(HostError) -> ProcedureError + 'a {
+pub(super) fn host_err<'a>(
+    iface: &'a str,
+    step: &'static str,
+) -> impl FnOnce(HostError) -> ProcedureError + 'a {
     move |source| ProcedureError::Host {
         iface: iface.to_string(),
         step,
@@ -103,7 +106,10 @@ fn host_err<'a>(iface: &'a str, step: &'static str) -> impl FnOnce(HostError) ->
     }
 }
 
-fn db_err<'a>(iface: &'a str, step: &'static str) -> impl FnOnce(OvsdbError) -> ProcedureError + 'a {
+pub(super) fn db_err<'a>(
+    iface: &'a str,
+    step: &'static str,
+) -> impl FnOnce(OvsdbError) -> ProcedureError + 'a {
     move |source| ProcedureError::Ovsdb {
         iface: iface.to_string(),
         step,
@@ -130,7 +136,10 @@ fn tolerate_exists(r: Result<(), HostError>) -> Result<(), HostError> {
     }
 }
 
-fn host_port_external_ids(record: &InterfaceRecord, uplink_uuid: &str) -> BTreeMap<String, String> {
+pub(super) fn host_port_external_ids(
+    record: &InterfaceRecord,
+    uplink_uuid: &str,
+) -> BTreeMap<String, String> {
     let ips = record
         .ips
         .iter()
@@ -152,7 +161,7 @@ fn host_port_external_ids(record: &InterfaceRecord, uplink_uuid: &str) -> BTreeM
 }
 
 /// Polls until `name` exists (`want == true`) or is gone; returns the link when it exists.
-async fn wait_link(env: &Env, name: &str, want: bool) -> Result<Option<Link>, ProcedureError> {
+pub(super) async fn wait_link(env: &Env, name: &str, want: bool) -> Result<Option<Link>, ProcedureError> {
     let deadline = tokio::time::Instant::now() + env.port_wait;
     loop {
         let link = env
