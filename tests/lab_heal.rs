@@ -56,8 +56,9 @@ fn enforced(lab: &Lab) -> (AgentProcess, ConnProbe) {
     std::fs::write(policy_dir(lab).join("00-atg.yaml"), APPLIED_TO).expect("write policy");
     std::fs::write(policy_dir(lab).join("10-deny.yaml"), deny_policy()).expect("write policy");
     let config = lab.write_config(&format!(
-        "standalone:\n  policyDir: {}\nmetricsServer:\n  bindAddress: \"127.0.0.1:{METRICS_PORT}\"\n",
-        policy_dir(lab).display()
+        "standalone:\n  policyDir: {}\nmetricsServer:\n  bindAddress: \"127.0.0.1:{METRICS_PORT}\"\nagentAPI:\n  socket: {}\n",
+        policy_dir(lab).display(),
+        api_socket(lab).display()
     ));
     lab.write_external_node(&[VM_IP4, VM_IP6]);
     let agent = lab.start_agent(&config);
@@ -76,6 +77,10 @@ fn enforced(lab: &Lab) -> (AgentProcess, ConnProbe) {
     let since = probe.now();
     probe.wait_back(since, Duration::from_secs(20));
     (agent, probe)
+}
+
+fn api_socket(lab: &Lab) -> PathBuf {
+    lab.dir().join("api.sock")
 }
 
 fn scrape(lab: &Lab) -> String {
@@ -211,4 +216,166 @@ fn bridge_ports_and_uplink_are_rebuilt_under_traffic() {
     println!("probe attempts: {}", probe.attempts());
     drop(probe);
     agent.stop();
+}
+
+/// A small tmpfs mounted on a directory for the length of a test.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: PathBuf, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(&dir).expect("create the mount point");
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .output()
+            .expect("run mount");
+        assert!(out.status.success(), "mount tmpfs: {out:?}");
+        Tmpfs(dir)
+    }
+
+    /// Fills the filesystem up to the last byte.
+    fn fill(&self) {
+        let _ = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "head -c 64M /dev/zero > '{}/fill' 2>/dev/null",
+                self.0.display()
+            ))
+            .status();
+        let probe = std::fs::write(self.0.join("probe"), vec![0u8; 4096]);
+        assert!(probe.is_err(), "the tmpfs is full");
+    }
+
+    fn free(&self) {
+        std::fs::remove_file(self.0.join("fill")).expect("free the tmpfs");
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+fn get(lab: &Lab, path: &str) -> String {
+    lab.vm(&format!(
+        "printf 'GET {path} HTTP/1.0\\r\\n\\r\\n' | nc -N -w 5 127.0.0.1 {METRICS_PORT}"
+    ))
+    .stdout_text()
+}
+
+fn state_write_errors(lab: &Lab) -> u64 {
+    scrape(lab)
+        .lines()
+        .find_map(|l| l.strip_prefix("antrea_vm_agent_state_write_errors_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_full_state_directory_refuses_attaches_and_detaches_from_memory() {
+    let lab = Lab::new();
+    lab.add_second_nic();
+    let eth1_before = (lab.vm_link(NIC2).expect("eth1"), lab.vm_addrs(NIC2));
+    let state = Tmpfs::mount(lab.state_dir(), "256k");
+    let (mut agent, probe) = enforced(&lab);
+    let since = probe.now();
+    let eth1_untouched = |lab: &Lab| {
+        lab.vm_link_driver(NIC2).as_deref() == Some("veth")
+            && !lab.vm_link_exists(UPLINK2)
+            && lab.vm_addrs(NIC2) == eth1_before.1
+    };
+
+    // Attach of eth1 with the state directory full: refused before anything is touched.
+    state.fill();
+    lab.write_external_node_interfaces(&[(NIC, &[VM_IP4, VM_IP6]), (NIC2, &[VM2_IP4])]);
+    wait_until(
+        Duration::from_secs(15),
+        "/readyz to name the state directory",
+        || get(&lab, "/readyz").contains("state directory"),
+    );
+    assert!(eth1_untouched(&lab), "eth1 is left as it was");
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(eth1_untouched(&lab), "eth1 is still left as it was");
+    assert!(state_write_errors(&lab) >= 1, "the failed writes are counted");
+    let info = lab
+        .agent_command(&[
+            "get",
+            "agentinfo",
+            "--socket",
+            &api_socket(&lab).display().to_string(),
+            "-o",
+            "json",
+        ])
+        .output()
+        .expect("run get agentinfo")
+        .stdout_text();
+    assert!(
+        info.contains("state directory"),
+        "agentinfo shows the error: {info}"
+    );
+    let readyz = get(&lab, "/readyz");
+    println!(
+        "/readyz with the state directory full: {}",
+        readyz
+            .lines()
+            .find(|l| l.contains("state directory"))
+            .unwrap_or("")
+    );
+
+    // Space back: the attach goes through.
+    state.free();
+    wait_until(
+        Duration::from_secs(15),
+        "eth1 attached once there is space",
+        || {
+            lab.vm_link_driver(NIC2).as_deref() == Some("tun")
+                && lab.vm_addrs(NIC2).iter().any(|a| a.starts_with(VM2_IP4))
+        },
+    );
+    lab.isolate_second_uplink();
+    wait_until(Duration::from_secs(15), "/readyz to be OK again", || {
+        get(&lab, "/readyz").starts_with("HTTP/1.0 200") || get(&lab, "/readyz").starts_with("HTTP/1.1 200")
+    });
+
+    // Detach of eth1 with the state directory full: completes from memory.
+    state.fill();
+    let failures = state_write_errors(&lab);
+    lab.unisolate_second_uplink();
+    lab.write_external_node(&[VM_IP4, VM_IP6]);
+    wait_until(
+        Duration::from_secs(15),
+        "eth1 restored without the journal",
+        || eth1_untouched(&lab),
+    );
+    assert!(
+        state_write_errors(&lab) > failures,
+        "the failed journal writes are counted"
+    );
+    assert!(
+        get(&lab, "/readyz").contains("state directory"),
+        "/readyz shows it"
+    );
+    state.free();
+    wait_until(
+        Duration::from_secs(15),
+        "/readyz OK once the directory takes writes",
+        || !get(&lab, "/readyz").contains("state directory"),
+    );
+
+    // eth0 was enforced all along.
+    let rec = probe.wait_back(since, Duration::from_secs(10));
+    println!("state directory full during attach and detach: eth0 {rec}");
+    let through = probe.denied_through();
+    assert!(through.is_empty(), "denied connections got through: {through:?}");
+    assert!(
+        rec.worst() == Duration::ZERO,
+        "eth0 never lost its allowed connection: {rec}"
+    );
+    drop(probe);
+    agent.stop();
+    drop(state);
 }

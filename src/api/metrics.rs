@@ -25,6 +25,9 @@ pub struct AgentMetrics {
     /// `antrea_vm_agent_datapath_repairs_total{kind}`: what the agent found changed or missing
     /// under it and put back (kind `flows`, `bridge`, `port`).
     pub datapath_repairs: IntCounterVec,
+    /// `antrea_vm_agent_state_write_errors_total`: writes of the interface records under
+    /// `stateDir` that failed (full, read-only or failing filesystem).
+    pub state_write_errors: IntCounterVec,
 }
 
 impl std::fmt::Debug for AgentMetrics {
@@ -92,6 +95,11 @@ impl AgentMetrics {
                 "Number of times the agent found its flows, bridge or ports changed or missing under it and repaired them, by kind (flows, bridge, port).",
                 &["kind"],
             ),
+            state_write_errors: counter(
+                "antrea_vm_agent_state_write_errors_total",
+                "Number of failed writes of the interface records under stateDir (attaches are refused, detaches complete from memory while they fail).",
+                &[],
+            ),
             registry,
         };
         // Like upstream, every operation's series exists from the start (at 0), so rate() and
@@ -100,6 +108,7 @@ impl AgentMetrics {
             metrics.ovs_flow_ops.with_label_values(&[operation]);
             metrics.ovs_flow_ops_errors.with_label_values(&[operation]);
         }
+        metrics.state_write_errors.with_label_values::<&str>(&[]);
         for kind in DATAPATH_REPAIR_KINDS {
             metrics.datapath_repairs.with_label_values(&[kind]);
         }

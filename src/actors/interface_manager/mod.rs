@@ -64,6 +64,8 @@ pub struct InterfaceManager {
     last_errors: Vec<String>,
     /// The view last published (to publish only changes, except on resync).
     published: Option<InterfacesChanged>,
+    /// Record write failures already added to the metric.
+    write_failures_counted: u64,
     _lifeline: Lifeline,
 }
 
@@ -85,6 +87,7 @@ impl InterfaceManager {
             desired: None,
             last_errors: Vec::new(),
             published: None,
+            write_failures_counted: 0,
             _lifeline: lifeline,
         }
     }
@@ -140,6 +143,7 @@ async fn reconcile(
     wanted: Option<Vec<Wanted>>,
 ) -> Outcome {
     let mut errors = Vec::new();
+    env.store.probe_after_failure();
     if !recovered {
         if let Err(e) = env.ovsdb.ensure_bridge(&bridge_spec).await {
             errors.push(format!("bridge {}: {e}", bridge_spec.name));
@@ -347,15 +351,29 @@ impl Handler<Reconcile> for InterfaceManager {
             }
             act.recovered = outcome.recovered;
             act.attached = outcome.attached;
-            for e in &outcome.errors {
+            let mut errors = outcome.errors;
+            let health = act.env.store.write_health();
+            act.deps
+                .metrics
+                .state_write_errors
+                .with_label_values::<&str>(&[])
+                .inc_by(health.failures.saturating_sub(act.write_failures_counted));
+            act.write_failures_counted = health.failures;
+            if let Some(e) = health.last_error {
+                // First, so that `/readyz` (which shows the first error) names the cause.
+                errors.insert(0, format!(
+                    "state directory: cannot write the interface records ({e}); attaches are refused, detaches complete from memory"
+                ));
+            }
+            for e in &errors {
                 if !act.last_errors.contains(e) {
                     error!("{e}");
                 }
             }
-            if outcome.errors.is_empty() && !act.last_errors.is_empty() {
+            if errors.is_empty() && !act.last_errors.is_empty() {
                 info!("interfaces converged");
             }
-            act.last_errors = outcome.errors;
+            act.last_errors = errors;
             act.publish(repaired_any);
         })))
     }
@@ -393,6 +411,7 @@ impl Handler<StatusQuery> for InterfaceManager {
                 "externalNodeKnown": self.desired.is_some(),
                 "interfaces": interfaces,
                 "errors": self.last_errors,
+                "stateWriteError": self.env.store.write_health().last_error,
             }),
         })
     }

@@ -199,6 +199,15 @@ async fn begin(env: &Env, record: &mut InterfaceRecord, step: Step) -> Result<()
     Ok(())
 }
 
+/// [`begin`] for a restore: when the journal cannot be written (a full, read-only or failing
+/// state directory) the restore goes on from memory, since putting the NIC back matters more
+/// than the journal; a crash before it ends then replays from the last step that was written.
+async fn journal_or_go_on(env: &Env, record: &mut InterfaceRecord, step: Step) {
+    if let Err(e) = begin(env, record, step).await {
+        warn!(iface = %record.name, step = step.as_str(), "cannot journal the step; restoring from memory: {e}");
+    }
+}
+
 /// Moves MTU, addresses and routes from `src` (if any) onto `dst`. The source's routes and
 /// addresses are removed first, so there is never a moment with two default routes.
 async fn move_config(
@@ -245,11 +254,21 @@ pub(crate) async fn restore_config(
     (addresses_step, routes_step): (Step, Step),
 ) -> Result<(), ProcedureError> {
     let d = dst.name.as_str();
-    begin(env, record, addresses_step).await?;
+    // A restore goes on without the journal; an attach stops (and is rolled back).
+    let restoring = record.phase == Phase::Detaching;
+    if restoring {
+        journal_or_go_on(env, record, addresses_step).await;
+    } else {
+        begin(env, record, addresses_step).await?;
+    }
     for addr in &record.addresses {
         tolerate_exists(env.host.add_address(dst.index, addr).await).map_err(host_err(d, "add address"))?;
     }
-    begin(env, record, routes_step).await?;
+    if restoring {
+        journal_or_go_on(env, record, routes_step).await;
+    } else {
+        begin(env, record, routes_step).await?;
+    }
     // On-link routes first: a route through a gateway needs the gateway's subnet to be reachable.
     let (direct, via_gateway): (Vec<&Route>, Vec<&Route>) =
         record.routes.iter().partition(|r| r.gateway.is_none());
@@ -340,7 +359,16 @@ pub async fn attach(
         Ok((ofport, uplink_ofport)) => {
             record.phase = Phase::Attached;
             record.step = Step::Done;
-            env.store.save(&record).map_err(store_err(&name, "save record"))?;
+            if let Err(e) = env.store.save(&record) {
+                // Attached but not recorded: a crash now would leave nothing saying so. Put the
+                // NIC back (from memory) rather than keep an attach the journal does not know.
+                let e = store_err(&name, "save record")(e);
+                warn!(iface = %name, "attach done but not journaled, rolling back: {e}");
+                if let Err(r) = roll_back(env, &record).await {
+                    warn!(iface = %name, "roll back incomplete, will retry: {r}");
+                }
+                return Err(e);
+            }
             info!(iface = %name, ofport, uplink_ofport, "interface attached");
             Ok(Attachment {
                 record,
@@ -447,7 +475,7 @@ pub async fn roll_back(env: &Env, record: &InterfaceRecord) -> Result<(), Proced
     let uplink = record.uplink_name.as_str();
     let mut record = record.clone();
     record.phase = Phase::Detaching;
-    begin(env, &mut record, Step::DeletePorts).await?;
+    journal_or_go_on(env, &mut record, Step::DeletePorts).await;
     env.ovsdb
         .delete_port(&env.bridge, name)
         .await
@@ -456,7 +484,7 @@ pub async fn roll_back(env: &Env, record: &InterfaceRecord) -> Result<(), Proced
         .delete_port(&env.bridge, uplink)
         .await
         .map_err(db_err(uplink, "delete uplink port"))?;
-    begin(env, &mut record, Step::RenameBack).await?;
+    journal_or_go_on(env, &mut record, Step::RenameBack).await;
     if let Some(uplink_link) = env
         .host
         .link_by_name(uplink)
@@ -478,7 +506,7 @@ pub async fn roll_back(env: &Env, record: &InterfaceRecord) -> Result<(), Proced
             iface: name.into(),
             message: "neither the NIC nor its uplink exists".into(),
         })?;
-    begin(env, &mut record, Step::RestoreLink).await?;
+    journal_or_go_on(env, &mut record, Step::RestoreLink).await;
     env.host
         .set_mtu(nic.index, record.mtu)
         .await
@@ -501,7 +529,10 @@ pub async fn roll_back(env: &Env, record: &InterfaceRecord) -> Result<(), Proced
         (Step::RestoreAddresses, Step::RestoreRoutes),
     )
     .await?;
-    env.store.remove(name).map_err(store_err(name, "remove record"))?;
+    if let Err(e) = env.store.remove(name) {
+        // The NIC is back; a stale record only makes the next pass restore it again.
+        warn!(iface = %name, "interface restored, but its record could not be removed: {e}");
+    }
     Ok(())
 }
 
