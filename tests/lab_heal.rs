@@ -379,3 +379,79 @@ fn a_full_state_directory_refuses_attaches_and_detaches_from_memory() {
     agent.stop();
     drop(state);
 }
+
+/// Resident memory (kB) and open file descriptors of a process.
+fn rss_kb_and_fds(pid: u32) -> (u64, usize) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
+    (rss, fds)
+}
+
+/// Cycles every datapath fault under the probe, `AVM_SOAK_CYCLES` times (2 by default, for CI;
+/// e.g. 40 for a soak of about ten minutes), and bounds the agent's growth: RSS by
+/// `RSS_GROWTH_KB` and open descriptors by `FD_GROWTH`, measured after a first warm-up cycle.
+#[test]
+fn soak_cycling_faults_keeps_memory_and_descriptors_bounded() {
+    const RSS_GROWTH_KB: u64 = 8 * 1024;
+    const FD_GROWTH: usize = 4;
+    let cycles: usize = std::env::var("AVM_SOAK_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2)
+        .max(2);
+    let lab = Lab::new();
+    let (mut agent, probe) = enforced(&lab);
+    let mgmt = format!("unix:{}", lab.mgmt_sock().display());
+    let mut start = None;
+    let began = std::time::Instant::now();
+    let mut worst = Duration::ZERO;
+    for cycle in 0..cycles {
+        for (name, fault) in [
+            ("del-flows", format!("ovs-ofctl -O OpenFlow15 del-flows {mgmt}")),
+            (
+                "del-port",
+                format!(
+                    "ovs-vsctl --db=unix:{} del-port {BRIDGE} {NIC}",
+                    lab.db_sock().display()
+                ),
+            ),
+            (
+                "del-br",
+                format!("ovs-vsctl --db=unix:{} del-br {BRIDGE}", lab.db_sock().display()),
+            ),
+        ] {
+            let rec = survive(&lab, &probe, &format!("cycle {cycle} {name}"), || {
+                lab.vm_ok(&fault);
+            });
+            worst = worst.max(rec.worst());
+        }
+        let rec = survive(&lab, &probe, &format!("cycle {cycle} fresh database"), || {
+            lab.restart_ovs_with_fresh_db();
+        });
+        worst = worst.max(rec.worst());
+        if cycle == 0 {
+            start = Some(rss_kb_and_fds(agent.pid()));
+        }
+    }
+    let (rss0, fds0) = start.expect("measured after the first cycle");
+    let (rss1, fds1) = rss_kb_and_fds(agent.pid());
+    println!(
+        "soak: {cycles} cycles in {:.0} s, worst recovery {:.2} s; RSS {rss0} kB -> {rss1} kB (bound +{RSS_GROWTH_KB} kB), open fds {fds0} -> {fds1} (bound +{FD_GROWTH})",
+        began.elapsed().as_secs_f64(),
+        worst.as_secs_f64()
+    );
+    assert!(
+        rss1 <= rss0 + RSS_GROWTH_KB,
+        "RSS grew from {rss0} kB to {rss1} kB"
+    );
+    assert!(fds1 <= fds0 + FD_GROWTH, "open fds grew from {fds0} to {fds1}");
+    assert!(probe.denied_through().is_empty());
+    drop(probe);
+    agent.stop();
+}

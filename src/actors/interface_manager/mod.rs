@@ -15,7 +15,7 @@ use std::net::IpAddr;
 
 use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture};
 use serde_json::json;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use self::procedures::{Attachment, Env};
 use self::store::RecordStore;
@@ -310,11 +310,40 @@ async fn heal_all(env: &Env, attached: &mut BTreeMap<String, Attachment>, errors
     }
 }
 
+/// Reconciles as soon as OVSDB reports a change of the bridges, ports or interfaces (a
+/// `del-br`, a `del-port`, a re-created database after an ovsdb-server restart), instead of at
+/// the next timer pass. The timer stays as the backstop.
+async fn watch_ovsdb(
+    ovsdb: std::sync::Arc<dyn crate::ovs::ovsdb::Ovsdb>,
+    manager: actix::Addr<InterfaceManager>,
+) {
+    const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
+    const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+    loop {
+        match ovsdb.watch_changes().await {
+            Ok(mut changes) => {
+                while changes.recv().await.is_some() {
+                    // One pass for a burst of updates (a del-br removes rows of three tables).
+                    tokio::time::sleep(SETTLE).await;
+                    while changes.try_recv().is_ok() {}
+                    manager.do_send(Reconcile);
+                }
+                debug!("the OVSDB watch ended (ovsdb-server restarted?); watching again");
+                manager.do_send(Reconcile);
+            }
+            Err(crate::ovs::ovsdb::OvsdbError::Unsupported(_)) => return,
+            Err(e) => debug!("cannot watch OVSDB yet: {e}"),
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
 impl Actor for InterfaceManager {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.notify(Reconcile);
+        ctx.spawn(watch_ovsdb(self.deps.ovsdb.clone(), ctx.address()).into_actor(self));
         ctx.run_interval(self.deps.timing.interface_reconcile, |_, ctx| {
             ctx.notify(Reconcile)
         });
