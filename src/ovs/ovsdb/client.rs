@@ -1017,6 +1017,43 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn real_watch_reports_bridge_and_port_changes_and_ends_with_the_server() {
+        async fn next(rx: &mut tokio::sync::mpsc::UnboundedReceiver<()>, what: &str) -> Option<()> {
+            tokio::time::timeout(Duration::from_secs(5), rx.recv())
+                .await
+                .unwrap_or_else(|_| panic!("no wake-up for {what}"))
+        }
+        let ovs = PrivateOvs::start().expect("private OVS");
+        let c = OvsdbClient::new(ovs.db_sock());
+        let mut changes = c.watch_changes().await.expect("watch");
+        assert_eq!(next(&mut changes, "the start").await, Some(()));
+        ovs.vsctl(&["add-br", "br-w"]).expect("add-br");
+        assert_eq!(next(&mut changes, "add-br").await, Some(()));
+        while tokio::time::timeout(Duration::from_millis(300), changes.recv())
+            .await
+            .is_ok()
+        {}
+        ovs.vsctl(&["set", "bridge", "br-w", "external_ids:k=v"])
+            .expect("set");
+        assert_eq!(next(&mut changes, "external_ids").await, Some(()));
+        while tokio::time::timeout(Duration::from_millis(300), changes.recv())
+            .await
+            .is_ok()
+        {}
+        ovs.vsctl(&["del-br", "br-w"]).expect("del-br");
+        assert_eq!(next(&mut changes, "del-br").await, Some(()));
+        ovs.stop_ovsdb().expect("stop ovsdb-server");
+        let mut ended = false;
+        for _ in 0..20 {
+            if let Ok(None) = tokio::time::timeout(Duration::from_secs(1), changes.recv()).await {
+                ended = true;
+                break;
+            }
+        }
+        assert!(ended, "the watch ends with the server");
+    }
+
+    #[tokio::test]
     async fn real_ports_and_external_ids() {
         let ovs = PrivateOvs::start().expect("private OVS");
         let c = OvsdbClient::new(ovs.db_sock());
