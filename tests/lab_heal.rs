@@ -99,24 +99,49 @@ fn repairs(lab: &Lab, kind: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// What the datapath looks like when the allowed connections do not come back.
+fn diagnose(lab: &Lab) -> String {
+    let appctl = |args: &[&str]| {
+        let out = lab.ovs_appctl(args);
+        format!("{}{}", out.stdout_text(), String::from_utf8_lossy(&out.stderr))
+    };
+    let vswitchd_log = std::fs::read_to_string(lab.run_dir().join("ovs-vswitchd.log")).unwrap_or_default();
+    let warnings: Vec<&str> = vswitchd_log
+        .lines()
+        .filter(|l| l.contains("|WARN|") || l.contains("|ERR|"))
+        .collect();
+    let conntrack = appctl(&["dpctl/dump-conntrack"]);
+    let conntrack6: Vec<&str> = conntrack
+        .lines()
+        .filter(|l| l.contains("fd00"))
+        .take(10)
+        .collect();
+    format!(
+        "VM neighbours and sockets:\n{}\noutside neighbours and sockets:\n{}\n\
+         ovs-vswitchd warnings:\n{}\nIPv6 conntrack:\n{}\nupcalls:\n{}\n\
+         trace of an IPv6 SYN:\n{}\ndatapath flows:\n{}\nflows:\n{}",
+        lab.vm("ip neigh; ss -tan | head -20").stdout_text(),
+        lab.ext("ip neigh; ss -tan | head -20").stdout_text(),
+        warnings.join("\n"),
+        conntrack6.join("\n"),
+        appctl(&["upcall/show"]),
+        appctl(&[
+            "ofproto/trace",
+            BRIDGE,
+            "in_port=eth0~,tcp6,ipv6_src=fd00:99::1,ipv6_dst=fd00:99::2,tcp_src=40000,tcp_dst=8080,tcp_flags=+syn",
+        ]),
+        appctl(&["dpctl/dump-flows", "-m"]),
+        lab.try_dump_flows().unwrap_or_default().join("\n")
+    )
+}
+
 /// Injects a fault under the probe and checks the three promises; returns the recovery.
 fn survive(lab: &Lab, probe: &ConnProbe, name: &str, inject: impl FnOnce()) -> Recovery {
     let since = probe.now();
     inject();
     let rec = probe
         .try_wait_back(since, Duration::from_secs(30))
-        .unwrap_or_else(|e| {
-            println!("trace of an IPv6 SYN: {}", lab.ovs_appctl(&["ofproto/trace", "br-int", "in_port=eth0~,tcp6,ipv6_src=fd00:99::1,ipv6_dst=fd00:99::2,tcp_src=40000,tcp_dst=8080,tcp_flags=+syn,dl_dst=00:00:00:00:00:01"]).stdout_text());
-            println!("upcalls: {}", lab.ovs_appctl(&["upcall/show"]).stdout_text());
-            println!("IPv6 conntrack: {}", lab.ovs_appctl(&["dpctl/dump-conntrack"]).stdout_text().lines().filter(|l| l.contains("fd00")).take(10).collect::<Vec<_>>().join("\n"));
-            panic!(
-                "{name}: {e}\nVM neighbours:\n{}\noutside neighbours:\n{}\ndatapath flows:\n{}\nflows:\n{}",
-                lab.vm("ip neigh; ss -tan | head -20").stdout_text(),
-                lab.ext("ip neigh; ss -tan | head -20").stdout_text(),
-                lab.ovs_appctl(&["dpctl/dump-flows", "-m"]).stdout_text(),
-                lab.try_dump_flows().unwrap_or_default().join("\n")
-            )
-        });
+        .unwrap_or_else(|e| panic!("{name}: {e}\n{}", diagnose(lab)));
     println!("{name}: allowed connections back after {rec}");
     assert!(
         rec.worst() <= BACK_WITHIN,
