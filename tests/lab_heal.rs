@@ -128,7 +128,7 @@ fn diagnose(lab: &Lab) -> String {
         appctl(&[
             "ofproto/trace",
             BRIDGE,
-            "in_port=eth0~,tcp6,ipv6_src=fd00:99::1,ipv6_dst=fd00:99::2,tcp_src=40000,tcp_dst=8080,tcp_flags=+syn",
+            "in_port=eth0~,tcp6,ipv6_src=fd00:99::1,ipv6_dst=fd00:99::2,tcp_src=40000,tcp_dst=8080,tcp_flags=0x002",
         ]),
         appctl(&["dpctl/dump-flows", "-m"]),
         lab.try_dump_flows().unwrap_or_default().join("\n")
