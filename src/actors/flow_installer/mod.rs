@@ -480,6 +480,17 @@ impl Handler<Sync> for FlowInstaller {
                     session.synced = true;
                     if let Some(found) = &audit {
                         drift::report_repair(&act.deps.metrics, found, count);
+                        if count > 0 {
+                            let run_dir = act.deps.config.ovs_run_dir.clone();
+                            // Twice: an upcall translated against the empty tables may still
+                            // install its drop megaflow just after the first purge.
+                            let purges = async move {
+                                drift::purge_datapath_cache(run_dir.clone()).await;
+                                tokio::time::sleep(Duration::from_millis(500)).await;
+                                drift::purge_datapath_cache(run_dir).await;
+                            };
+                            ctx.spawn(purges.into_actor(act));
+                        }
                     }
                     if count >= memory::LARGE_BUNDLE_FLOW_MODS {
                         // The flow_mods and the encoded bundle are freed by now: give the
