@@ -410,6 +410,36 @@ async fn flows_are_replayed_after_the_switch_reconnects() {
     let _ = w.supervisor.send(Shutdown).await;
 }
 
+#[actix_rt::test]
+async fn flows_deleted_under_the_agent_are_repaired_by_the_audit() {
+    let w = start_world();
+    w.source.set(external_node(&["10.0.0.2"]));
+    w.converge().await;
+    let connects = w.switch.connect_count();
+    // Everything gone from the switch, the connection kept (a `del-flows`, `del-groups`,
+    // `del-meters` by someone else); the fake cannot report it, so the audit finds it.
+    w.switch.current().expect("connected").clear();
+    eventually("flows repaired", || async { w.flows_converged() }).await;
+    let current = w.switch.current().expect("connected");
+    assert!(
+        !current.groups().is_empty() && !current.meters().is_empty(),
+        "groups and meters back"
+    );
+    assert_eq!(
+        w.switch.connect_count(),
+        connects,
+        "repaired on the same connection"
+    );
+    let repairs = w
+        .deps
+        .metrics
+        .datapath_repairs
+        .with_label_values(&["flows"])
+        .get();
+    assert_eq!(repairs, 1, "one repair counted");
+    let _ = w.supervisor.send(Shutdown).await;
+}
+
 /// The fakes without the actors, and the interface manager's procedures' environment over them
 /// (a bridge made, records in the returned directory): for tests of single procedures.
 async fn procedure_world() -> (

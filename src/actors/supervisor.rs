@@ -45,6 +45,9 @@ pub struct Timing {
     pub stats_interval: Duration,
     /// First retry delay of a failed NetworkPolicyStatus post; doubles per failure up to 300 s.
     pub status_retry_min: Duration,
+    /// How often the flow installer audits the switch's flows when the switch cannot report
+    /// flow changes itself (no OpenFlow flow monitoring).
+    pub flow_audit: Duration,
 }
 
 impl Default for Timing {
@@ -60,6 +63,7 @@ impl Default for Timing {
             report_interval: Duration::from_secs(60),
             stats_interval: Duration::from_secs(60),
             status_retry_min: Duration::from_secs(5),
+            flow_audit: Duration::from_secs(10),
         }
     }
 }

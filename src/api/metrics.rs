@@ -4,6 +4,9 @@
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
+/// The `kind` label values of `antrea_vm_agent_datapath_repairs_total`.
+pub const DATAPATH_REPAIR_KINDS: [&str; 3] = ["flows", "bridge", "port"];
+
 /// Metrics shared by every actor; cheap to clone (the prometheus handles are `Arc`s inside).
 #[derive(Clone)]
 pub struct AgentMetrics {
@@ -19,6 +22,12 @@ pub struct AgentMetrics {
     pub realization_latency: HistogramVec,
     /// `antrea_vm_agent_actor_restarts_total{actor}`.
     pub actor_restarts: IntCounterVec,
+    /// `antrea_vm_agent_datapath_repairs_total{kind}`: what the agent found changed or missing
+    /// under it and put back (kind `flows`, `bridge`, `port`).
+    pub datapath_repairs: IntCounterVec,
+    /// `antrea_vm_agent_state_write_errors_total`: writes of the interface records under
+    /// `stateDir` that failed (full, read-only or failing filesystem).
+    pub state_write_errors: IntCounterVec,
 }
 
 impl std::fmt::Debug for AgentMetrics {
@@ -81,6 +90,16 @@ impl AgentMetrics {
                 "Number of times the supervisor restarted an actor, by actor.",
                 &["actor"],
             ),
+            datapath_repairs: counter(
+                "antrea_vm_agent_datapath_repairs_total",
+                "Number of times the agent found its flows, bridge or ports changed or missing under it and repaired them, by kind (flows, bridge, port).",
+                &["kind"],
+            ),
+            state_write_errors: counter(
+                "antrea_vm_agent_state_write_errors_total",
+                "Number of failed writes of the interface records under stateDir (attaches are refused, detaches complete from memory while they fail).",
+                &[],
+            ),
             registry,
         };
         // Like upstream, every operation's series exists from the start (at 0), so rate() and
@@ -88,6 +107,10 @@ impl AgentMetrics {
         for operation in ["add", "modify", "delete"] {
             metrics.ovs_flow_ops.with_label_values(&[operation]);
             metrics.ovs_flow_ops_errors.with_label_values(&[operation]);
+        }
+        metrics.state_write_errors.with_label_values::<&str>(&[]);
+        for kind in DATAPATH_REPAIR_KINDS {
+            metrics.datapath_repairs.with_label_values(&[kind]);
         }
         metrics
     }

@@ -53,6 +53,8 @@ pub fn fast_timing() -> Timing {
         reconnect_min: Duration::from_millis(20),
         reconnect_max: Duration::from_millis(200),
         port_wait: Duration::from_secs(2),
+        // The fake switch has no flow monitor: the installer audits it on this period.
+        flow_audit: Duration::from_millis(200),
         ..Timing::default()
     }
 }

@@ -314,6 +314,17 @@ impl Lab {
         self.start_ovsdb();
         self.start_vswitchd();
     }
+    /// Stops ovs-vswitchd and ovsdb-server (SIGTERM) and starts them again on a new, empty
+    /// database (a lost or re-created `conf.db`).
+    pub fn restart_ovs_with_fresh_db(&self) {
+        self.stop_daemon("ovs-vswitchd", "TERM");
+        self.stop_daemon("ovsdb-server", "TERM");
+        std::fs::remove_file(self.run_dir.join("conf.db")).expect("remove conf.db");
+        self.create_ovs_db();
+        self.start_ovsdb();
+        self.init_ovs_db();
+        self.start_vswitchd();
+    }
     /// Kills ovs-vswitchd with SIGKILL (a crash); start it again with [`Lab::start_vswitchd`].
     pub fn kill_vswitchd(&self) {
         self.stop_daemon("ovs-vswitchd", "KILL");

@@ -10,10 +10,12 @@
 mod agent;
 pub mod emulator;
 mod lab;
+mod probe;
 mod traffic;
 mod util;
 
 pub use agent::{agent_binary, AgentProcess};
 pub use lab::*;
+pub use probe::{ConnProbe, Recovery};
 pub use traffic::{PingFlood, PingResult};
-pub use util::{wait_until, CommandOutputExt};
+pub use util::{poll_until, wait_until, CommandOutputExt};

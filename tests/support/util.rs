@@ -23,7 +23,7 @@ pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool)
 }
 
 /// Like [`wait_until`] but returns false on timeout instead of panicking.
-pub(crate) fn poll_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub fn poll_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
     loop {
         if cond() {

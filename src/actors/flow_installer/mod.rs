@@ -8,6 +8,10 @@
 //! previous round. Only then is `R` persisted in the bridge's `external_ids:roundNum`. Later changes
 //! are minimal diffs. After the connection drops (OVS restarted) it reconnects with backoff and
 //! replays everything the same way.
+//!
+//! Drift (`drift`): a flow monitor on the connection reports flows changed by anyone else; the
+//! next sync is then a take-over again (groups and meters re-asserted first), counted in
+//! `antrea_vm_agent_datapath_repairs_total{kind="flows"}` when it had anything to put back.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -32,6 +36,7 @@ use crate::policy::flowset::{self, FlowSet};
 use crate::policy::pipeline::{self, PipelineOptions, ROUND_MASK};
 use crate::policy::rule::CompiledRuleInput;
 
+mod drift;
 /// Read-only queries for the agent API (`GetFlowDump`).
 pub mod query;
 mod stats;
@@ -112,6 +117,8 @@ pub struct FlowInstaller {
     /// The flows installed besides the NetworkPolicy flows (those are the compiler's, see
     /// [`FlowInstaller::installed_flows`]): init flows, bypass rules, cross-connects.
     installed: FlowSet,
+    /// The switch's flows may have drifted (what was seen): the next sync takes over and repairs.
+    pending_audit: Option<drift::Found>,
     reconnect_delay: Duration,
     connecting: bool,
     last_error: Option<String>,
@@ -147,6 +154,7 @@ impl FlowInstaller {
             rules_changed_at: None,
             realization: Default::default(),
             installed: FlowSet::new(),
+            pending_audit: None,
             reconnect_delay,
             connecting: false,
             last_error: None,
@@ -320,6 +328,10 @@ impl Handler<Connect> for FlowInstaller {
                         stats: act.packet_in_stats.clone(),
                     };
                     ctx.spawn(packetin::serve(packet_ins, switch.clone(), responder).into_actor(act));
+                    let audit_every = act.deps.timing.flow_audit;
+                    ctx.spawn(
+                        drift::watch(switch.clone(), epoch, ctx.address(), audit_every).into_actor(act),
+                    );
                     let closing = switch.clone();
                     ctx.spawn(
                         async move { closing.closed().await }
@@ -337,6 +349,7 @@ impl Handler<Connect> for FlowInstaller {
                         synced: false,
                     });
                     act.installed.clear();
+                    act.pending_audit = None;
                     act.reconnect_delay = act.deps.timing.reconnect_min;
                     act.last_error = None;
                     ctx.notify(Sync);
@@ -383,7 +396,8 @@ impl Handler<Sync> for FlowInstaller {
         // flows, or nothing after an OVS restart), and so does the sync after the NetworkPolicy
         // flows got out of step; later ones diff against what we installed, the NetworkPolicy
         // flows by the compiler's delta.
-        let take_over_all = first || update.full || self.policy_resync;
+        let audit = self.pending_audit.take();
+        let take_over_all = first || update.full || self.policy_resync || audit.is_some();
         let (known_mods, wanted) = if take_over_all {
             let mut all = desired.clone();
             all.extend(self.compiler.flows(round));
@@ -411,7 +425,20 @@ impl Handler<Sync> for FlowInstaller {
         let bridge = self.deps.config.ovs_bridge.clone();
         let changed_at = self.rules_changed_at.take();
         let metrics = self.deps.metrics.clone();
+        let repair = audit.clone().map(|found| {
+            let groups = pipeline::network_policy_groups();
+            let meters = meters.then(|| pipeline::packet_in_meters(self.deps.config.packet_in_rate));
+            (found, groups, meters)
+        });
         let fut = async move {
+            if let Some((_, groups, meters)) = repair {
+                // Flows that use a group or meter cannot go back before it does (and OVS deleted
+                // them along with it); both are modified in place when present.
+                switch.replace_groups(groups).await?;
+                if let Some(meters) = meters {
+                    switch.replace_meters(meters).await?;
+                }
+            }
             let mods = match known_mods {
                 Some(mods) => mods,
                 None => take_over(switch.as_ref(), wanted, round, previous_round).await,
@@ -434,6 +461,7 @@ impl Handler<Sync> for FlowInstaller {
             if res.is_err() {
                 // Not realized: the retry's realization latency still counts from the change.
                 act.rules_changed_at = changed_at.or(act.rules_changed_at);
+                act.pending_audit = audit.clone().or(act.pending_audit.take());
             }
             let Some(session) = act.session.as_mut().filter(|s| s.epoch == epoch) else {
                 return;
@@ -450,6 +478,20 @@ impl Handler<Sync> for FlowInstaller {
                         "flows committed"
                     );
                     session.synced = true;
+                    if let Some(found) = &audit {
+                        drift::report_repair(&act.deps.metrics, found, count);
+                        if count > 0 {
+                            let run_dir = act.deps.config.ovs_run_dir.clone();
+                            // Twice: an upcall translated against the empty tables may still
+                            // install its drop megaflow just after the first purge.
+                            let purges = async move {
+                                drift::purge_datapath_cache(run_dir.clone()).await;
+                                tokio::time::sleep(Duration::from_millis(500)).await;
+                                drift::purge_datapath_cache(run_dir).await;
+                            };
+                            ctx.spawn(purges.into_actor(act));
+                        }
+                    }
                     if count >= memory::LARGE_BUNDLE_FLOW_MODS {
                         // The flow_mods and the encoded bundle are freed by now: give the
                         // pages back, or the sync's peak stays resident.
@@ -486,6 +528,23 @@ impl Handler<Sync> for FlowInstaller {
     }
 }
 
+impl Handler<drift::Audit> for FlowInstaller {
+    type Result = ();
+
+    fn handle(&mut self, msg: drift::Audit, ctx: &mut Context<Self>) {
+        // Before the first sync of a connection there is nothing to audit: that sync takes over.
+        if self
+            .session
+            .as_ref()
+            .is_some_and(|s| s.epoch == msg.epoch && s.synced)
+        {
+            debug!(found = %msg.found.what, "the switch's flows may have drifted; auditing them");
+            self.pending_audit = Some(msg.found);
+            ctx.notify(Sync);
+        }
+    }
+}
+
 impl Handler<InterfacesChanged> for FlowInstaller {
     type Result = ();
 
@@ -494,6 +553,12 @@ impl Handler<InterfacesChanged> for FlowInstaller {
             debug!(interfaces = msg.interfaces.len(), "interface view changed");
             self.interfaces_tx.send_replace(Arc::new(msg.interfaces.clone()));
             self.interfaces = Some(msg.interfaces);
+        }
+        if self.session.is_none() && !self.connecting {
+            // The interface manager may just have re-created the bridge: try now rather than
+            // after the backoff.
+            self.reconnect_delay = self.deps.timing.reconnect_min;
+            ctx.notify(Connect);
         }
         ctx.notify(Sync);
     }

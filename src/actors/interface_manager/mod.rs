@@ -7,6 +7,7 @@
 
 pub mod offline;
 pub mod procedures;
+mod repair;
 pub mod store;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,7 +15,7 @@ use std::net::IpAddr;
 
 use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture};
 use serde_json::json;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use self::procedures::{Attachment, Env};
 use self::store::RecordStore;
@@ -50,6 +51,7 @@ struct Outcome {
     recovered: bool,
     attached: BTreeMap<String, Attachment>,
     errors: Vec<String>,
+    repaired: repair::Repaired,
 }
 
 pub struct InterfaceManager {
@@ -65,6 +67,8 @@ pub struct InterfaceManager {
     last_errors: Vec<String>,
     /// The view last published (to publish only changes, except on resync).
     published: Option<InterfacesChanged>,
+    /// Record write failures already added to the metric.
+    write_failures_counted: u64,
     _lifeline: Lifeline,
 }
 
@@ -86,6 +90,7 @@ impl InterfaceManager {
             desired: None,
             last_errors: Vec::new(),
             published: None,
+            write_failures_counted: 0,
             _lifeline: lifeline,
         }
     }
@@ -148,6 +153,7 @@ async fn reconcile(
     wanted: Option<Vec<Wanted>>,
 ) -> Outcome {
     let mut errors = Vec::new();
+    env.store.probe_after_failure();
     if !recovered {
         if let Err(e) = env.ovsdb.ensure_bridge(&bridge_spec).await {
             errors.push(format!("bridge {}: {e}", bridge_spec.name));
@@ -155,6 +161,7 @@ async fn reconcile(
                 recovered,
                 attached,
                 errors,
+                repaired: Default::default(),
             };
         }
         match procedures::recover(&env).await {
@@ -174,6 +181,7 @@ async fn reconcile(
                     recovered,
                     attached,
                     errors,
+                    repaired: Default::default(),
                 };
             }
         }
@@ -182,11 +190,13 @@ async fn reconcile(
     if let Some(wanted) = wanted {
         apply_wanted(&env, &mut attached, &wanted, &mut errors).await;
     }
+    let repaired = repair::repair_all(&env, &bridge_spec, &attached, &mut errors).await;
     heal_all(&env, &mut attached, &mut errors).await;
     Outcome {
         recovered,
         attached,
         errors,
+        repaired,
     }
 }
 
@@ -350,11 +360,40 @@ async fn heal_all(env: &Env, attached: &mut BTreeMap<String, Attachment>, errors
     }
 }
 
+/// Reconciles as soon as OVSDB reports a change of the bridges, ports or interfaces (a
+/// `del-br`, a `del-port`, a re-created database after an ovsdb-server restart), instead of at
+/// the next timer pass. The timer stays as the backstop.
+async fn watch_ovsdb(
+    ovsdb: std::sync::Arc<dyn crate::ovs::ovsdb::Ovsdb>,
+    manager: actix::Addr<InterfaceManager>,
+) {
+    const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
+    const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+    loop {
+        match ovsdb.watch_changes().await {
+            Ok(mut changes) => {
+                while changes.recv().await.is_some() {
+                    // One pass for a burst of updates (a del-br removes rows of three tables).
+                    tokio::time::sleep(SETTLE).await;
+                    while changes.try_recv().is_ok() {}
+                    manager.do_send(Reconcile);
+                }
+                debug!("the OVSDB watch ended (ovsdb-server restarted?); watching again");
+                manager.do_send(Reconcile);
+            }
+            Err(crate::ovs::ovsdb::OvsdbError::Unsupported(_)) => return,
+            Err(e) => debug!("cannot watch OVSDB yet: {e}"),
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
 impl Actor for InterfaceManager {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.notify(Reconcile);
+        ctx.spawn(watch_ovsdb(self.deps.ovsdb.clone(), ctx.address()).into_actor(self));
         ctx.run_interval(self.deps.timing.interface_reconcile, |_, ctx| {
             ctx.notify(Reconcile)
         });
@@ -378,18 +417,43 @@ impl Handler<Reconcile> for InterfaceManager {
             self.wanted(),
         );
         AtomicResponse::new(Box::pin(fut.into_actor(self).map(|outcome, act, _| {
+            let repairs = &act.deps.metrics.datapath_repairs;
+            // After a repair the flow installer hears at once (even with the same ofports), so
+            // it reconnects to a re-created bridge without waiting for its backoff.
+            let repaired_any = outcome.repaired.bridge || !outcome.repaired.ports.is_empty();
+            if outcome.repaired.bridge {
+                repairs.with_label_values(&["bridge"]).inc();
+            }
+            if !outcome.repaired.ports.is_empty() {
+                repairs.with_label_values(&["port"]).inc();
+                warn!(repaired = ?outcome.repaired.ports, "re-attached interfaces after their OVS ports or uplink changed");
+            }
             act.recovered = outcome.recovered;
             act.attached = outcome.attached;
-            for e in &outcome.errors {
+            let mut errors = outcome.errors;
+            let health = act.env.store.write_health();
+            act.deps
+                .metrics
+                .state_write_errors
+                .with_label_values::<&str>(&[])
+                .inc_by(health.failures.saturating_sub(act.write_failures_counted));
+            act.write_failures_counted = health.failures;
+            if let Some(e) = health.last_error {
+                // First, so that `/readyz` (which shows the first error) names the cause.
+                errors.insert(0, format!(
+                    "state directory: cannot write the interface records ({e}); attaches are refused, detaches complete from memory"
+                ));
+            }
+            for e in &errors {
                 if !act.last_errors.contains(e) {
                     error!("{e}");
                 }
             }
-            if outcome.errors.is_empty() && !act.last_errors.is_empty() {
+            if errors.is_empty() && !act.last_errors.is_empty() {
                 info!("interfaces converged");
             }
-            act.last_errors = outcome.errors;
-            act.publish(false);
+            act.last_errors = errors;
+            act.publish(repaired_any);
         })))
     }
 }
@@ -426,6 +490,7 @@ impl Handler<StatusQuery> for InterfaceManager {
                 "externalNodeKnown": self.desired.is_some(),
                 "interfaces": interfaces,
                 "errors": self.last_errors,
+                "stateWriteError": self.env.store.write_health().last_error,
             }),
         })
     }

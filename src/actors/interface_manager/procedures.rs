@@ -95,7 +95,10 @@ pub enum ProcedureError {
     NotReady { iface: String, message: String },
 }
 
-fn host_err<'a>(iface: &'a str, step: &'static str) -> impl FnOnce(HostError) -> ProcedureError + 'a {
+pub(super) fn host_err<'a>(
+    iface: &'a str,
+    step: &'static str,
+) -> impl FnOnce(HostError) -> ProcedureError + 'a {
     move |source| ProcedureError::Host {
         iface: iface.to_string(),
         step,
@@ -103,7 +106,10 @@ fn host_err<'a>(iface: &'a str, step: &'static str) -> impl FnOnce(HostError) ->
     }
 }
 
-fn db_err<'a>(iface: &'a str, step: &'static str) -> impl FnOnce(OvsdbError) -> ProcedureError + 'a {
+pub(super) fn db_err<'a>(
+    iface: &'a str,
+    step: &'static str,
+) -> impl FnOnce(OvsdbError) -> ProcedureError + 'a {
     move |source| ProcedureError::Ovsdb {
         iface: iface.to_string(),
         step,
@@ -130,7 +136,10 @@ fn tolerate_exists(r: Result<(), HostError>) -> Result<(), HostError> {
     }
 }
 
-fn host_port_external_ids(record: &InterfaceRecord, uplink_uuid: &str) -> BTreeMap<String, String> {
+pub(super) fn host_port_external_ids(
+    record: &InterfaceRecord,
+    uplink_uuid: &str,
+) -> BTreeMap<String, String> {
     let ips = record
         .ips
         .iter()
@@ -152,7 +161,7 @@ fn host_port_external_ids(record: &InterfaceRecord, uplink_uuid: &str) -> BTreeM
 }
 
 /// Polls until `name` exists (`want == true`) or is gone; returns the link when it exists.
-async fn wait_link(env: &Env, name: &str, want: bool) -> Result<Option<Link>, ProcedureError> {
+pub(super) async fn wait_link(env: &Env, name: &str, want: bool) -> Result<Option<Link>, ProcedureError> {
     let deadline = tokio::time::Instant::now() + env.port_wait;
     loop {
         let link = env
@@ -188,6 +197,15 @@ async fn begin(env: &Env, record: &mut InterfaceRecord, step: Step) -> Result<()
     })?;
     failpoint::hit(&format!("{}:{}", record.phase.as_str(), step.as_str()));
     Ok(())
+}
+
+/// [`begin`] for a restore: when the journal cannot be written (a full, read-only or failing
+/// state directory) the restore goes on from memory, since putting the NIC back matters more
+/// than the journal; a crash before it ends then replays from the last step that was written.
+async fn journal_or_go_on(env: &Env, record: &mut InterfaceRecord, step: Step) {
+    if let Err(e) = begin(env, record, step).await {
+        warn!(iface = %record.name, step = step.as_str(), "cannot journal the step; restoring from memory: {e}");
+    }
 }
 
 /// Moves MTU, addresses and routes from `src` (if any) onto `dst`. The source's routes and
@@ -236,11 +254,21 @@ pub(crate) async fn restore_config(
     (addresses_step, routes_step): (Step, Step),
 ) -> Result<(), ProcedureError> {
     let d = dst.name.as_str();
-    begin(env, record, addresses_step).await?;
+    // A restore goes on without the journal; an attach stops (and is rolled back).
+    let restoring = record.phase == Phase::Detaching;
+    if restoring {
+        journal_or_go_on(env, record, addresses_step).await;
+    } else {
+        begin(env, record, addresses_step).await?;
+    }
     for addr in &record.addresses {
         tolerate_exists(env.host.add_address(dst.index, addr).await).map_err(host_err(d, "add address"))?;
     }
-    begin(env, record, routes_step).await?;
+    if restoring {
+        journal_or_go_on(env, record, routes_step).await;
+    } else {
+        begin(env, record, routes_step).await?;
+    }
     // On-link routes first: a route through a gateway needs the gateway's subnet to be reachable.
     let (direct, via_gateway): (Vec<&Route>, Vec<&Route>) =
         record.routes.iter().partition(|r| r.gateway.is_none());
@@ -331,7 +359,16 @@ pub async fn attach(
         Ok((ofport, uplink_ofport)) => {
             record.phase = Phase::Attached;
             record.step = Step::Done;
-            env.store.save(&record).map_err(store_err(&name, "save record"))?;
+            if let Err(e) = env.store.save(&record) {
+                // Attached but not recorded: a crash now would leave nothing saying so. Put the
+                // NIC back (from memory) rather than keep an attach the journal does not know.
+                let e = store_err(&name, "save record")(e);
+                warn!(iface = %name, "attach done but not journaled, rolling back: {e}");
+                if let Err(r) = roll_back(env, &record).await {
+                    warn!(iface = %name, "roll back incomplete, will retry: {r}");
+                }
+                return Err(e);
+            }
             info!(iface = %name, ofport, uplink_ofport, "interface attached");
             Ok(Attachment {
                 record,
@@ -438,7 +475,7 @@ pub async fn roll_back(env: &Env, record: &InterfaceRecord) -> Result<(), Proced
     let uplink = record.uplink_name.as_str();
     let mut record = record.clone();
     record.phase = Phase::Detaching;
-    begin(env, &mut record, Step::DeletePorts).await?;
+    journal_or_go_on(env, &mut record, Step::DeletePorts).await;
     env.ovsdb
         .delete_port(&env.bridge, name)
         .await
@@ -447,7 +484,7 @@ pub async fn roll_back(env: &Env, record: &InterfaceRecord) -> Result<(), Proced
         .delete_port(&env.bridge, uplink)
         .await
         .map_err(db_err(uplink, "delete uplink port"))?;
-    begin(env, &mut record, Step::RenameBack).await?;
+    journal_or_go_on(env, &mut record, Step::RenameBack).await;
     if let Some(uplink_link) = env
         .host
         .link_by_name(uplink)
@@ -469,7 +506,7 @@ pub async fn roll_back(env: &Env, record: &InterfaceRecord) -> Result<(), Proced
             iface: name.into(),
             message: "neither the NIC nor its uplink exists".into(),
         })?;
-    begin(env, &mut record, Step::RestoreLink).await?;
+    journal_or_go_on(env, &mut record, Step::RestoreLink).await;
     env.host
         .set_mtu(nic.index, record.mtu)
         .await
@@ -492,7 +529,10 @@ pub async fn roll_back(env: &Env, record: &InterfaceRecord) -> Result<(), Proced
         (Step::RestoreAddresses, Step::RestoreRoutes),
     )
     .await?;
-    env.store.remove(name).map_err(store_err(name, "remove record"))?;
+    if let Err(e) = env.store.remove(name) {
+        // The NIC is back; a stale record only makes the next pass restore it again.
+        warn!(iface = %name, "interface restored, but its record could not be removed: {e}");
+    }
     Ok(())
 }
 

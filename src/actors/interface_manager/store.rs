@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
@@ -142,13 +143,67 @@ pub enum StoreError {
 #[derive(Clone, Debug)]
 pub struct RecordStore {
     dir: PathBuf,
+    health: Arc<Mutex<WriteHealth>>,
+}
+
+/// How writing the records has been going (shared by the clones of a store).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WriteHealth {
+    /// Writes (saves and removals) that failed, since the start.
+    pub failures: u64,
+    /// The last write's error, cleared by the next record (or probe) written successfully.
+    pub last_error: Option<String>,
 }
 
 impl RecordStore {
     pub fn new(state_dir: &Path) -> Self {
         RecordStore {
             dir: state_dir.join("interfaces"),
+            health: Arc::default(),
         }
+    }
+
+    /// How writing has been going (for the status, `/readyz` and the metric).
+    pub fn write_health(&self) -> WriteHealth {
+        self.health.lock().map(|h| h.clone()).unwrap_or_default()
+    }
+
+    /// After a failed write: whether the directory takes writes again (a small file written,
+    /// synced and removed), which clears the error when it does.
+    pub fn probe_after_failure(&self) {
+        if self.write_health().last_error.is_none() {
+            return;
+        }
+        let path = self.dir.join(".write-probe");
+        let probed = std::fs::File::create(&path)
+            .and_then(|mut f| {
+                use std::io::Write;
+                f.write_all(b"probe")?;
+                f.sync_all()
+            })
+            .and_then(|()| std::fs::remove_file(&path));
+        match probed {
+            // Not counted again: the failure was counted when a record could not be written.
+            Err(_) => {
+                let _ = std::fs::remove_file(&path);
+            }
+            Ok(()) => {
+                let _ = self.note(Ok(()));
+            }
+        }
+    }
+
+    fn note<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Ok(mut h) = self.health.lock() {
+            match &result {
+                Ok(_) => h.last_error = None,
+                Err(e) => {
+                    h.failures += 1;
+                    h.last_error = Some(e.to_string());
+                }
+            }
+        }
+        result
     }
 
     /// The record file of interface `name`.
@@ -158,6 +213,10 @@ impl RecordStore {
 
     /// Writes a record atomically (temp file, fsync, rename).
     pub fn save(&self, record: &InterfaceRecord) -> Result<(), StoreError> {
+        self.note(self.write(record))
+    }
+
+    fn write(&self, record: &InterfaceRecord) -> Result<(), StoreError> {
         let path = self.path(&record.name);
         let io = |source| StoreError::Io {
             path: path.clone(),
@@ -166,11 +225,15 @@ impl RecordStore {
         std::fs::create_dir_all(&self.dir).map_err(io)?;
         let tmp = path.with_extension("json.tmp");
         let body = serde_json::to_vec_pretty(record).map_err(|e| io(std::io::Error::other(e)))?;
-        {
+        let written = std::fs::File::create(&tmp).and_then(|mut f| {
             use std::io::Write;
-            let mut f = std::fs::File::create(&tmp).map_err(io)?;
-            f.write_all(&body).map_err(io)?;
-            f.sync_all().map_err(io)?;
+            f.write_all(&body)?;
+            f.sync_all()
+        });
+        if let Err(e) = written {
+            // A full or broken filesystem must not keep the partial file either.
+            let _ = std::fs::remove_file(&tmp);
+            return Err(io(e));
         }
         std::fs::rename(&tmp, &path).map_err(io)
     }
@@ -180,7 +243,9 @@ impl RecordStore {
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(StoreError::Io { path, source }),
+            // Only a failure counts: a removal works on a full filesystem, so its success says
+            // nothing about whether records can be written again.
+            Err(source) => self.note(Err(StoreError::Io { path, source })),
         }
     }
 
@@ -253,5 +318,51 @@ mod tests {
         store.remove("eth0").expect("remove");
         store.remove("eth0").expect("remove twice");
         assert!(store.load_all().0.is_empty());
+    }
+
+    #[test]
+    fn write_failures_are_counted_and_cleared_once_writes_work_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = RecordStore::new(dir.path());
+        let record = InterfaceRecord {
+            name: "eth0".into(),
+            uplink_name: "eth0~".into(),
+            entity: EntityRefRecord {
+                namespace: "ns".into(),
+                name: "e".into(),
+            },
+            ips: vec![],
+            mac: "02:00:00:00:00:01".into(),
+            mtu: 1400,
+            promisc: false,
+            addresses: vec![],
+            routes: vec![],
+            phase: Phase::Attaching,
+            step: Step::Saved,
+        };
+        // `interfaces` is a file: nothing can be written under it.
+        std::fs::write(dir.path().join("interfaces"), b"").expect("write");
+        assert!(store.save(&record).is_err());
+        let health = store.write_health();
+        assert_eq!(health.failures, 1);
+        assert!(
+            health
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("eth0.json")),
+            "{health:?}"
+        );
+        store.probe_after_failure();
+        assert_eq!(
+            store.write_health().failures,
+            1,
+            "a failing probe is not counted again"
+        );
+        assert!(store.write_health().last_error.is_some());
+        std::fs::remove_file(dir.path().join("interfaces")).expect("rm");
+        std::fs::create_dir(dir.path().join("interfaces")).expect("mkdir");
+        store.probe_after_failure();
+        assert_eq!(store.write_health().last_error, None);
+        assert!(!dir.path().join("interfaces/.write-probe").exists());
     }
 }

@@ -39,6 +39,7 @@ use super::messages::{
     self, bundle_ctrl, bundle_flags, bytes_summary, multipart, ErrorMsg, Features, GroupCommand, Message,
     MeterCommand,
 };
+use super::monitor::{self, FlowUpdate};
 use super::render::{render_flow, NameMap};
 use super::wire::{msg_type, CodecError, Header, Writer, OFP_HEADER_LEN, OFP_VERSION};
 use super::{Group, Meter, OfError, Switch, SwitchConnector};
@@ -105,6 +106,8 @@ struct Inner {
     closed: watch::Sender<bool>,
     opts: ConnOptions,
     hub: Hub,
+    /// Where flow monitor updates go, once [`Switch::monitor_flows`] asked for them.
+    flow_updates: Mutex<Option<mpsc::UnboundedSender<Vec<FlowUpdate>>>>,
 }
 
 impl Inner {
@@ -118,6 +121,9 @@ impl Inner {
         }
         if let Ok(mut p) = self.pending.lock() {
             p.ranges.clear();
+        }
+        if let Ok(mut u) = self.flow_updates.lock() {
+            u.take();
         }
         self.hub.close();
     }
@@ -157,6 +163,15 @@ impl Inner {
             }
         }
         Some(m)
+    }
+
+    /// Hands flow monitor updates to whoever asked for them (dropped when nobody did).
+    fn flow_updates(&self, updates: Vec<FlowUpdate>) {
+        if let Ok(tx) = self.flow_updates.lock() {
+            if let Some(tx) = tx.as_ref() {
+                let _ = tx.send(updates);
+            }
+        }
     }
 
     fn send(&self, bytes: Vec<u8>) -> Result<(), OfError> {
@@ -265,6 +280,16 @@ fn unsolicited(inner: &Inner, h: Header, m: Message) {
     match m {
         Message::PacketIn(pi) => inner.hub.publish(Event::PacketIn(pi)),
         Message::PortStatus(ps) => inner.hub.publish(Event::PortStatus(ps)),
+        Message::MultipartReply { mp_type, body, .. } if mp_type == monitor::MP_FLOW_MONITOR => {
+            let updates = monitor::decode_flow_updates(&body).unwrap_or_else(|e| {
+                warn!(error = %e, body = %bytes_summary(&body), "undecodable flow monitor update");
+                vec![FlowUpdate::Undecoded]
+            });
+            inner.flow_updates(updates);
+        }
+        Message::Other { msg_type, body } if msg_type == msg_type::REQUESTFORWARD => {
+            inner.flow_updates(vec![monitor::forwarded_request(&body)]);
+        }
         Message::Error(e) => {
             let request = e.failed_request();
             warn!(
@@ -442,6 +467,7 @@ impl OfConnection {
             next_bundle: Mutex::new(1),
             closed,
             hub: Hub::new(opts.event_queue),
+            flow_updates: Mutex::new(None),
             opts,
         });
         let tasks = vec![
@@ -982,6 +1008,27 @@ impl Switch for OfConnection {
             self.inner.hub.close();
         }
         sub
+    }
+
+    async fn monitor_flows(&self) -> Result<mpsc::UnboundedReceiver<Vec<FlowUpdate>>, OfError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Ok(mut slot) = self.inner.flow_updates.lock() {
+            *slot = Some(tx);
+        }
+        let body = monitor::flow_monitor_request_body(1);
+        let reply = self
+            .multipart(
+                with_xid(messages::multipart_request(0, monitor::MP_FLOW_MONITOR, &body).map_err(codec)?),
+                "flow monitor request",
+            )
+            .await;
+        if let Err(e) = reply {
+            if let Ok(mut slot) = self.inner.flow_updates.lock() {
+                slot.take();
+            }
+            return Err(e);
+        }
+        Ok(rx)
     }
 
     fn dropped_events(&self) -> u64 {

@@ -158,11 +158,13 @@ pub struct AsyncMasks {
 
 impl AsyncConfig {
     /// What the agent asks for: every packet-in reason and every port status change, in either
-    /// role; no flow-removed, role, table or request-forward messages.
+    /// role, and the group and meter changes other controllers make (OFPT_REQUESTFORWARD, so
+    /// that drift detection sees them); no flow-removed, role or table messages.
     pub fn agent() -> Self {
         let m = AsyncMasks {
             packet_in: 0x3f,
             port_status: 0x7,
+            requestforward: 0x3,
             ..AsyncMasks::default()
         };
         AsyncConfig { master: m, slave: m }

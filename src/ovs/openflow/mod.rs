@@ -12,6 +12,7 @@
 //! | `actions.rs` | actions and instructions (standard and Nicira) |
 //! | `messages.rs` | every message: encoders, decoders, error names |
 //! | `events.rs` | packet-in, port status, packet-out, async config, subscriptions |
+//! | `monitor.rs` | flow monitoring (OFPMP_FLOW_MONITOR): the request and the updates |
 //! | `render.rs` | `ovs-ofctl dump-flows` text |
 //! | `conn.rs` | the connection: xid dispatch, bundles, stats, notifications, keepalive |
 //! | `fake.rs` | the in-process switch for actor tests |
@@ -36,6 +37,7 @@ mod golden;
 #[cfg(test)]
 mod lab_tests;
 pub mod messages;
+pub mod monitor;
 pub mod oxm;
 #[cfg(test)]
 mod props;
@@ -125,6 +127,15 @@ pub trait Switch: Send + Sync {
     /// How many notifications could not be delivered to some subscriber (queue full, or no
     /// subscriber at all) on this connection.
     fn dropped_events(&self) -> u64;
+    /// Asks the switch to report every flow change on this connection from now on (OpenFlow
+    /// 1.4+ flow monitoring, all tables); each reply's updates arrive on the returned receiver,
+    /// which ends with the connection. A switch that cannot monitor flows answers
+    /// [`OfError::Unsupported`] or [`OfError::Rejected`].
+    async fn monitor_flows(
+        &self,
+    ) -> Result<tokio::sync::mpsc::UnboundedReceiver<Vec<monitor::FlowUpdate>>, OfError> {
+        Err(OfError::Unsupported("flow monitoring".into()))
+    }
 }
 
 /// Opens connections to a switch (real: the bridge's `.mgmt` unix socket).

@@ -372,6 +372,30 @@ impl Ovsdb for OvsdbClient {
         join_ports(&ports, proto::rows(&r[1])?, proto::rows(&r[2])?)
     }
 
+    async fn watch_changes(&self) -> Result<tokio::sync::mpsc::UnboundedReceiver<()>, OvsdbError> {
+        let (conn, mut notifications) = tokio::time::timeout(
+            self.timeout,
+            JsonRpcConnection::connect_with_notifications(&self.path),
+        )
+        .await
+        .map_err(|_| OvsdbError::Timeout(format!("connecting to {}", self.path.display())))??;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::time::timeout(self.timeout, conn.call("monitor", monitor_params()))
+            .await
+            .map_err(|_| OvsdbError::Timeout("the OVSDB monitor request".into()))??;
+        let _ = tx.send(());
+        tokio::spawn(async move {
+            // The connection lives as long as this task; updates are only a wake-up.
+            let _conn = conn;
+            while let Some(n) = notifications.recv().await {
+                if n.method == "update" && tx.send(()).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(rx)
+    }
+
     async fn set_port_external_ids(
         &self,
         name: &str,
@@ -387,6 +411,21 @@ impl Ovsdb for OvsdbClient {
         }
         Ok(())
     }
+}
+
+/// The `monitor` request of [`Ovsdb::watch_changes`]: the columns whose changes matter to the
+/// attached interfaces (not statistics or status, which change all the time).
+fn monitor_params() -> Value {
+    json!([
+        "Open_vSwitch",
+        "antrea-vm-agent-watch",
+        {
+            "Open_vSwitch": {"columns": ["bridges"], "select": {"initial": false}},
+            "Bridge": {"columns": ["name", "ports", "external_ids"], "select": {"initial": false}},
+            "Port": {"columns": ["name", "interfaces", "external_ids"], "select": {"initial": false}},
+            "Interface": {"columns": ["name", "type", "ofport"], "select": {"initial": false}},
+        }
+    ])
 }
 
 impl OvsdbClient {
@@ -975,6 +1014,43 @@ mod tests {
                 .expect("get"),
             "secure"
         );
+    }
+
+    #[tokio::test]
+    async fn real_watch_reports_bridge_and_port_changes_and_ends_with_the_server() {
+        async fn next(rx: &mut tokio::sync::mpsc::UnboundedReceiver<()>, what: &str) -> Option<()> {
+            tokio::time::timeout(Duration::from_secs(5), rx.recv())
+                .await
+                .unwrap_or_else(|_| panic!("no wake-up for {what}"))
+        }
+        let ovs = PrivateOvs::start().expect("private OVS");
+        let c = OvsdbClient::new(ovs.db_sock());
+        let mut changes = c.watch_changes().await.expect("watch");
+        assert_eq!(next(&mut changes, "the start").await, Some(()));
+        ovs.vsctl(&["add-br", "br-w"]).expect("add-br");
+        assert_eq!(next(&mut changes, "add-br").await, Some(()));
+        while tokio::time::timeout(Duration::from_millis(300), changes.recv())
+            .await
+            .is_ok()
+        {}
+        ovs.vsctl(&["set", "bridge", "br-w", "external_ids:k=v"])
+            .expect("set");
+        assert_eq!(next(&mut changes, "external_ids").await, Some(()));
+        while tokio::time::timeout(Duration::from_millis(300), changes.recv())
+            .await
+            .is_ok()
+        {}
+        ovs.vsctl(&["del-br", "br-w"]).expect("del-br");
+        assert_eq!(next(&mut changes, "del-br").await, Some(()));
+        ovs.stop_ovsdb().expect("stop ovsdb-server");
+        let mut ended = false;
+        for _ in 0..20 {
+            if let Ok(None) = tokio::time::timeout(Duration::from_secs(1), changes.recv()).await {
+                ended = true;
+                break;
+            }
+        }
+        assert!(ended, "the watch ends with the server");
     }
 
     #[tokio::test]

@@ -75,6 +75,8 @@ pub enum OvsdbError {
     Ofport { iface: String, why: String },
     #[error("timed out: {0}")]
     Timeout(String),
+    #[error("not supported: {0}")]
+    Unsupported(String),
 }
 
 /// The OVSDB operations the agent needs. All are idempotent where that makes sense.
@@ -105,4 +107,11 @@ pub trait Ovsdb: Send + Sync {
         name: &str,
         external_ids: &BTreeMap<String, String>,
     ) -> Result<(), OvsdbError>;
+    /// Watches the bridges, ports and interfaces (RFC 7047 `monitor` on a connection of its
+    /// own): the receiver gets one `()` when the monitor starts and one per change of their
+    /// names, ports, interfaces, ofports or `external_ids`, and ends when the connection does
+    /// (ovsdb-server restarted: watch again). Unsupported by default (fakes).
+    async fn watch_changes(&self) -> Result<tokio::sync::mpsc::UnboundedReceiver<()>, OvsdbError> {
+        Err(OvsdbError::Unsupported("watching OVSDB".into()))
+    }
 }
