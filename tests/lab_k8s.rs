@@ -6,19 +6,15 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use support::emulator::{Emulator, EmulatorOptions};
+use support::emulator::Emulator;
 use support::*;
 
-/// Where the emulator's kube-apiserver listens, in the outside host's namespace.
-const EMULATOR_PORT: u16 = 16443;
-/// Where its antrea-controller listens (a separate server, as in a cluster).
-const CONTROLLER_PORT: u16 = 16444;
+use support::emulator::{LAB_CONTROLLER_PORT as CONTROLLER_PORT, LAB_KUBE_PORT as EMULATOR_PORT};
 /// The ExternalEntity the controller derives from the ExternalNode's `eth0` (antrea-apis §4.2).
 const ENTITY: &str = "vm1-3e616";
 /// Short report and stats periods so the test sees several within its time.
@@ -27,29 +23,9 @@ const FAST_REPORTS: [(&str, &str); 2] = [
     ("ANTREA_VM_AGENT_STATS_INTERVAL", "3s"),
 ];
 
-/// Starts the emulator inside the lab's outside-host namespace: a thread enters the namespace
-/// and starts it there, and the emulator's own server thread inherits the namespace.
+/// The emulator in the lab's outside host (see [`support::emulator::start_in_outside_host`]).
 fn start_emulator(lab: &Lab) -> Emulator {
-    let ns = lab.ext_ns().to_string();
-    std::thread::spawn(move || {
-        let handle = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("open the netns");
-        nix::sched::setns(handle, nix::sched::CloneFlags::CLONE_NEWNET).expect("enter the netns");
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        let listen: SocketAddr = format!("{EXT_IP4}:{EMULATOR_PORT}").parse().expect("address");
-        let controller_listen: SocketAddr = format!("{EXT_IP4}:{CONTROLLER_PORT}").parse().expect("address");
-        runtime.block_on(Emulator::start(EmulatorOptions {
-            listen,
-            controller_listen,
-            extra_server_names: vec![EXT_IP4.to_string()],
-            ..EmulatorOptions::default()
-        }))
-    })
-    .join()
-    .expect("the emulator thread")
-    .expect("start the emulator")
+    support::emulator::start_in_outside_host(lab)
 }
 
 /// An agent config for Kubernetes mode with the emulator's kubeconfigs.

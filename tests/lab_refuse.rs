@@ -7,17 +7,14 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use support::emulator::{Emulator, EmulatorOptions};
+use support::emulator::Emulator;
 use support::*;
 
-/// Where the emulator listens, in the outside host's namespace.
-const EMULATOR_PORT: u16 = 16444;
 /// The metrics listener in the VM namespace.
 const METRICS_PORT: u16 = 10462;
 /// The ExternalEntity the controller derives from the ExternalNode's `eth0`.
@@ -25,26 +22,9 @@ const ENTITY: &str = "vm1-3e616";
 const HTTP_PORT: u16 = 8080;
 const MDNS_PORT: u16 = 5353;
 
-/// Starts the emulator inside the lab's outside-host namespace (see `lab_k8s.rs`).
+/// The emulator in the lab's outside host (see [`support::emulator::start_in_outside_host`]).
 fn start_emulator(lab: &Lab) -> Emulator {
-    let ns = lab.ext_ns().to_string();
-    std::thread::spawn(move || {
-        let handle = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("open the netns");
-        nix::sched::setns(handle, nix::sched::CloneFlags::CLONE_NEWNET).expect("enter the netns");
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        let listen: SocketAddr = format!("{EXT_IP4}:{EMULATOR_PORT}").parse().expect("address");
-        runtime.block_on(Emulator::start(EmulatorOptions {
-            listen,
-            extra_server_names: vec![EXT_IP4.to_string()],
-            ..EmulatorOptions::default()
-        }))
-    })
-    .join()
-    .expect("the emulator thread")
-    .expect("start the emulator")
+    support::emulator::start_in_outside_host(lab)
 }
 
 fn k8s_config(lab: &Lab, emu: &Emulator) -> PathBuf {

@@ -261,3 +261,36 @@ pub fn network_policy(uid: &str, generation: i64, applied_to: &[&str], rules: Ve
         "sourceRef": {"type": "AntreaNetworkPolicy", "namespace": VM_NS, "name": format!("annp-{uid}"), "uid": uid}
     })
 }
+
+/// Where the lab's emulator serves kube-apiserver, in the outside host's namespace.
+pub const LAB_KUBE_PORT: u16 = 16443;
+/// Where it serves antrea-controller (a separate server, as in a cluster).
+pub const LAB_CONTROLLER_PORT: u16 = 16444;
+
+/// Starts the emulator inside the lab's outside-host namespace, kube-apiserver on
+/// [`LAB_KUBE_PORT`] and antrea-controller on [`LAB_CONTROLLER_PORT`] of the outside host's
+/// address: a thread enters the namespace and starts it there, and the emulator's own server
+/// threads inherit the namespace.
+pub fn start_in_outside_host(lab: &super::Lab) -> Emulator {
+    let ns = lab.ext_ns().to_string();
+    let host = super::EXT_IP4;
+    std::thread::spawn(move || {
+        let handle = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("open the netns");
+        nix::sched::setns(handle, nix::sched::CloneFlags::CLONE_NEWNET).expect("enter the netns");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let listen = format!("{host}:{LAB_KUBE_PORT}").parse().expect("address");
+        let controller_listen = format!("{host}:{LAB_CONTROLLER_PORT}").parse().expect("address");
+        runtime.block_on(Emulator::start(EmulatorOptions {
+            listen,
+            controller_listen,
+            extra_server_names: vec![host.to_string()],
+            ..EmulatorOptions::default()
+        }))
+    })
+    .join()
+    .expect("the emulator thread")
+    .expect("start the emulator")
+}
