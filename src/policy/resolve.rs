@@ -187,9 +187,9 @@ fn resolve_policy(
             // Not for this node (or its members are not attached yet).
             continue;
         }
-        if !rule.peer.fqdns.is_empty() || !rule.peer.to_services.is_empty() {
+        if !rule.peer.to_services.is_empty() {
             out.warnings.push(format!(
-                "{}: fqdns and toServices peers are not supported yet; those peers are ignored",
+                "{}: toServices peers are not supported yet; those peers are ignored",
                 what()
             ));
         }
@@ -223,6 +223,7 @@ fn resolve_policy(
             services: None,
             enable_logging: rule.enable_logging,
             log_label: rule.log_label.clone(),
+            fqdn: None,
         };
         for split in split_by_named_ports(store, rule, &targets, &what, &mut out.warnings) {
             let interfaces: Vec<LocalInterface> = split
@@ -242,9 +243,29 @@ fn resolve_policy(
             input.from = from;
             input.to = to;
             input.services = split.services;
+            input.fqdn = fqdn_peers(rule, &interfaces);
             out.rules.push(input);
         }
     }
+}
+
+/// The FQDN peers of an egress rule (enforced by [`crate::fqdn`]), with the ports of the
+/// interfaces the rule applies to.
+fn fqdn_peers(rule: &Rule, interfaces: &[LocalInterface]) -> Option<rule::FqdnPeers> {
+    if rule.direction != Direction::Out || rule.peer.fqdns.is_empty() {
+        return None;
+    }
+    let selectors: BTreeSet<String> = rule
+        .peer
+        .fqdns
+        .iter()
+        .map(|f| crate::fqdn::normalize(f))
+        .collect();
+    let ports: BTreeSet<u32> = interfaces.iter().map(|i| i.ofport).collect();
+    Some(rule::FqdnPeers {
+        selectors: selectors.into_iter().collect(),
+        ports: ports.into_iter().collect(),
+    })
 }
 
 /// One compiled rule of a controlplane rule: the applied-to members and peers it covers, with

@@ -38,6 +38,17 @@ struct StateDoc {
     address_groups: Vec<serde_json::Value>,
     #[serde(default)]
     applied_to_groups: Vec<serde_json::Value>,
+    /// Resolved FQDN names: `[{name, ips}]` (what the FQDN cache would hold).
+    #[serde(default)]
+    fqdn_cache: Vec<FqdnDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FqdnDoc {
+    name: String,
+    #[serde(default)]
+    ips: Vec<IpAddr>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -118,6 +129,12 @@ pub fn compile_state(text: &str) -> Result<CompiledState, StateError> {
         })
         .collect();
     let resolved = resolve(&store, &interfaces);
+    let dns_ports: std::collections::BTreeSet<u32> = resolved
+        .rules
+        .iter()
+        .filter_map(|r| r.fqdn.as_ref())
+        .flat_map(|f| f.ports.iter().copied())
+        .collect();
     let mut flows = desired_flows(
         PipelineOptions {
             round: ROUND,
@@ -125,8 +142,26 @@ pub fn compile_state(text: &str) -> Result<CompiledState, StateError> {
         },
         &bypass,
         &interfaces,
+        &dns_ports,
     );
-    let compiled = Compiler::new(CompileOptions::default()).compile(&resolved.rules, ROUND);
+    let mut compiler = Compiler::new(CompileOptions::default());
+    let compiled = compiler.compile(&resolved.rules, ROUND);
+    // The FQDN clause flows the cache's addresses give.
+    let placements = crate::fqdn::flows::Placements::new(compiler.fqdn_placements());
+    let mut cache = crate::fqdn::cache::FqdnCache::new(0);
+    let answers: Vec<crate::fqdn::dns::Answer> = doc
+        .fqdn_cache
+        .iter()
+        .flat_map(|d| {
+            d.ips.iter().map(|ip| crate::fqdn::dns::Answer {
+                name: crate::fqdn::normalize(&d.name),
+                ip: *ip,
+                ttl: 3600,
+            })
+        })
+        .collect();
+    cache.record(&answers, 0, placements.selectors());
+    flows.extend(crate::fqdn::flows::desired(&placements, &cache));
     let mut warnings = resolved.warnings;
     warnings.extend(
         compiled
