@@ -12,8 +12,8 @@ CARGO ?= cargo
 # 2-core machine (test binaries themselves run one after the other).
 TEST_THREADS ?= 2
 
-DEB_PACKAGES := openvswitch-switch iproute2 nftables ethtool iputils-ping netcat-openbsd shellcheck systemd
-LAB_TOOLS := ovsdb-tool ovsdb-server ovs-vswitchd ovs-vsctl ovs-ofctl ovs-appctl ip ss nft ethtool ping nc shellcheck systemd-analyze
+DEB_PACKAGES := openvswitch-switch iproute2 nftables ethtool iputils-ping netcat-openbsd shellcheck systemd dnsmasq-base
+LAB_TOOLS := ovsdb-tool ovsdb-server ovs-vswitchd ovs-vsctl ovs-ofctl ovs-appctl ip ss nft ethtool ping nc shellcheck systemd-analyze dnsmasq
 
 # The OVS daemons and ip/nft live in sbin, which a user's PATH may lack.
 export PATH := $(PATH):/usr/local/sbin:/usr/sbin:/sbin

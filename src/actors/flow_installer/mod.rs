@@ -557,6 +557,7 @@ impl Handler<StatusQuery> for FlowInstaller {
                 "flowCount": self.installed.len(),
                 "flowsPerTable": self.flows_per_table(),
                 "packetIns": self.packet_in_stats.snapshot(),
+                "fqdn": self.deps.fqdn.stats.snapshot(),
             }),
         })
     }
