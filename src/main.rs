@@ -271,6 +271,7 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
         if let Err(e) = antrea_vm_agent::fqdn::controller::spawn(fqdn.clone(), switch.clone(), fqdn_config) {
             return Err(format!("cannot start the FQDN controller thread: {e}"));
         }
+        let fqdn_handle = fqdn.clone();
         let deps = Deps {
             node_name: node,
             ovsdb: Arc::new(OvsdbClient::new(config.ovsdb_socket())),
@@ -299,6 +300,7 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
                 node_name,
                 namespace,
                 ovs_bridge,
+                fqdn: fqdn_handle,
             },
         );
         api_server::start_systemd_notifier(supervisor.clone());

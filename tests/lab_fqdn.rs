@@ -310,6 +310,24 @@ fn connect_from_vm(lab: &Lab, ip: IpAddr) -> Result<(), String> {
         .expect("client thread")
 }
 
+fn api_socket(lab: &Lab) -> PathBuf {
+    lab.dir().join("agent-api.sock")
+}
+
+/// `antrea-vm-agent get fqdncache ARGS` through the agent API socket; stdout.
+fn get_fqdncache(lab: &Lab, args: &[&str]) -> String {
+    let socket = api_socket(lab).display().to_string();
+    let mut all = vec!["get", "fqdncache"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--socket", &socket]);
+    let out = std::process::Command::new(agent_binary())
+        .args(&all)
+        .output()
+        .expect("run antrea-vm-agent get fqdncache");
+    assert!(out.status.success(), "get fqdncache: {}", out.describe());
+    out.stdout_text()
+}
+
 fn scrape(lab: &Lab) -> String {
     lab.vm_ok(&format!(
         "printf 'GET /metrics HTTP/1.0\\r\\nHost: 127.0.0.1\\r\\n\\r\\n' | nc -N -w 5 127.0.0.1 {METRICS_PORT}"
@@ -342,8 +360,10 @@ fn fqdn_lab(names: usize) -> (Lab, AgentProcess, Dnsmasq, PathBuf) {
     write_policy(&lab, "00-atg.yaml", APPLIED_TO);
     write_policy(&lab, "10-allow.yaml", ALLOW_POLICY);
     let config = lab.write_config(&format!(
-        "standalone:\n  policyDir: {}\nmetricsServer:\n  bindAddress: \"127.0.0.1:{METRICS_PORT}\"\n",
-        policy_dir(&lab).display()
+        "standalone:\n  policyDir: {}\nmetricsServer:\n  bindAddress: \"127.0.0.1:{METRICS_PORT}\"\n\
+         agentAPI:\n  socket: {}\n",
+        policy_dir(&lab).display(),
+        api_socket(&lab).display()
     ));
     lab.write_external_node(&[VM_IP4, VM_IP6]);
     let agent = lab.start_agent(&config);
@@ -427,7 +447,11 @@ fn fresh_names_connect_at_once_every_time_and_other_names_stay_blocked() {
     // A Drop-to-FQDN rule blocks its name only.
     write_policy(&lab, "20-drop.yaml", DROP_POLICY);
     wait_until(Duration::from_secs(20), "the drop rule's flows", || {
-        lab.dump_flows().iter().filter(|f| f.contains("conj_id=")).count() >= 5
+        lab.dump_flows()
+            .iter()
+            .filter(|f| f.contains("conj_id=") && !f.contains("priority=64991"))
+            .count()
+            >= 6
     });
     std::thread::sleep(Duration::from_millis(500));
     let bad = resolve_connect(&lab, "bad.allowed.test", RecordType::A, false);
@@ -475,6 +499,26 @@ fn fresh_names_connect_at_once_every_time_and_other_names_stay_blocked() {
         ) > before
     });
     assert!(metric(&lab, "antrea_agent_fqdn_cache_size") >= n as u64);
+
+    // `get fqdncache`: antctl's columns, filtered by a name or wildcard.
+    let table = get_fqdncache(&lab, &["keep.allowed.test"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("FQDN") && lines[0].contains("ADDRESS") && lines[0].contains("EXPIRATION TIME"),
+        "{table}"
+    );
+    assert_eq!(lines.len(), 3, "an IPv4 and an IPv6 row: {table}");
+    assert!(
+        table.contains(&addr4(KEEP)) && table.contains(&addr6(KEEP)),
+        "{table}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&get_fqdncache(&lab, &["*.allowed.test", "-o", "json"])).expect("JSON");
+    assert!(json.as_array().is_some_and(|a| a.len() > n), "{json}");
+    assert!(
+        !get_fqdncache(&lab, &[]).contains("blocked.test"),
+        "names no rule selects are not cached"
+    );
 
     // SIGKILL and restart: a cached, unexpired name keeps working without a new DNS query.
     wait_until(Duration::from_secs(5), "the cache saved", || {
