@@ -427,6 +427,15 @@ pub async fn fqdn_cache(state: web::Data<ApiState>, q: web::Query<NameQuery>) ->
     json(&rows)
 }
 
+/// `/fqdnstats`: the FQDN controller's counters and its recent holds (packet-in → commit →
+/// resume, for the benchmark and for diagnosis).
+pub async fn fqdn_stats(state: web::Data<ApiState>) -> HttpResponse {
+    json(&serde_json::json!({
+        "counts": state.fqdn.stats.snapshot(),
+        "holds": state.fqdn.stats.holds(),
+    }))
+}
+
 /// `/agentinfo` from one collection.
 pub fn agent_info(state: &ApiState, c: &Collected) -> AgentInfoView {
     let actors: Vec<ActorView> = ActorKind::ALL
@@ -504,7 +513,8 @@ pub fn api_routes(cfg: &mut web::ServiceConfig) {
         .route("/ovsflows", web::get().to(ovs_flows))
         .route("/agentinfo", web::get().to(agentinfo))
         .route("/interfaces", web::get().to(interfaces))
-        .route("/fqdncache", web::get().to(fqdn_cache));
+        .route("/fqdncache", web::get().to(fqdn_cache))
+        .route("/fqdnstats", web::get().to(fqdn_stats));
 }
 
 #[cfg(test)]

@@ -58,8 +58,9 @@ pub struct FqdnStats {
     pub cache_size: AtomicU64,
     pub evictions: [AtomicU64; 4],
     pub session_restarts: AtomicU64,
-    /// Recent pause → resume durations (µs) of responses that needed new flows.
-    holds: Mutex<std::collections::VecDeque<u32>>,
+    /// Recent holds of responses that needed new flows.
+    holds: Mutex<std::collections::VecDeque<Hold>>,
+    holds_total: AtomicU64,
 }
 
 /// A snapshot of [`FqdnStats`].
@@ -78,6 +79,17 @@ pub struct FqdnCounts {
     /// By reason: expired, cache_full, selector_full, unselected.
     pub evictions: std::collections::BTreeMap<String, u64>,
     pub session_restarts: u64,
+    /// Responses that needed new flows (each one's hold is sampled).
+    pub holds_total: u64,
+}
+
+/// One held response: microseconds from the packet-in's arrival to the bundle's commit and to
+/// the resume being sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Hold {
+    pub committed_micros: u32,
+    pub resumed_micros: u32,
 }
 
 fn bump(c: &AtomicU64) -> u64 {
@@ -103,23 +115,29 @@ impl FqdnStats {
                 .map(|(i, r)| (r.as_str().to_owned(), g(&self.evictions[i])))
                 .collect(),
             session_restarts: g(&self.session_restarts),
+            holds_total: g(&self.holds_total),
         }
     }
 
-    /// The recent hold durations in microseconds (oldest first).
-    pub fn holds_micros(&self) -> Vec<u32> {
+    /// The recent holds (oldest first; at most the last 8,192).
+    pub fn holds(&self) -> Vec<Hold> {
         self.holds
             .lock()
             .map(|h| h.iter().copied().collect())
             .unwrap_or_default()
     }
 
-    fn record_hold(&self, d: Duration) {
+    fn record_hold(&self, committed: Duration, resumed: Duration) {
+        let us = |d: Duration| u32::try_from(d.as_micros()).unwrap_or(u32::MAX);
+        bump(&self.holds_total);
         if let Ok(mut h) = self.holds.lock() {
             if h.len() >= HOLD_SAMPLES {
                 h.pop_front();
             }
-            h.push_back(u32::try_from(d.as_micros()).unwrap_or(u32::MAX));
+            h.push_back(Hold {
+                committed_micros: us(committed),
+                resumed_micros: us(resumed),
+            });
         }
     }
 
@@ -467,7 +485,7 @@ impl State {
                 Vec::new()
             }
         };
-        let mut needed_flows = false;
+        let mut committed_at = None;
         if !answers.is_empty() {
             let selectors = self
                 .placements
@@ -483,8 +501,8 @@ impl State {
                     .chain(&change.removed)
                     .map(|(_, ip)| *ip)
                     .collect();
-                needed_flows = true;
                 self.apply(switch, ips).await;
+                committed_at = Some(paused_at.elapsed());
                 self.changed();
             }
         }
@@ -494,8 +512,8 @@ impl State {
                 warn!(count = n, "cannot resume a paused DNS response: {e}");
             }
         }
-        if needed_flows {
-            self.handle.stats.record_hold(paused_at.elapsed());
+        if let Some(committed) = committed_at {
+            self.handle.stats.record_hold(committed, paused_at.elapsed());
         }
     }
 

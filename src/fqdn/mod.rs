@@ -16,5 +16,5 @@ pub mod dns;
 pub mod flows;
 pub mod selector;
 
-pub use controller::{FqdnHandle, FqdnStats};
+pub use controller::{FqdnCounts, FqdnHandle, FqdnStats, Hold};
 pub use selector::normalize;
