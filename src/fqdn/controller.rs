@@ -231,6 +231,8 @@ struct State {
     installed: FlowSet,
     tcp: TcpReassembly,
     dirty_since: Option<Instant>,
+    /// A bundle failed: what the switch holds is unknown until the next take-over.
+    resync: bool,
     config: ControllerConfig,
     handle: FqdnHandle,
 }
@@ -275,6 +277,7 @@ pub async fn run(handle: FqdnHandle, connector: Arc<dyn SwitchConnector>, config
         installed: FlowSet::new(),
         tcp: TcpReassembly::new(),
         dirty_since: None,
+        resync: false,
         config: config.clone(),
         handle: handle.clone(),
     }));
@@ -325,19 +328,8 @@ async fn session(switch: Arc<dyn Switch>, state: Arc<tokio::sync::Mutex<State>>,
     let mut placements_rx = handle.placements.subscribe();
     let mut state = state.lock().await;
     // Take over what the switch holds of our flows (an earlier run's, or nothing).
-    match switch
-        .dump_flows(FlowFilter {
-            cookie: FQDN_COOKIE,
-            cookie_mask: u64::MAX,
-            ..FlowFilter::all()
-        })
-        .await
-    {
-        Ok(stats) => state.installed = flowset::flow_set(stats.into_iter().map(|s| s.flow)),
-        Err(e) => {
-            warn!("FQDN controller: cannot dump its flows: {e}");
-            return;
-        }
+    if !state.take_over(switch.as_ref()).await {
+        return;
     }
     placements_rx.mark_changed();
     loop {
@@ -366,6 +358,26 @@ async fn session(switch: Arc<dyn Switch>, state: Arc<tokio::sync::Mutex<State>>,
 }
 
 impl State {
+    /// Reads what the switch holds of the FQDN flows; false if it cannot be read.
+    async fn take_over(&mut self, switch: &dyn Switch) -> bool {
+        let filter = FlowFilter {
+            cookie: FQDN_COOKIE,
+            cookie_mask: u64::MAX,
+            ..FlowFilter::all()
+        };
+        match switch.dump_flows(filter).await {
+            Ok(stats) => {
+                self.installed = flowset::flow_set(stats.into_iter().map(|s| s.flow));
+                self.resync = false;
+                true
+            }
+            Err(e) => {
+                warn!("FQDN controller: cannot dump its flows: {e}");
+                false
+            }
+        }
+    }
+
     fn next_wake(&self) -> Instant {
         let now_wall = now_ms();
         let now = Instant::now();
@@ -376,11 +388,17 @@ impl State {
         if let Some(t) = self.dirty_since {
             wake = wake.min(t + SAVE_DELAY);
         }
+        if self.resync {
+            wake = wake.min(now + SAVE_DELAY);
+        }
         wake
     }
 
     /// Expiry and saving.
     async fn tick(&mut self, switch: &dyn Switch) {
+        if self.resync && self.take_over(switch).await {
+            self.reconcile(switch).await;
+        }
         let change = self.cache.expire(now_ms());
         if !change.removed.is_empty() {
             self.handle.stats.count_change(&change);
@@ -408,7 +426,6 @@ impl State {
         let Some(placements) = &self.placements else {
             return true;
         };
-        let before = self.installed.clone();
         let mods = flows::delta_for_ips(placements, &self.cache, &ips, &mut self.installed);
         if mods.is_empty() {
             return true;
@@ -422,7 +439,8 @@ impl State {
                     count = n,
                     "FQDN flows not committed (the DNS response is released anyway): {e}"
                 );
-                self.installed = before;
+                // Off the DNS path: the next tick reads the switch again and reconciles.
+                self.resync = true;
                 false
             }
         }
@@ -503,7 +521,6 @@ impl State {
                     .collect();
                 self.apply(switch, ips).await;
                 committed_at = Some(paused_at.elapsed());
-                self.changed();
             }
         }
         if pi.continuation.is_some() {
@@ -514,6 +531,8 @@ impl State {
         }
         if let Some(committed) = committed_at {
             self.handle.stats.record_hold(committed, paused_at.elapsed());
+            // The API's view and the save: after the resume, off the held path.
+            self.changed();
         }
     }
 
