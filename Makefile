@@ -15,9 +15,9 @@ CARGO ?= cargo
 TEST_THREADS ?= 2
 
 DEB_PACKAGES := openvswitch-switch iproute2 nftables ethtool iputils-ping netcat-openbsd shellcheck systemd curl \
-	systemd-container debootstrap man-db
+	dnsmasq-base systemd-container debootstrap man-db
 LAB_TOOLS := ovsdb-tool ovsdb-server ovs-vswitchd ovs-vsctl ovs-ofctl ovs-appctl ip ss nft ethtool ping nc shellcheck systemd-analyze curl \
-	systemd-nspawn debootstrap man dpkg-deb
+	dnsmasq systemd-nspawn debootstrap man dpkg-deb
 
 # The OVS daemons and ip/nft live in sbin, which a user's PATH may lack.
 export PATH := $(PATH):/usr/local/sbin:/usr/sbin:/sbin

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod config;
 pub mod emulator;
 pub mod failpoint;
+pub mod fqdn;
 pub mod host;
 pub mod k8s;
 pub mod memory;

@@ -316,19 +316,34 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
         };
         let selected = sources::select::select(&config, &node)?;
         let timing = Timing::from_env()?;
+        let switch: Arc<dyn antrea_vm_agent::ovs::openflow::SwitchConnector> = Arc::new(OfConnector {
+            path: config.openflow_socket(),
+            controller_id: CONTROLLER_ID,
+        });
+        // The FQDN controller runs on a thread of its own with its own OpenFlow connection, so
+        // paused DNS responses never wait behind the actors' work.
+        let fqdn = antrea_vm_agent::fqdn::FqdnHandle::default();
+        let fqdn_config = antrea_vm_agent::fqdn::controller::ControllerConfig {
+            min_ttl_secs: config.fqdn_cache_min_ttl,
+            state_dir: config.state_dir.clone(),
+            reconnect_min: timing.reconnect_min,
+            reconnect_max: timing.reconnect_max,
+        };
+        if let Err(e) = antrea_vm_agent::fqdn::controller::spawn(fqdn.clone(), switch.clone(), fqdn_config) {
+            return Err(format!("cannot start the FQDN controller thread: {e}"));
+        }
+        let fqdn_handle = fqdn.clone();
         let deps = Deps {
             node_name: node,
             ovsdb: Arc::new(OvsdbClient::new(config.ovsdb_socket())),
             host,
-            switch: Arc::new(OfConnector {
-                path: config.openflow_socket(),
-                controller_id: CONTROLLER_ID,
-            }),
+            switch,
             source: selected.external_node,
             policy_source: selected.policies,
             cluster: selected.cluster,
             metrics: metrics.clone(),
             agent_info_path: Some(config.state_dir.join("agent-info.json")),
+            fqdn,
             timing,
             config: Arc::new(config),
         };
@@ -346,6 +361,7 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
                 node_name,
                 namespace,
                 ovs_bridge,
+                fqdn: fqdn_handle,
             },
         );
         api_server::start_systemd_notifier(supervisor.clone());

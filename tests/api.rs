@@ -399,7 +399,7 @@ async fn rules_not_enforced_as_written_are_reported_by_the_policy_cache() {
         )
     };
     w.write_policies(&policy(
-        "- {direction: Out, name: to-db, to: {fqdns: [db.example.com]}, action: Allow, priority: 0}\n",
+        "- {direction: Out, name: to-db, to: {toServices: [{namespace: vm-ns, name: db}]}, action: Allow, priority: 0}\n",
     ));
     eventually("ready", || w.ready()).await;
     eventually("three rules effective", || async {
@@ -417,7 +417,7 @@ async fn rules_not_enforced_as_written_are_reported_by_the_policy_cache() {
     assert!(
         rules[2]["notEnforced"][0]
             .as_str()
-            .is_some_and(|m| m.starts_with("rule \"to-db\" (rules[2]): fqdns peers (db.example.com)")),
+            .is_some_and(|m| m.starts_with("rule \"to-db\" (rules[2]): toServices peers (vm-ns/db)")),
         "{j}"
     );
     let metrics = series(&w.get_tcp("/metrics", &[]).await.body);
@@ -429,7 +429,7 @@ async fn rules_not_enforced_as_written_are_reported_by_the_policy_cache() {
     );
     assert_eq!(
         metrics
-            .get("antrea_vm_agent_rules_not_enforced{reason=\"fqdns\"}")
+            .get("antrea_vm_agent_rules_not_enforced{reason=\"to_services\"}")
             .map(String::as_str),
         Some("1")
     );
@@ -443,7 +443,7 @@ async fn rules_not_enforced_as_written_are_reported_by_the_policy_cache() {
     eventually("the UDP 5353 flow", || async { port_5353(17) }).await;
     assert!(!port_5353(6), "no TCP 5353");
 
-    // The FQDN rule removed: only the L7 rule is left not enforced as written. A second policy
+    // The toServices rule removed: only the L7 rule is left not enforced as written. A second policy
     // applied to an ExternalEntity with no attached interface here gets no flows (no inert rule)
     // and its rule shows `NotApplied`.
     let elsewhere = "---\napiVersion: controlplane.antrea.io/v1beta2\nkind: AppliedToGroup\n\

@@ -106,6 +106,7 @@ fn rule(
         services: Some(vec![Service::port(Protocol::Tcp, port)]),
         enable_logging: false,
         log_label: String::new(),
+        fqdn: None,
     }
 }
 

@@ -76,6 +76,7 @@ fn expected_flows(lab: &Lab, config: &Config) -> Vec<String> {
         PipelineOptions { round, meters: true },
         &config.policy_bypass_rules,
         &[iface],
+        &Default::default(),
     );
     let names = NameMap {
         tables: pipeline::table_names().into_iter().collect(),

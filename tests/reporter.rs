@@ -52,6 +52,7 @@ async fn world(report_interval: Duration) -> World {
             controller: Arc::new(controller.clone()),
         }),
         agent_info_path: Some(dir.path().join("agent-info.json")),
+        fqdn: Default::default(),
         ..fakes.deps(
             config,
             Timing {
@@ -367,6 +368,7 @@ fn drop_rule() -> CompiledRuleInput {
         services: None,
         enable_logging: false,
         log_label: String::new(),
+        fqdn: None,
     }
 }
 

@@ -71,6 +71,7 @@ pub fn fleet_rules(n: usize) -> Vec<CompiledRuleInput> {
                 ]),
                 enable_logging: i % 3 == 0,
                 log_label: String::new(),
+                fqdn: None,
             }
         })
         .collect()

@@ -86,6 +86,9 @@ pub struct Deps {
     /// Where the reporter writes the agent info snapshot (standalone mode).
     pub agent_info_path: Option<PathBuf>,
     pub timing: Timing,
+    /// The FQDN controller (its own thread): the flow installer publishes the FQDN rule
+    /// placements to it, the API reads its cache and counters.
+    pub fqdn: crate::fqdn::FqdnHandle,
 }
 
 /// Environment variables overriding the reporting periods (e.g. `2s`, `500ms`, `5m`): used by the

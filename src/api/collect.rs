@@ -219,6 +219,65 @@ pub fn liveness(report: Option<&SupervisorReport>) -> HealthReport {
     HealthReport { checks }
 }
 
+/// The FQDN controller's metrics (upstream's cache size gauge, evictions by reason, and this
+/// agent's DNS interception counters).
+fn render_fqdn(f: &Value, out: &mut String) {
+    let n = |k: &str| f.get(k).and_then(Value::as_u64).unwrap_or(0);
+    gauge(
+        out,
+        "antrea_agent_fqdn_cache_size",
+        "Number of names in the FQDN cache.",
+        n("cacheSize"),
+    );
+    if let Some(ev) = f.get("evictions").and_then(Value::as_object) {
+        header(
+            out,
+            "antrea_agent_fqdn_cache_evictions_total",
+            "counter",
+            "Names that left the FQDN cache, by reason (expired, cache_full, selector_full, unselected).",
+        );
+        for (reason, v) in ev {
+            sample(
+                out,
+                "antrea_agent_fqdn_cache_evictions_total",
+                &[("reason", reason)],
+                v.as_u64().unwrap_or(0),
+            );
+        }
+    }
+    header(
+        out,
+        "antrea_vm_agent_fqdn_dns_responses_total",
+        "counter",
+        "Intercepted DNS responses, by outcome: all received, malformed (passed through unparsed), answers for names no rule selects, new addresses added to rules.",
+    );
+    for (outcome, key) in [
+        ("received", "responses"),
+        ("malformed", "malformed"),
+        ("unwanted_answers", "unwantedAnswers"),
+        ("ips_added", "ipsAdded"),
+    ] {
+        sample(
+            out,
+            "antrea_vm_agent_fqdn_dns_responses_total",
+            &[("outcome", outcome)],
+            n(key),
+        );
+    }
+    header(
+        out,
+        "antrea_vm_agent_fqdn_flow_commit_failures_total",
+        "counter",
+        "FQDN flow bundles the switch refused (the DNS response was released anyway).",
+    );
+    sample(
+        out,
+        "antrea_vm_agent_fqdn_flow_commit_failures_total",
+        &[],
+        n("commitFailures"),
+    );
+}
+
 fn detail(c: &Collected, kind: ActorKind) -> Option<&Value> {
     c.statuses.get(&kind).map(|s| &s.detail)
 }
@@ -593,6 +652,9 @@ pub fn render_metrics(c: &Collected, out: &mut String) {
                 }
             }
         }
+    }
+    if let Some(f) = detail(c, ActorKind::FlowInstaller).and_then(|fi| fi.get("fqdn")) {
+        render_fqdn(f, out);
     }
     if let Some(stats) = &c.rule_stats {
         let denied: u64 = stats

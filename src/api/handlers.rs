@@ -40,6 +40,8 @@ pub struct ApiState {
     pub node_name: String,
     pub namespace: String,
     pub ovs_bridge: String,
+    /// The FQDN controller's cache and counters.
+    pub fqdn: crate::fqdn::FqdnHandle,
 }
 
 /// The bearer token `/metrics` requires on this listener, if any.
@@ -401,6 +403,39 @@ pub async fn interfaces(state: web::Data<ApiState>) -> HttpResponse {
     }
 }
 
+/// `/fqdncache[?name=N]`: the FQDN cache, one row per (name, address); `name` may be a
+/// wildcard selector (`*.example.com`).
+pub async fn fqdn_cache(state: web::Data<ApiState>, q: web::Query<NameQuery>) -> HttpResponse {
+    let filter = q.name.as_deref().map(crate::fqdn::normalize);
+    let rows: Vec<crate::api::views::FqdnCacheView> = state
+        .fqdn
+        .records()
+        .iter()
+        .filter(|r| {
+            filter
+                .as_deref()
+                .is_none_or(|f| crate::fqdn::selector::matches(f, &r.name))
+        })
+        .map(|r| crate::api::views::FqdnCacheView {
+            fqdn_name: r.name.clone(),
+            ip_address: r.ip.to_string(),
+            expiration_time: chrono::DateTime::<chrono::Utc>::from_timestamp_millis(r.expires_at_ms as i64)
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+                .unwrap_or_default(),
+        })
+        .collect();
+    json(&rows)
+}
+
+/// `/fqdnstats`: the FQDN controller's counters and its recent holds (packet-in → commit →
+/// resume, for the benchmark and for diagnosis).
+pub async fn fqdn_stats(state: web::Data<ApiState>) -> HttpResponse {
+    json(&serde_json::json!({
+        "counts": state.fqdn.stats.snapshot(),
+        "holds": state.fqdn.stats.holds(),
+    }))
+}
+
 /// `/agentinfo` from one collection.
 pub fn agent_info(state: &ApiState, c: &Collected) -> AgentInfoView {
     let actors: Vec<ActorView> = ActorKind::ALL
@@ -477,7 +512,9 @@ pub fn api_routes(cfg: &mut web::ServiceConfig) {
         .route("/addressgroups", web::get().to(address_groups))
         .route("/ovsflows", web::get().to(ovs_flows))
         .route("/agentinfo", web::get().to(agentinfo))
-        .route("/interfaces", web::get().to(interfaces));
+        .route("/interfaces", web::get().to(interfaces))
+        .route("/fqdncache", web::get().to(fqdn_cache))
+        .route("/fqdnstats", web::get().to(fqdn_stats));
 }
 
 #[cfg(test)]

@@ -588,3 +588,13 @@ mod tests {
         assert_eq!(tier_name(42), None);
     }
 }
+
+/// One FQDN cache record (`/fqdncache`; antctl's `get fqdncache` response fields).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FqdnCacheView {
+    pub fqdn_name: String,
+    pub ip_address: String,
+    /// RFC 3339, UTC.
+    pub expiration_time: String,
+}

@@ -10,7 +10,9 @@ use serde::Serialize;
 
 use super::client::{self, ClientError};
 use super::output;
-use crate::api::views::{AgentInfoView, ApiError, FlowsView, GroupView, InterfaceView, NetworkPolicyView};
+use crate::api::views::{
+    AgentInfoView, ApiError, FlowsView, FqdnCacheView, GroupView, InterfaceView, NetworkPolicyView,
+};
 
 /// How long one request may take (the agent bounds its own questions to the actors).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
@@ -30,6 +32,9 @@ pub enum Resource {
     AgentInfo,
     #[value(name = "interfaces", aliases = ["interface", "if"])]
     Interfaces,
+    /// The FQDN cache (antctl's columns); NAME filters by name or wildcard.
+    #[value(name = "fqdncache", aliases = ["fqdn"])]
+    FqdnCache,
 }
 
 /// `-o`.
@@ -154,6 +159,10 @@ pub fn run_get(args: &GetArgs) -> Result<String, GetError> {
                 }
             }
             Ok(encode(&list, args.output)?.unwrap_or_else(|| output::interfaces_table(&list)))
+        }
+        Resource::FqdnCache => {
+            let list: Vec<FqdnCacheView> = fetch(socket, &format!("/fqdncache{}", query("name", &name)))?;
+            Ok(encode(&list, args.output)?.unwrap_or_else(|| output::fqdn_cache_table(&list)))
         }
     }
 }

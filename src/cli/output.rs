@@ -263,6 +263,19 @@ pub fn interfaces_table(list: &[InterfaceView]) -> String {
     t.render()
 }
 
+/// antctl's `get fqdncache` columns.
+pub fn fqdn_cache_table(list: &[crate::api::views::FqdnCacheView]) -> String {
+    let mut t = Table::new(&["FQDN", "ADDRESS", "EXPIRATION TIME"]);
+    for r in list {
+        t.row(vec![
+            r.fqdn_name.clone(),
+            r.ip_address.clone(),
+            r.expiration_time.clone(),
+        ]);
+    }
+    t.render()
+}
+
 /// antctl's agentinfo columns (without the Pod ones), then one row per actor.
 pub fn agent_info_table(a: &AgentInfoView) -> String {
     let mut t = Table::new(&[

@@ -240,6 +240,7 @@ fn rule(
         services: Some(services),
         enable_logging: log,
         log_label: String::new(),
+        fqdn: None,
     }
 }
 
@@ -327,7 +328,12 @@ async fn rejected_peers_get_exactly_one_reply_and_the_audit_log_names_the_rule()
     ];
     let compiled = compile(&rules, 1, CompileOptions::default());
     assert!(compiled.skipped.is_empty(), "{:?}", compiled.skipped);
-    let mut flows = flowset::desired_flows(PipelineOptions { round: 1, meters }, &[], &interfaces);
+    let mut flows = flowset::desired_flows(
+        PipelineOptions { round: 1, meters },
+        &[],
+        &interfaces,
+        &Default::default(),
+    );
     flows.extend(compiled.flows.clone());
     switch
         .bundle(flows.into_values().map(FlowMod::add).collect())

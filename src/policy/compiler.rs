@@ -151,6 +151,17 @@ pub struct ResolvedRule<'a> {
     pub priority: u16,
 }
 
+/// A placed rule with FQDN peers: the conjunction its address clause (2 of `n_clauses`) belongs
+/// to, in `table` at `priority`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FqdnPlacement {
+    pub conj_id: u32,
+    pub table: u8,
+    pub priority: u16,
+    pub n_clauses: u8,
+    pub selectors: Vec<String>,
+}
+
 /// What the agent needs to map a conjunction id (from `reg3`/`reg5`/`reg6` of a packet-in or
 /// from a metric flow) back to its rule.
 #[derive(Clone, Debug, PartialEq)]
@@ -394,6 +405,28 @@ impl Compiler {
         if let Some(set) = &mut self.conj_changes {
             set.insert(c);
         }
+    }
+
+    /// Where each placed rule with FQDN peers sits (what the FQDN controller adds its
+    /// address clause flows to), by conjunction id.
+    pub fn fqdn_placements(&self) -> Vec<FqdnPlacement> {
+        let mut out: Vec<FqdnPlacement> = self
+            .held
+            .values()
+            .filter_map(|h| {
+                let fqdn = h.rule.fqdn.as_ref()?;
+                let (conj_id, priority) = h.placed?;
+                Some(FqdnPlacement {
+                    conj_id,
+                    table: h.table,
+                    priority,
+                    n_clauses: 2 + u8::from(h.rule.services.is_some()),
+                    selectors: fqdn.selectors.clone(),
+                })
+            })
+            .collect();
+        out.sort();
+        out
     }
 
     /// Number of placed rules.

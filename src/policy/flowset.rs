@@ -56,8 +56,13 @@ pub fn desired_flows(
     opts: PipelineOptions,
     bypass: &[BypassRule],
     interfaces: &[AttachedInterface],
+    dns_ports: &std::collections::BTreeSet<u32>,
 ) -> FlowSet {
     let mut flows = pipeline::init_flows(opts);
+    flows.extend(pipeline::dns_intercept_port_flows(
+        opts.round,
+        dns_ports.iter().copied(),
+    ));
     flows.extend(pipeline::bypass_flows(opts.round, bypass));
     for iface in interfaces {
         flows.extend(pipeline::uplink_pair_flows(
@@ -157,11 +162,17 @@ mod tests {
             round: 1,
             meters: true,
         };
-        let before = desired_flows(opts, &[], &[iface("eth0", 1, 2), iface("eth2", 5, 6)]);
+        let before = desired_flows(
+            opts,
+            &[],
+            &[iface("eth0", 1, 2), iface("eth2", 5, 6)],
+            &Default::default(),
+        );
         let after = desired_flows(
             PipelineOptions { round: 2, ..opts },
             &[],
             &[iface("eth0", 1, 2), iface("eth1", 3, 4)],
+            &Default::default(),
         );
         let by_value = diff_into(&before, after.clone());
         assert_eq!(by_value, diff(&before, &after));
@@ -175,7 +186,7 @@ mod tests {
             round: 1,
             meters: true,
         };
-        let a = desired_flows(opts, &[], &[iface("eth0", 1, 2)]);
+        let a = desired_flows(opts, &[], &[iface("eth0", 1, 2)], &Default::default());
         assert!(diff(&a, &a).is_empty());
     }
 
@@ -185,8 +196,13 @@ mod tests {
             round: 1,
             meters: true,
         };
-        let before = desired_flows(opts, &[], &[iface("eth0", 1, 2)]);
-        let after = desired_flows(opts, &[], &[iface("eth0", 1, 2), iface("eth1", 3, 4)]);
+        let before = desired_flows(opts, &[], &[iface("eth0", 1, 2)], &Default::default());
+        let after = desired_flows(
+            opts,
+            &[],
+            &[iface("eth0", 1, 2), iface("eth1", 3, 4)],
+            &Default::default(),
+        );
         let mods = diff(&before, &after);
         assert_eq!(mods.len(), 6);
         assert!(mods.iter().all(|m| m.command == FlowModCommand::Add));
@@ -204,6 +220,7 @@ mod tests {
             },
             &[],
             &[iface("eth0", 1, 2)],
+            &Default::default(),
         );
         let after = desired_flows(
             PipelineOptions {
@@ -212,6 +229,7 @@ mod tests {
             },
             &[],
             &[iface("eth0", 1, 2)],
+            &Default::default(),
         );
         assert!(
             diff(&before, &after).is_empty(),
@@ -224,6 +242,7 @@ mod tests {
             },
             &[],
             &[iface("eth0", 1, 3)],
+            &Default::default(),
         );
         let mods = diff(&before, &moved);
         assert!(!mods.is_empty());
@@ -239,7 +258,7 @@ mod tests {
             round: 5,
             meters: false,
         };
-        let desired = desired_flows(opts, &[], &[]);
+        let desired = desired_flows(opts, &[], &[], &Default::default());
         let mods = full_resync(desired.clone(), 5, Some(4));
         assert_eq!(mods.len(), desired.len() + 2);
         assert_eq!(mods[0].command, FlowModCommand::Delete);

@@ -366,8 +366,94 @@ pub fn init_flows(opts: PipelineOptions) -> Vec<Flow> {
     let mut flows = default_flows(opts.round);
     flows.extend(connectivity_init_flows(opts.round));
     flows.extend(network_policy_init_flows(opts));
+    flows.extend(dns_intercept_flows(opts));
     flows
 }
+
+/// Conjunction id of the DNS interception (rules start at 2).
+pub const DNS_INTERCEPT_CONJ_ID: u32 = 1;
+/// Priority of the DNS interception flows in `AntreaPolicyIngressRule` (`priorityDNSIntercept`).
+pub const DNS_INTERCEPT_PRIORITY: u16 = 64991;
+/// Packet-in category of DNS responses (userdata byte 0).
+pub const PACKET_IN_CATEGORY_DNS: u8 = 2;
+
+/// Antrea's DNS interception (pipeline reference §8.9), installed with the NetworkPolicy init
+/// flows: conjunction 1 in `AntreaPolicyIngressRule` at priority 64991. Clause 1/2 matches DNS
+/// responses (`ct_state=+rpl+trk`, UDP and TCP source port 53, both families: IPv6 is policed
+/// here); clause 2/2 ([`dns_intercept_port_flows`]) the ports of the interfaces an egress FQDN
+/// rule applies to. The conjunction pauses the packet in the switch (`controller(pause)`, meter
+/// 258 when meters exist) until the agent resumes it, then goes on to `IngressMetric`.
+pub fn dns_intercept_flows(opts: PipelineOptions) -> Vec<Flow> {
+    let c = cookie(opts.round, CookieCategory::NetworkPolicy);
+    let mut action = Flow::new(
+        table::ANTREA_POLICY_INGRESS_RULE,
+        DNS_INTERCEPT_PRIORITY,
+        Match::new().conj_id(DNS_INTERCEPT_CONJ_ID),
+    )
+    .cookie(c);
+    if opts.meters {
+        action = action.action(Action::Meter(METER_DNS));
+    }
+    let mut flows = vec![action
+        .action(Action::Controller(ControllerAction {
+            max_len: 0xffff,
+            controller_id: CONTROLLER_ID,
+            reason: 0,
+            userdata: vec![PACKET_IN_CATEGORY_DNS],
+            pause: true,
+            meter_id: None,
+        }))
+        .goto(table::INGRESS_METRIC)];
+    let reply = CtStateMatch::of(&[(ct_state::RPL, true), (ct_state::TRK, true)]);
+    for fam in Family::BOTH {
+        for proto in [ip_proto::UDP, ip_proto::TCP] {
+            flows.push(
+                Flow::new(
+                    table::ANTREA_POLICY_INGRESS_RULE,
+                    DNS_INTERCEPT_PRIORITY,
+                    fam.ip().ct_state(reply).ip_proto(proto).tp_src(53),
+                )
+                .cookie(c)
+                .action(Action::Conjunction {
+                    id: DNS_INTERCEPT_CONJ_ID,
+                    clause: 1,
+                    n_clauses: 2,
+                }),
+            );
+        }
+    }
+    flows
+}
+
+/// Clause 2/2 of the DNS interception: one flow per OpenFlow port (the host internal port of an
+/// interface an egress FQDN rule applies to; DNS responses to it carry `reg1=<port>`).
+pub fn dns_intercept_port_flows(round: u16, ports: impl IntoIterator<Item = u32>) -> Vec<Flow> {
+    let c = cookie(round, CookieCategory::NetworkPolicy);
+    ports
+        .into_iter()
+        .map(|p| {
+            Flow::new(
+                table::ANTREA_POLICY_INGRESS_RULE,
+                DNS_INTERCEPT_PRIORITY,
+                Match::new().reg(1, p, None),
+            )
+            .cookie(c)
+            .action(Action::Conjunction {
+                id: DNS_INTERCEPT_CONJ_ID,
+                clause: 2,
+                n_clauses: 2,
+            })
+        })
+        .collect()
+}
+
+/// Cookie of the FQDN clause flows the DNS path adds: category NetworkPolicy, reserved byte
+/// [`FQDN_COOKIE_TAG`], round 0. The flow installer's take-over and the rule statistics skip
+/// round-0 flows, so these flows belong to the FQDN controller alone, whatever round the
+/// installer is in.
+pub const FQDN_COOKIE_TAG: u8 = 0xf0;
+pub const FQDN_COOKIE: u64 =
+    ((CookieCategory::NetworkPolicy as u64) << 40) | ((FQDN_COOKIE_TAG as u64) << 32);
 
 /// The cross-connect flows of one attached interface: IP packets get the peer port in reg1 and
 /// continue to the ingress tables; non-IP frames are forwarded straight to the peer.

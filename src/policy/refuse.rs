@@ -5,7 +5,7 @@
 //! installed fail-closed and reported ([`NotEnforced`]: NetworkPolicyStatus `realizationFailure`,
 //! `get networkpolicy`, the `antrea_vm_agent_rules_not_enforced` gauge, one log line). Fail-closed
 //! means the rule never lets through traffic its exact meaning would not:
-//! * a peer the agent cannot identify (FQDN, toServices, labelIdentities) matches nothing: an Allow
+//! * a peer the agent cannot identify (toServices, labelIdentities) matches nothing: an Allow
 //!   or Pass rule allows nothing to or from it; a Drop or Reject rule drops what it can identify
 //!   (its other peers) and the rest is reported;
 //! * a service the agent cannot match (IGMP) matches nothing, the same way;
@@ -14,7 +14,7 @@
 //!   traffic is to reject what no L7 match allows.
 //!
 //! Everything the agent refuses is a [`Reason`]; the per-rule checks are all in [`reasons`] (one
-//! arm per reason; the FQDN arm is a stop-gap until FQDN peers are supported). A source policy type
+//! arm per reason; FQDN peers are enforced, by [`crate::fqdn`]). A source policy type
 //! the agent cannot place in the pipeline is the one refusal decided per policy, by the resolver.
 
 use serde::Serialize;
@@ -26,7 +26,6 @@ use crate::policy::controlplane::{Action, Protocol, Rule};
 #[serde(rename_all = "camelCase")]
 pub enum Reason {
     L7Protocols,
-    Fqdns,
     ToServices,
     LabelIdentities,
     Igmp,
@@ -36,8 +35,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in label order (the gauge is exported for each, 0 included).
-    pub const ALL: [Reason; 6] = [
-        Reason::Fqdns,
+    pub const ALL: [Reason; 5] = [
         Reason::Igmp,
         Reason::L7Protocols,
         Reason::LabelIdentities,
@@ -48,7 +46,6 @@ impl Reason {
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::L7Protocols => "l7_protocols",
-            Reason::Fqdns => "fqdns",
             Reason::ToServices => "to_services",
             Reason::LabelIdentities => "label_identities",
             Reason::Igmp => "igmp",
@@ -112,17 +109,6 @@ pub fn reasons(rule: &Rule) -> Vec<(Reason, String)> {
         out.push((
             Reason::L7Protocols,
             format!("l7Protocols (HTTP/TLS inspection) are not supported on a VM (no L7 engine): {instead}"),
-        ));
-    }
-    // Stop-gap until FQDN peers are supported: delete this arm when they are.
-    if !rule.peer.fqdns.is_empty() {
-        out.push((
-            Reason::Fqdns,
-            format!(
-                "fqdns peers ({}) are not supported yet: {}",
-                rule.peer.fqdns.join(", "),
-                unidentified(rule, "to these names")
-            ),
         ));
     }
     if !rule.peer.to_services.is_empty() {
@@ -248,7 +234,6 @@ mod tests {
             got,
             [
                 Reason::L7Protocols,
-                Reason::Fqdns,
                 Reason::ToServices,
                 Reason::LabelIdentities,
                 Reason::Igmp
@@ -258,7 +243,7 @@ mod tests {
         let text = reasons(&allow)[1].1.clone();
         assert_eq!(
             text,
-            "fqdns peers (db.example.com) are not supported yet: the rule matches no traffic to these names"
+            "toServices peers (ns/svc) need AntreaProxy, which does not run on a VM: the rule matches no traffic to these Services"
         );
 
         let mut drop = rule(Action::Drop);

@@ -278,6 +278,7 @@ fn resolve_policy(
             services: None,
             enable_logging: rule.enable_logging,
             log_label: rule.log_label.clone(),
+            fqdn: None,
         };
         for split in split_by_named_ports(store, rule, &targets, &what, &mut out.warnings) {
             let interfaces: Vec<LocalInterface> = split
@@ -297,9 +298,29 @@ fn resolve_policy(
             input.from = from;
             input.to = to;
             input.services = split.services;
+            input.fqdn = fqdn_peers(rule, &interfaces);
             out.rules.push(input);
         }
     }
+}
+
+/// The FQDN peers of an egress rule (enforced by [`crate::fqdn`]), with the ports of the
+/// interfaces the rule applies to.
+fn fqdn_peers(rule: &Rule, interfaces: &[LocalInterface]) -> Option<rule::FqdnPeers> {
+    if rule.direction != Direction::Out || rule.peer.fqdns.is_empty() {
+        return None;
+    }
+    let selectors: BTreeSet<String> = rule
+        .peer
+        .fqdns
+        .iter()
+        .map(|f| crate::fqdn::normalize(f))
+        .collect();
+    let ports: BTreeSet<u32> = interfaces.iter().map(|i| i.ofport).collect();
+    Some(rule::FqdnPeers {
+        selectors: selectors.into_iter().collect(),
+        ports: ports.into_iter().collect(),
+    })
 }
 
 /// One compiled rule of a controlplane rule: the applied-to members and peers it covers, with
@@ -955,7 +976,8 @@ rules:
         );
         assert_eq!(named.id.services_key, "tcp:8080,udp:5353");
         assert_eq!(named.from, vec![Peer::Cidr("10.0.0.0/8".parse().expect("cidr"))]);
-        // FQDN peers match nothing: only the ipBlock is allowed.
+        // FQDN peers are enforced (their addresses come from the FQDN cache): the ipBlock here,
+        // the names through the rule's FQDN selectors.
         assert_eq!(
             by_name("to-names").to,
             vec![Peer::Cidr("192.168.1.0/24".parse().expect("cidr"))]
@@ -974,7 +996,6 @@ rules:
             [
                 (0, refuse::Reason::L7Protocols),
                 (1, refuse::Reason::LabelIdentities),
-                (2, refuse::Reason::Fqdns),
                 (3, refuse::Reason::ToServices),
                 (4, refuse::Reason::Igmp),
             ]

@@ -193,6 +193,20 @@ pub struct CompiledRuleInput {
     pub services: Option<Vec<Service>>,
     pub enable_logging: bool,
     pub log_label: String,
+    /// An egress rule with FQDN peers: its selectors and the ports of its applied-to
+    /// interfaces. The addresses those names resolve to are not in `to`: the FQDN controller
+    /// adds them as clause flows of their own ([`crate::fqdn`]).
+    pub fqdn: Option<FqdnPeers>,
+}
+
+/// The FQDN peers of an egress rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FqdnPeers {
+    /// Normalized selectors (lower case, no trailing dot), sorted, distinct.
+    pub selectors: Vec<String>,
+    /// OpenFlow ports of the host internal ports of the applied-to interfaces (the DNS
+    /// interception's clause 2 matches responses going to them).
+    pub ports: Vec<u32>,
 }
 
 impl CompiledRuleInput {

@@ -38,6 +38,17 @@ struct StateDoc {
     address_groups: Vec<serde_json::Value>,
     #[serde(default)]
     applied_to_groups: Vec<serde_json::Value>,
+    /// Resolved FQDN names: `[{name, ips}]` (what the FQDN cache would hold).
+    #[serde(default)]
+    fqdn_cache: Vec<FqdnDoc>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FqdnDoc {
+    name: String,
+    #[serde(default)]
+    ips: Vec<IpAddr>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -120,6 +131,12 @@ pub fn compile_state(text: &str) -> Result<CompiledState, StateError> {
         })
         .collect();
     let resolved = resolve(&store, &interfaces);
+    let dns_ports: std::collections::BTreeSet<u32> = resolved
+        .rules
+        .iter()
+        .filter_map(|r| r.fqdn.as_ref())
+        .flat_map(|f| f.ports.iter().copied())
+        .collect();
     let mut flows = desired_flows(
         PipelineOptions {
             round: ROUND,
@@ -127,8 +144,26 @@ pub fn compile_state(text: &str) -> Result<CompiledState, StateError> {
         },
         &bypass,
         &interfaces,
+        &dns_ports,
     );
-    let compiled = Compiler::new(CompileOptions::default()).compile(&resolved.rules, ROUND);
+    let mut compiler = Compiler::new(CompileOptions::default());
+    let compiled = compiler.compile(&resolved.rules, ROUND);
+    // The FQDN clause flows the cache's addresses give.
+    let placements = crate::fqdn::flows::Placements::new(compiler.fqdn_placements());
+    let mut cache = crate::fqdn::cache::FqdnCache::new(0);
+    let answers: Vec<crate::fqdn::dns::Answer> = doc
+        .fqdn_cache
+        .iter()
+        .flat_map(|d| {
+            d.ips.iter().map(|ip| crate::fqdn::dns::Answer {
+                name: crate::fqdn::normalize(&d.name),
+                ip: *ip,
+                ttl: 3600,
+            })
+        })
+        .collect();
+    cache.record(&answers, 0, placements.selectors());
+    flows.extend(crate::fqdn::flows::desired(&placements, &cache));
     let mut warnings = resolved.warnings;
     warnings.extend(
         compiled
@@ -306,17 +341,23 @@ networkPolicies:
             l7.not_enforced
         );
 
-        // An FQDN peer next to an ipBlock: the flows of the ipBlock alone, reported.
-        let fqdn = compile_state(&one_rule_state(
-            "{direction: Out, to: {fqdns: [db.example.com], ipBlocks: [{cidr: 192.168.1.0/24}]}, action: Allow}",
+        // A toServices peer next to an ipBlock: the flows of the ipBlock alone, reported.
+        let svc = compile_state(&one_rule_state(
+            "{direction: Out, to: {toServices: [{namespace: ns, name: db}], ipBlocks: [{cidr: 192.168.1.0/24}]}, action: Allow}",
         ))
         .expect("valid");
         let ip_only = compile_state(&one_rule_state(
             "{direction: Out, to: {ipBlocks: [{cidr: 192.168.1.0/24}]}, action: Allow}",
         ))
         .expect("valid");
-        assert_eq!(fqdn.flows, ip_only.flows);
-        assert!(fqdn.not_enforced[0].contains("fqdns peers (db.example.com) are not supported yet"));
+        assert_eq!(svc.flows, ip_only.flows);
+        assert!(svc.not_enforced[0].contains("toServices peers (ns/db) need AntreaProxy"));
+        // An FQDN peer is enforced: nothing reported.
+        let fqdn = compile_state(&one_rule_state(
+            "{direction: Out, to: {fqdns: [db.example.com], ipBlocks: [{cidr: 192.168.1.0/24}]}, action: Allow}",
+        ))
+        .expect("valid");
+        assert!(fqdn.not_enforced.is_empty(), "{:?}", fqdn.not_enforced);
 
         // A named port without a protocol takes the member's UDP.
         let named = compile_state(&one_rule_state(

@@ -158,6 +158,7 @@ pub fn start(setup: ListenerSetup) -> World {
             node_name: "vm1".into(),
             namespace: "vm-ns".into(),
             ovs_bridge: "br-int".into(),
+            fqdn: Default::default(),
         },
     );
     World {

@@ -163,6 +163,7 @@ impl Fakes {
             cluster: None,
             metrics: self.metrics.clone(),
             agent_info_path: None,
+            fqdn: Default::default(),
             timing,
         }
     }

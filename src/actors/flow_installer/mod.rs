@@ -185,7 +185,17 @@ impl FlowInstaller {
             return None;
         };
         let opts = PipelineOptions { round, meters };
-        let flows = flowset::desired_flows(opts, &self.deps.config.policy_bypass_rules, interfaces);
+        let dns_ports: std::collections::BTreeSet<u32> = rules
+            .iter()
+            .filter_map(|r| r.fqdn.as_ref())
+            .flat_map(|f| f.ports.iter().copied())
+            .collect();
+        let flows = flowset::desired_flows(
+            opts,
+            &self.deps.config.policy_bypass_rules,
+            interfaces,
+            &dns_ports,
+        );
         let update = self.compiler.update_or_rebuild(rules, round);
         for skipped in &update.skipped {
             warn!("rule {:?} not installed: {:?}", skipped.id, skipped.reason);
@@ -414,6 +424,7 @@ impl Handler<Sync> for FlowInstaller {
             // A rule change that needs no flow change is realized already.
             self.policy_resync = false;
             self.rules_changed_at = None;
+            self.deps.fqdn.publish_placements(self.compiler.fqdn_placements());
             self.notify_realized(view);
             return noop();
         }
@@ -501,6 +512,8 @@ impl Handler<Sync> for FlowInstaller {
                     if let Some(ms) = realization_ms {
                         stats::observe_realization(&act.deps.metrics, ms);
                     }
+                    // The FQDN controller adds its address flows to the rules as placed now.
+                    act.deps.fqdn.publish_placements(act.compiler.fqdn_placements());
                     act.notify_realized(view);
                     act.installed = desired;
                     act.policy_resync = false;
@@ -609,6 +622,7 @@ impl Handler<StatusQuery> for FlowInstaller {
                 "flowCount": self.installed.len(),
                 "flowsPerTable": self.flows_per_table(),
                 "packetIns": self.packet_in_stats.snapshot(),
+                "fqdn": self.deps.fqdn.stats.snapshot(),
             }),
         })
     }

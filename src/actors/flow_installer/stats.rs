@@ -449,6 +449,7 @@ mod tests {
             services: Some(vec![Service::port(Protocol::Tcp, 80 + index as u16)]),
             enable_logging: false,
             log_label: String::new(),
+            fqdn: None,
         }
     }
 

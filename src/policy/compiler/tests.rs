@@ -97,6 +97,7 @@ fn rule(
         services,
         enable_logging: false,
         log_label: String::new(),
+        fqdn: None,
     }
 }
 

@@ -675,8 +675,8 @@ fn peer(p: &mut Problems, path: &str, w: &NetworkPolicyPeer, direction: Option<D
         }
     }
     for (i, fqdn) in w.fqdns.iter().enumerate() {
-        if fqdn.is_empty() {
-            p.add(format!("{path}.fqdns[{i}]"), "empty name");
+        if let Err(e) = crate::fqdn::selector::validate(fqdn) {
+            p.add(format!("{path}.fqdns[{i}]"), e.to_string());
         }
     }
     for (i, s) in w.to_services.iter().enumerate() {

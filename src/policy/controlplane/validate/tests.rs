@@ -403,6 +403,23 @@ fn rule_shape_problems() {
         "rules[1].from.fqdns: only allowed in egress (Out) rules"
     );
     assert_eq!(
+        one_problem(json!({"direction": "Out", "from": {}, "to": {"fqdns": ["*"]}})),
+        "rules[1].to.fqdns[0]: \"*\" has no name part besides wildcards (it would match every name)"
+    );
+    assert_eq!(
+        one_problem(json!({"direction": "Out", "from": {}, "to": {"fqdns": [""]}})),
+        "rules[1].to.fqdns[0]: empty name"
+    );
+    let err = policy(np_with_rules(json!([
+        in_rule(json!({})),
+        in_rule(json!({"direction": "Out", "from": {}, "to": {"fqdns": ["ok.example.com", "a..b"]}}))
+    ])))
+    .unwrap_err();
+    assert!(
+        err.to_string().starts_with("NetworkPolicy ") && err.to_string().contains("rules[1].to.fqdns[1]"),
+        "the error names the policy and the field: {err}"
+    );
+    assert_eq!(
         one_problem(json!({"priority": -1})),
         "rules[1].priority: -1 is negative"
     );

@@ -1,0 +1,479 @@
+//! Benchmark: how long the agent holds a paused DNS response (packet-in → bundle with the new
+//! addresses committed → NXT_RESUME sent), in the lab with a real dnsmasq, with 10,000 other
+//! rules installed, and while those 10,000 rules are reloaded.
+//!
+//! Run (as root, with the lab's tools installed: `make deps`):
+//!
+//! ```sh
+//! cargo bench --bench fqdn_hold
+//! # options: FHBENCH_POLICIES (default 2000, 5 rules each), FHBENCH_NAMES (default 1000 fresh
+//! # names per phase), FHBENCH_FLOOD_SECS (default 3)
+//! ```
+//!
+//! It prints, in one run:
+//! 1. with the 10,000 rules installed and idle: 1,000 fresh names resolved by the VM (each with
+//!    an address of its own, so each answer needs a bundle) and connected to at once: the
+//!    agent's own hold figures (microseconds from the DNS packet-in's arrival to the commit, and
+//!    to the resume sent, from `/fqdnstats`), the client's query → answer time, and connection
+//!    failures (expected 0);
+//! 2. the same while the 10,000 rules are removed and loaded again (the policy directory swapped
+//!    to an empty one and back: two full bundles of about 157,000 flow_mods each on the flow
+//!    installer's connection), only the answers that arrived during the reload;
+//! 3. the new names per second sustained by 64 concurrent resolvers for a few seconds, and how
+//!    many DNS packet-ins OVS's meter 258 dropped meanwhile (`packetInRate`, default 5,000/s).
+//!
+//! `harness = false`: without `--bench` it only prints how to run it.
+
+mod common;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use antrea_vm_agent::fqdn::Hold;
+use common::{env_usize, quantile};
+use hickory_proto::op::{Message, MessageType, OpCode, Query};
+use hickory_proto::rr::{Name, RData, RecordType};
+use support::*;
+
+const HOW: &str = "cargo bench --bench fqdn_hold";
+const RULES_PER_POLICY: usize = 5;
+const ECHO_PORT: u16 = 8080;
+
+const APPLIED_TO: &str = "\
+apiVersion: controlplane.antrea.io/v1beta2
+kind: AppliedToGroup
+metadata: {name: atg-vm1}
+groupMembers: [{externalEntity: {name: vm1-3e616, namespace: vm-ns}}]
+";
+
+/// In the Emergency tier, so the fleet's reload never moves its priorities.
+const FQDN_POLICY: &str = "\
+apiVersion: controlplane.antrea.io/v1beta2
+kind: NetworkPolicy
+metadata: {name: uid-fqdn, uid: uid-fqdn}
+sourceRef: {type: AntreaClusterNetworkPolicy, name: fqdn-allow, uid: uid-fqdn}
+appliedToGroups: [atg-vm1]
+priority: 5
+tierPriority: 50
+rules:
+- direction: Out
+  to: {ipBlocks: [{cidr: 10.99.0.1/32}]}
+  services: [{protocol: UDP, port: 53}]
+  action: Allow
+  priority: 0
+- direction: Out
+  to: {fqdns: [\"*.allowed.test\"]}
+  action: Allow
+  priority: 1
+- direction: Out
+  to: {ipBlocks: [{cidr: 10.100.0.0/16}]}
+  action: Drop
+  priority: 2
+";
+
+/// NetworkPolicy `i` of the 10,000-rule fleet (as `benches/policy_realize.rs`'s): 5 rules,
+/// ingress and egress, ipBlocks, TCP ports and ranges, every action.
+fn fleet_policy(i: usize) -> String {
+    let mut rules = String::new();
+    for r in 0..RULES_PER_POLICY {
+        let k = i * RULES_PER_POLICY + r;
+        let cidr = format!("10.{}.{}.0/24", (k / 256) % 256, k % 256);
+        let peer = if k.is_multiple_of(2) {
+            format!("direction: In, from: {{ipBlocks: [{{cidr: {cidr}}}, {{cidr: 192.168.0.0/16}}]}}")
+        } else {
+            format!("direction: Out, to: {{ipBlocks: [{{cidr: {cidr}}}, {{cidr: \"fd00::/8\"}}]}}")
+        };
+        let action = ["Allow", "Drop", "Reject", "Pass"][k % 4];
+        rules.push_str(&format!(
+            "- {{{peer}, services: [{{protocol: TCP, port: 22}}, {{protocol: TCP, port: 8000, endPort: {}}}], \
+             action: {action}, priority: {r}}}\n",
+            8080 + k % 7
+        ));
+    }
+    format!(
+        "apiVersion: controlplane.antrea.io/v1beta2
+kind: NetworkPolicy
+metadata: {{name: uid-fleet-{i}, uid: uid-fleet-{i}}}
+sourceRef: {{type: AntreaClusterNetworkPolicy, name: fleet-{i}, uid: uid-fleet-{i}}}
+appliedToGroups: [atg-vm1]
+priority: {}
+tierPriority: 250
+rules:
+{rules}",
+        1.0 + i as f64 * 0.07
+    )
+}
+
+fn write_atomic(dir: &Path, file: &str, text: &str) {
+    let tmp = dir.join(format!(".{file}.tmp"));
+    std::fs::write(&tmp, text).unwrap_or_else(|e| panic!("write {}: {e}", tmp.display()));
+    std::fs::rename(&tmp, dir.join(file)).unwrap_or_else(|e| panic!("rename into {}: {e}", dir.display()));
+}
+
+fn addr4(i: usize) -> String {
+    format!("10.100.{}.{}", i / 250, i % 250 + 1)
+}
+
+fn in_netns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let handle = std::fs::File::open(&path).expect("open the netns");
+        nix::sched::setns(handle, nix::sched::CloneFlags::CLONE_NEWNET).expect("enter the netns");
+        f()
+    })
+}
+
+struct Dnsmasq(Child);
+
+impl Drop for Dnsmasq {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_dnsmasq(lab: &Lab, names: usize) -> Dnsmasq {
+    let mut conf = String::new();
+    for i in 0..names {
+        conf.push_str(&format!("host-record=n{i}.allowed.test,{},600\n", addr4(i)));
+    }
+    let conf_path = lab.unique_path("dnsmasq", "conf");
+    std::fs::write(&conf_path, conf).expect("write the dnsmasq config");
+    let child = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            lab.ext_ns(),
+            "dnsmasq",
+            "--keep-in-foreground",
+            "--no-resolv",
+            "--no-hosts",
+        ])
+        .arg(format!("--conf-file={}", conf_path.display()))
+        .args([
+            "--port=53",
+            &format!("--listen-address={EXT_IP4}"),
+            "--bind-interfaces",
+            "--user=root",
+            "--pid-file=",
+            "--dns-forward-max=1000",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start dnsmasq (apt-get install dnsmasq-base)");
+    wait_until(Duration::from_secs(10), "dnsmasq listening", || {
+        lab.ext("ss -Hlun 'sport = :53' | grep -q 10.99.0.1")
+            .status
+            .success()
+    });
+    Dnsmasq(child)
+}
+
+fn start_echo(lab: &Lab) {
+    lab.ext_ok("ip route add local 10.100.0.0/16 dev lo");
+    let (tx, rx) = std::sync::mpsc::channel();
+    in_netns(lab.ext_ns(), move || {
+        let listener = TcpListener::bind(("0.0.0.0", ECHO_PORT)).expect("bind the echo listener");
+        let _ = tx.send(());
+        for conn in listener.incoming().flatten() {
+            drop(conn);
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(5)).expect("echo listener up");
+}
+
+fn query(name: &str, id: u16) -> Vec<u8> {
+    let mut m = Message::new(id, MessageType::Query, OpCode::Query);
+    m.metadata.recursion_desired = true;
+    m.add_query(Query::query(
+        Name::from_str(&format!("{name}.")).expect("name"),
+        RecordType::A,
+    ));
+    m.to_vec().expect("encode the query")
+}
+
+fn first_ip(response: &[u8]) -> Option<IpAddr> {
+    let m = Message::from_vec(response).ok()?;
+    m.answers.iter().find_map(|r| match &r.data {
+        RData::A(a) => Some(IpAddr::V4(a.0)),
+        _ => None,
+    })
+}
+
+fn dns4() -> SocketAddr {
+    SocketAddr::from(([10, 99, 0, 1], 53))
+}
+
+/// Resolves `name` and connects to the answer at once; the query → answer time.
+fn resolve_connect(sock: &UdpSocket, name: &str, id: u16) -> Result<Duration, String> {
+    let t = Instant::now();
+    sock.send_to(&query(name, id), dns4())
+        .map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 1500];
+    let (n, _) = sock.recv_from(&mut buf).map_err(|e| format!("{name}: {e}"))?;
+    let rtt = t.elapsed();
+    let ip = first_ip(&buf[..n]).ok_or_else(|| format!("{name}: no address"))?;
+    TcpStream::connect_timeout(&SocketAddr::new(ip, ECHO_PORT), Duration::from_millis(700))
+        .map_err(|e| format!("connect {ip} ({name}): {e}"))?;
+    Ok(rtt)
+}
+
+fn stats(socket: &Path) -> (u64, Vec<Hold>, serde_json::Value) {
+    let resp = antrea_vm_agent::cli::client::get(socket, "/fqdnstats", Duration::from_secs(10))
+        .expect("GET /fqdnstats");
+    let v: serde_json::Value = serde_json::from_slice(&resp.body).expect("fqdnstats JSON");
+    let total = v["counts"]["holdsTotal"].as_u64().unwrap_or(0);
+    let holds: Vec<Hold> = serde_json::from_value(v["holds"].clone()).expect("holds");
+    (total, holds, v["counts"].clone())
+}
+
+/// The holds recorded since `before` (the ring keeps the last 8,192).
+fn holds_since(socket: &Path, before: u64) -> Vec<Hold> {
+    let (total, holds, _) = stats(socket);
+    let n = (total - before) as usize;
+    holds[holds.len().saturating_sub(n)..].to_vec()
+}
+
+fn report(what: &str, holds: &[Hold], rtts: &[f64], failures: usize) {
+    let commit: Vec<f64> = holds
+        .iter()
+        .map(|h| f64::from(h.committed_micros) / 1000.0)
+        .collect();
+    let resume: Vec<f64> = holds
+        .iter()
+        .map(|h| f64::from(h.resumed_micros) / 1000.0)
+        .collect();
+    println!(
+        "{what}: {} held answers: paused->committed p50 {:.2} ms p99 {:.2} ms; paused->resumed p50 {:.2} ms p99 {:.2} ms (max {:.2}); \
+         client query->answer p50 {:.2} ms p99 {:.2} ms ({} queries); connect failures {failures}",
+        holds.len(),
+        quantile(&commit, 0.5),
+        quantile(&commit, 0.99),
+        quantile(&resume, 0.5),
+        quantile(&resume, 0.99),
+        quantile(&resume, 1.0),
+        quantile(rtts, 0.5),
+        quantile(rtts, 0.99),
+        rtts.len(),
+    );
+}
+
+fn meter_258_drops(lab: &Lab) -> u64 {
+    let out = std::process::Command::new("ovs-ofctl")
+        .args(["-O", "OpenFlow15", "meter-stats"])
+        .arg(format!("unix:{}", lab.mgmt_sock().display()))
+        .arg("meter=258")
+        .output()
+        .map(|o| o.stdout_text())
+        .unwrap_or_default();
+    // "... bands:\n0: packet_count:N byte_count:M"
+    out.split("bands:")
+        .nth(1)
+        .and_then(|b| b.split("packet_count:").nth(1))
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("fqdn_hold: a benchmark, not a test; run it with `{HOW}` (as root)");
+        return;
+    }
+    let policies = env_usize("FHBENCH_POLICIES", 2000).max(1);
+    let names = env_usize("FHBENCH_NAMES", 1000).max(10);
+    let flood_secs = env_usize("FHBENCH_FLOOD_SECS", 3).max(1) as u64;
+    let flood_names = 40_000;
+    println!(
+        "fqdn_hold: {} other rules, {names} fresh names per phase; command: {HOW}",
+        policies * RULES_PER_POLICY
+    );
+
+    let lab = Lab::new();
+    let dir = lab.dir().join("policies");
+    let full = lab.dir().join("policies-full");
+    let empty = lab.dir().join("policies-empty");
+    for d in [&full, &empty] {
+        std::fs::create_dir_all(d).expect("policy dirs");
+        write_atomic(d, "00-atg.yaml", APPLIED_TO);
+        write_atomic(d, "05-fqdn.yaml", FQDN_POLICY);
+    }
+    for i in 0..policies {
+        std::fs::write(full.join(format!("10-fleet-{i:05}.yaml")), fleet_policy(i)).expect("write a policy");
+    }
+    std::os::unix::fs::symlink(&full, &dir).expect("link the policy dir");
+    let socket = lab.dir().join("agent-api.sock");
+    let config = lab.write_config(&format!(
+        "standalone:\n  policyDir: {}\nagentAPI:\n  socket: {}\n",
+        dir.display(),
+        socket.display()
+    ));
+    lab.write_external_node(&[VM_IP4, VM_IP6]);
+    let agent = lab.start_agent(&config);
+    lab.isolate_uplink();
+    let started = Instant::now();
+    wait_until(Duration::from_secs(600), "the 10,000 rules installed", || {
+        lab.vm_addrs(NIC).iter().any(|a| a.starts_with(VM_IP4))
+            && lab
+                .try_dump_flows()
+                .is_ok_and(|f| f.len() > policies * RULES_PER_POLICY * 10)
+    });
+    // Settle: no commit for 2 s.
+    std::thread::sleep(Duration::from_secs(3));
+    println!(
+        "10,000 rules installed in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    lab.vm_ok(&format!("ip route add 10.100.0.0/16 via {EXT_IP4} dev {NIC}"));
+    let _dns = start_dnsmasq(&lab, 3 * names + flood_names);
+    start_echo(&lab);
+
+    // === 1. idle ===
+    let (before, _, _) = stats(&socket);
+    let (rtts, failures) = in_netns(lab.vm_ns(), move || {
+        let sock = UdpSocket::bind("0.0.0.0:0").expect("bind");
+        sock.set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        let mut rtts = Vec::new();
+        let mut failures = 0;
+        for i in 0..names {
+            match resolve_connect(&sock, &format!("n{i}.allowed.test"), i as u16) {
+                Ok(rtt) => rtts.push(rtt.as_secs_f64() * 1000.0),
+                Err(e) => {
+                    failures += 1;
+                    eprintln!("{e}");
+                }
+            }
+        }
+        (rtts, failures)
+    })
+    .join()
+    .expect("client");
+    report(
+        "idle, 10,000 rules installed",
+        &holds_since(&socket, before),
+        &rtts,
+        failures,
+    );
+
+    // === 2. during a 10,000-rule reload ===
+    let stop = Arc::new(AtomicBool::new(false));
+    let next = Arc::new(AtomicU64::new(names as u64));
+    let client = {
+        let (stop, next) = (stop.clone(), next.clone());
+        in_netns(lab.vm_ns(), move || {
+            let sock = UdpSocket::bind("0.0.0.0:0").expect("bind");
+            sock.set_read_timeout(Some(Duration::from_secs(2)))
+                .expect("timeout");
+            let mut rtts = Vec::new();
+            let mut failures = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                if i >= 3 * names {
+                    break;
+                }
+                match resolve_connect(&sock, &format!("n{i}.allowed.test"), i as u16) {
+                    Ok(rtt) => rtts.push(rtt.as_secs_f64() * 1000.0),
+                    Err(e) => {
+                        failures += 1;
+                        eprintln!("{e}");
+                    }
+                }
+            }
+            (rtts, failures)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let (before, _, _) = stats(&socket);
+    let reload = Instant::now();
+    let swap = |to: &Path| {
+        let link = lab.dir().join(".policies.new");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(to, &link).expect("link");
+        std::fs::rename(&link, &dir).expect("swap the policy dir");
+    };
+    let full_count = lab.dump_flows().len();
+    swap(&empty);
+    wait_until(Duration::from_secs(300), "the 10,000 rules removed", || {
+        lab.try_dump_flows().is_ok_and(|f| f.len() < full_count / 10)
+    });
+    let removed = reload.elapsed();
+    swap(&full);
+    wait_until(Duration::from_secs(600), "the 10,000 rules back", || {
+        lab.try_dump_flows().is_ok_and(|f| f.len() >= full_count - 5)
+    });
+    let reloaded = reload.elapsed();
+    let during = holds_since(&socket, before);
+    stop.store(true, Ordering::Relaxed);
+    let (rtts, failures) = client.join().expect("client");
+    println!(
+        "reload: 10,000 rules removed in {:.1} s and back in {:.1} s (wall, polled with dump-flows)",
+        removed.as_secs_f64(),
+        reloaded.as_secs_f64()
+    );
+    report("during the 10,000-rule reload", &during, &rtts, failures);
+
+    // === 3. flood: new names per second ===
+    let drops0 = meter_258_drops(&lab);
+    let (_, _, counts0) = stats(&socket);
+    let added0 = counts0["ipsAdded"].as_u64().unwrap_or(0);
+    let base = 3 * names;
+    let deadline = Instant::now() + Duration::from_secs(flood_secs);
+    let answered = Arc::new(AtomicU64::new(0));
+    let sent = Arc::new(AtomicU64::new(0));
+    let next = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..64)
+        .map(|_| {
+            let (answered, sent, next) = (answered.clone(), sent.clone(), next.clone());
+            in_netns(lab.vm_ns(), move || {
+                let sock = UdpSocket::bind("0.0.0.0:0").expect("bind");
+                sock.set_read_timeout(Some(Duration::from_millis(500)))
+                    .expect("timeout");
+                let mut buf = [0u8; 1500];
+                while Instant::now() < deadline {
+                    let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                    if i >= flood_names {
+                        break;
+                    }
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    if sock
+                        .send_to(&query(&format!("n{}.allowed.test", base + i), i as u16), dns4())
+                        .is_ok()
+                        && sock.recv_from(&mut buf).is_ok()
+                    {
+                        answered.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    let t = Instant::now();
+    for w in workers {
+        let _ = w.join();
+    }
+    let secs = t.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(500));
+    let (_, _, counts1) = stats(&socket);
+    let added = counts1["ipsAdded"].as_u64().unwrap_or(0) - added0;
+    println!(
+        "flood (64 concurrent resolvers, {secs:.1} s): {} queries sent, {} answered, {:.0} new names/s added to the rules; meter 258 dropped {} DNS packet-ins",
+        sent.load(Ordering::Relaxed),
+        answered.load(Ordering::Relaxed),
+        added as f64 / secs,
+        meter_258_drops(&lab) - drops0
+    );
+    println!("counters: {counts1}");
+    drop(agent);
+}

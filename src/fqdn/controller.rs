@@ -1,0 +1,561 @@
+//! The FQDN controller's runtime: it owns the FQDN cache and the FQDN clause flows, and answers
+//! the DNS packet-ins. It runs on a thread of its own, with its own OpenFlow connection, so a
+//! paused DNS response never waits behind the flow installer's work (a full recompile, a large
+//! bundle): the only shared resource is ovs-vswitchd itself.
+//!
+//! For each intercepted response (paused in the switch by `controller(pause)`):
+//! 1. the DNS payload is parsed (UDP, or TCP reassembled across segments); anything malformed
+//!    is resumed at once and counted;
+//! 2. the answers enter the cache; the addresses new to a rule become clause flows, one per
+//!    (rule table and priority, address), committed in one bundle;
+//! 3. only then is the response resumed (NXT_RESUME with its continuation). A failed commit is
+//!    logged and counted, and the response is still resumed (the flows are retried at the
+//!    next reconcile).
+//!
+//! Expired records leave at their expiry (their flows with them; established connections keep
+//! flowing through the `-new+est` flows). The rule placements come from the flow installer
+//! after each commit ([`FqdnHandle::publish_placements`]); on a change the controller reconciles
+//! all its flows. The cache is saved under `stateDir` and loaded at start, expired records
+//! dropped, so cached names keep working across a restart without a new DNS query.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use super::cache::{CacheRecord, Change, EvictionReason, FqdnCache};
+use super::dns::{self, Payload, TcpReassembly};
+use super::flows::{self, Placements};
+use crate::ovs::openflow::{Event, FlowFilter, PacketIn, Switch, SwitchConnector};
+use crate::policy::compiler::FqdnPlacement;
+use crate::policy::flowset::{self, FlowSet};
+use crate::policy::pipeline::{FQDN_COOKIE, PACKET_IN_CATEGORY_DNS};
+
+/// File under `stateDir` holding the cache.
+pub const CACHE_FILE: &str = "fqdn-cache.json";
+/// How many recent hold durations are kept for the API and the benchmark.
+const HOLD_SAMPLES: usize = 8192;
+/// The cache is saved at most this often.
+const SAVE_DELAY: Duration = Duration::from_millis(200);
+
+/// Counters over the agent's lifetime.
+#[derive(Debug, Default)]
+pub struct FqdnStats {
+    pub responses: AtomicU64,
+    pub malformed: AtomicU64,
+    pub unwanted_answers: AtomicU64,
+    pub ips_added: AtomicU64,
+    pub bundles: AtomicU64,
+    pub commit_failures: AtomicU64,
+    pub resume_failures: AtomicU64,
+    pub tcp_streams_dropped: AtomicU64,
+    pub cache_size: AtomicU64,
+    pub evictions: [AtomicU64; 4],
+    pub session_restarts: AtomicU64,
+    /// Recent holds of responses that needed new flows.
+    holds: Mutex<std::collections::VecDeque<Hold>>,
+    holds_total: AtomicU64,
+}
+
+/// A snapshot of [`FqdnStats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FqdnCounts {
+    pub responses: u64,
+    pub malformed: u64,
+    pub unwanted_answers: u64,
+    pub ips_added: u64,
+    pub bundles: u64,
+    pub commit_failures: u64,
+    pub resume_failures: u64,
+    pub tcp_streams_dropped: u64,
+    pub cache_size: u64,
+    /// By reason: expired, cache_full, selector_full, unselected.
+    pub evictions: std::collections::BTreeMap<String, u64>,
+    pub session_restarts: u64,
+    /// Responses that needed new flows (each one's hold is sampled).
+    pub holds_total: u64,
+}
+
+/// One held response: microseconds from the packet-in's arrival to the bundle's commit and to
+/// the resume being sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Hold {
+    pub committed_micros: u32,
+    pub resumed_micros: u32,
+}
+
+fn bump(c: &AtomicU64) -> u64 {
+    c.fetch_add(1, Ordering::Relaxed) + 1
+}
+
+impl FqdnStats {
+    pub fn snapshot(&self) -> FqdnCounts {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        FqdnCounts {
+            responses: g(&self.responses),
+            malformed: g(&self.malformed),
+            unwanted_answers: g(&self.unwanted_answers),
+            ips_added: g(&self.ips_added),
+            bundles: g(&self.bundles),
+            commit_failures: g(&self.commit_failures),
+            resume_failures: g(&self.resume_failures),
+            tcp_streams_dropped: g(&self.tcp_streams_dropped),
+            cache_size: g(&self.cache_size),
+            evictions: EvictionReason::ALL
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (r.as_str().to_owned(), g(&self.evictions[i])))
+                .collect(),
+            session_restarts: g(&self.session_restarts),
+            holds_total: g(&self.holds_total),
+        }
+    }
+
+    /// The recent holds (oldest first; at most the last 8,192).
+    pub fn holds(&self) -> Vec<Hold> {
+        self.holds
+            .lock()
+            .map(|h| h.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    fn record_hold(&self, committed: Duration, resumed: Duration) {
+        let us = |d: Duration| u32::try_from(d.as_micros()).unwrap_or(u32::MAX);
+        bump(&self.holds_total);
+        if let Ok(mut h) = self.holds.lock() {
+            if h.len() >= HOLD_SAMPLES {
+                h.pop_front();
+            }
+            h.push_back(Hold {
+                committed_micros: us(committed),
+                resumed_micros: us(resumed),
+            });
+        }
+    }
+
+    fn count_change(&self, change: &Change) {
+        for (_, reason) in &change.evicted {
+            if let Some(i) = EvictionReason::ALL.iter().position(|r| r == reason) {
+                bump(&self.evictions[i]);
+            }
+        }
+        self.unwanted_answers
+            .fetch_add(change.unwanted as u64, Ordering::Relaxed);
+        self.ips_added
+            .fetch_add(change.added.len() as u64, Ordering::Relaxed);
+    }
+}
+
+/// What the rest of the agent holds of the controller: the placements it publishes, and the
+/// counters and cache view it reads. Clone freely.
+#[derive(Clone)]
+pub struct FqdnHandle {
+    placements: Arc<watch::Sender<Option<Arc<Vec<FqdnPlacement>>>>>,
+    pub stats: Arc<FqdnStats>,
+    records: Arc<Mutex<Arc<Vec<CacheRecord>>>>,
+}
+
+impl Default for FqdnHandle {
+    fn default() -> Self {
+        FqdnHandle {
+            placements: Arc::new(watch::channel(None).0),
+            stats: Arc::default(),
+            records: Arc::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for FqdnHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FqdnHandle").finish_non_exhaustive()
+    }
+}
+
+impl FqdnHandle {
+    /// The flow installer's committed rule placements (only sent when they changed).
+    pub fn publish_placements(&self, placements: Vec<FqdnPlacement>) {
+        self.placements.send_if_modified(|current| {
+            if current.as_deref() == Some(&placements) {
+                return false;
+            }
+            *current = Some(Arc::new(placements));
+            true
+        });
+    }
+
+    /// The cache as of the controller's last change.
+    pub fn records(&self) -> Arc<Vec<CacheRecord>> {
+        self.records.lock().map(|r| Arc::clone(&r)).unwrap_or_default()
+    }
+
+    fn set_records(&self, records: Vec<CacheRecord>) {
+        self.stats.cache_size.store(
+            records.iter().map(|r| &r.name).collect::<BTreeSet<_>>().len() as u64,
+            Ordering::Relaxed,
+        );
+        if let Ok(mut r) = self.records.lock() {
+            *r = Arc::new(records);
+        }
+    }
+}
+
+/// What the controller needs to run.
+#[derive(Clone)]
+pub struct ControllerConfig {
+    pub min_ttl_secs: u32,
+    pub state_dir: PathBuf,
+    pub reconnect_min: Duration,
+    pub reconnect_max: Duration,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The controller's state, kept across OpenFlow sessions.
+struct State {
+    cache: FqdnCache,
+    placements: Option<Placements>,
+    /// The FQDN flows the switch holds (as far as the controller knows).
+    installed: FlowSet,
+    tcp: TcpReassembly,
+    dirty_since: Option<Instant>,
+    /// A bundle failed: what the switch holds is unknown until the next take-over.
+    resync: bool,
+    config: ControllerConfig,
+    handle: FqdnHandle,
+}
+
+/// Starts the controller on a thread of its own. It connects through `connector` and
+/// reconnects (and restarts after a panic) until the process ends.
+pub fn spawn(
+    handle: FqdnHandle,
+    connector: Arc<dyn SwitchConnector>,
+    config: ControllerConfig,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("fqdn-controller".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    warn!("FQDN controller cannot start its runtime: {e}; FQDN rules allow nothing new");
+                    return;
+                }
+            };
+            rt.block_on(run(handle, connector, config));
+        })
+}
+
+/// The controller loop (for tests: run it on any runtime).
+pub async fn run(handle: FqdnHandle, connector: Arc<dyn SwitchConnector>, config: ControllerConfig) {
+    let mut cache = FqdnCache::new(config.min_ttl_secs);
+    let path = config.state_dir.join(CACHE_FILE);
+    match load(&path) {
+        Ok(Some(records)) => {
+            let n = cache.load(records, now_ms());
+            info!(records = n, file = %path.display(), "FQDN cache loaded");
+        }
+        Ok(None) => {}
+        Err(e) => warn!("FQDN cache not loaded: {e}"),
+    }
+    handle.set_records(cache.records());
+    let state = Arc::new(tokio::sync::Mutex::new(State {
+        cache,
+        placements: None,
+        installed: FlowSet::new(),
+        tcp: TcpReassembly::new(),
+        dirty_since: None,
+        resync: false,
+        config: config.clone(),
+        handle: handle.clone(),
+    }));
+    let mut delay = config.reconnect_min;
+    loop {
+        let switch = match connector.connect().await {
+            Ok(s) => s,
+            Err(e) => {
+                debug!("FQDN controller: cannot connect to the switch: {e}");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(config.reconnect_max);
+                continue;
+            }
+        };
+        delay = config.reconnect_min;
+        let session = tokio::spawn(session(switch, Arc::clone(&state), handle.clone()));
+        match session.await {
+            Ok(()) => debug!("FQDN controller: OpenFlow session ended; reconnecting"),
+            Err(e) => {
+                bump(&handle.stats.session_restarts);
+                warn!("FQDN controller session failed ({e}); restarting it");
+            }
+        }
+        tokio::time::sleep(config.reconnect_min).await;
+    }
+}
+
+fn load(path: &Path) -> Result<Option<Vec<CacheRecord>>, String> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| format!("{}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+fn save(path: &Path, records: &[CacheRecord]) -> Result<(), String> {
+    let text = serde_json::to_vec(records).map_err(|e| e.to_string())?;
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+async fn session(switch: Arc<dyn Switch>, state: Arc<tokio::sync::Mutex<State>>, handle: FqdnHandle) {
+    let mut sub = switch.subscribe();
+    let mut placements_rx = handle.placements.subscribe();
+    let mut state = state.lock().await;
+    // Take over what the switch holds of our flows (an earlier run's, or nothing).
+    if !state.take_over(switch.as_ref()).await {
+        return;
+    }
+    placements_rx.mark_changed();
+    loop {
+        let wake = state.next_wake();
+        let sleep = tokio::time::sleep_until(tokio::time::Instant::from_std(wake));
+        tokio::select! {
+            biased;
+            ev = sub.recv() => match ev {
+                None => return,
+                Some(Event::PacketIn(pi)) => state.packet_in(switch.as_ref(), *pi).await,
+                Some(_) => {}
+            },
+            changed = placements_rx.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let latest = placements_rx.borrow_and_update().clone();
+                if let Some(p) = latest {
+                    state.placements = Some(Placements::new(p.as_ref().clone()));
+                    state.reconcile(switch.as_ref()).await;
+                }
+            }
+            () = sleep => state.tick(switch.as_ref()).await,
+        }
+    }
+}
+
+impl State {
+    /// Reads what the switch holds of the FQDN flows; false if it cannot be read.
+    async fn take_over(&mut self, switch: &dyn Switch) -> bool {
+        let filter = FlowFilter {
+            cookie: FQDN_COOKIE,
+            cookie_mask: u64::MAX,
+            ..FlowFilter::all()
+        };
+        match switch.dump_flows(filter).await {
+            Ok(stats) => {
+                self.installed = flowset::flow_set(stats.into_iter().map(|s| s.flow));
+                self.resync = false;
+                true
+            }
+            Err(e) => {
+                warn!("FQDN controller: cannot dump its flows: {e}");
+                false
+            }
+        }
+    }
+
+    fn next_wake(&self) -> Instant {
+        let now_wall = now_ms();
+        let now = Instant::now();
+        let mut wake = now + Duration::from_secs(3600);
+        if let Some(exp) = self.cache.next_expiry() {
+            wake = wake.min(now + Duration::from_millis(exp.saturating_sub(now_wall)));
+        }
+        if let Some(t) = self.dirty_since {
+            wake = wake.min(t + SAVE_DELAY);
+        }
+        if self.resync {
+            wake = wake.min(now + SAVE_DELAY);
+        }
+        wake
+    }
+
+    /// Expiry and saving.
+    async fn tick(&mut self, switch: &dyn Switch) {
+        if self.resync && self.take_over(switch).await {
+            self.reconcile(switch).await;
+        }
+        let change = self.cache.expire(now_ms());
+        if !change.removed.is_empty() {
+            self.handle.stats.count_change(&change);
+            let ips: BTreeSet<IpAddr> = change.removed.iter().map(|(_, ip)| *ip).collect();
+            debug!(records = change.removed.len(), "FQDN records expired");
+            self.apply(switch, ips).await;
+            self.changed();
+        }
+        if self.dirty_since.is_some_and(|t| t.elapsed() >= SAVE_DELAY) {
+            self.dirty_since = None;
+            let path = self.config.state_dir.join(CACHE_FILE);
+            if let Err(e) = save(&path, &self.cache.records()) {
+                warn!("cannot save the FQDN cache: {e}");
+            }
+        }
+    }
+
+    fn changed(&mut self) {
+        self.handle.set_records(self.cache.records());
+        self.dirty_since.get_or_insert_with(Instant::now);
+    }
+
+    /// Commits the flows of `ips`; returns whether the switch took them.
+    async fn apply(&mut self, switch: &dyn Switch, ips: BTreeSet<IpAddr>) -> bool {
+        let Some(placements) = &self.placements else {
+            return true;
+        };
+        let mods = flows::delta_for_ips(placements, &self.cache, &ips, &mut self.installed);
+        if mods.is_empty() {
+            return true;
+        }
+        bump(&self.handle.stats.bundles);
+        match switch.bundle(mods).await {
+            Ok(()) => true,
+            Err(e) => {
+                let n = bump(&self.handle.stats.commit_failures);
+                warn!(
+                    count = n,
+                    "FQDN flows not committed (the DNS response is released anyway): {e}"
+                );
+                // Off the DNS path: the next tick reads the switch again and reconciles.
+                self.resync = true;
+                false
+            }
+        }
+    }
+
+    /// All flows against the placements and the cache (after a placement change or a connect).
+    async fn reconcile(&mut self, switch: &dyn Switch) {
+        let Some(selectors) = self.placements.as_ref().map(|p| p.selectors().to_vec()) else {
+            return;
+        };
+        let change = self.cache.retain_selected(&selectors);
+        if !change.evicted.is_empty() {
+            self.handle.stats.count_change(&change);
+            self.changed();
+        }
+        let Some(placements) = &self.placements else {
+            return;
+        };
+        let desired = flows::desired(placements, &self.cache);
+        let mods = flowset::diff(&self.installed, &desired);
+        if mods.is_empty() {
+            return;
+        }
+        bump(&self.handle.stats.bundles);
+        match switch.bundle(mods).await {
+            Ok(()) => {
+                debug!(
+                    flows = desired.len(),
+                    rules = placements.len(),
+                    "FQDN flows reconciled"
+                );
+                self.installed = desired;
+            }
+            Err(e) => {
+                bump(&self.handle.stats.commit_failures);
+                warn!("FQDN flows not reconciled: {e}");
+            }
+        }
+    }
+
+    async fn packet_in(&mut self, switch: &dyn Switch, pi: PacketIn) {
+        if pi.userdata.first() != Some(&PACKET_IN_CATEGORY_DNS) {
+            return;
+        }
+        let paused_at = Instant::now();
+        bump(&self.handle.stats.responses);
+        let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.answers_of(&pi)));
+        let answers = match parsed {
+            Ok(Ok(a)) => a,
+            Ok(Err(e)) => {
+                let n = bump(&self.handle.stats.malformed);
+                if n.is_power_of_two() {
+                    warn!(count = n, "DNS response passed through unparsed: {e}");
+                }
+                Vec::new()
+            }
+            Err(_) => {
+                bump(&self.handle.stats.malformed);
+                warn!("DNS response parsing panicked (a bug); passed through");
+                Vec::new()
+            }
+        };
+        let mut committed_at = None;
+        if !answers.is_empty() {
+            let selectors = self
+                .placements
+                .as_ref()
+                .map(|p| p.selectors().to_vec())
+                .unwrap_or_default();
+            let change = self.cache.record(&answers, now_ms(), &selectors);
+            self.handle.stats.count_change(&change);
+            if !change.added.is_empty() || !change.removed.is_empty() {
+                let ips: BTreeSet<IpAddr> = change
+                    .added
+                    .iter()
+                    .chain(&change.removed)
+                    .map(|(_, ip)| *ip)
+                    .collect();
+                self.apply(switch, ips).await;
+                committed_at = Some(paused_at.elapsed());
+            }
+        }
+        if pi.continuation.is_some() {
+            if let Err(e) = switch.resume(pi).await {
+                let n = bump(&self.handle.stats.resume_failures);
+                warn!(count = n, "cannot resume a paused DNS response: {e}");
+            }
+        }
+        if let Some(committed) = committed_at {
+            self.handle.stats.record_hold(committed, paused_at.elapsed());
+            // The API's view and the save: after the resume, off the held path.
+            self.changed();
+        }
+    }
+
+    fn answers_of(&mut self, pi: &PacketIn) -> Result<Vec<dns::Answer>, dns::DnsError> {
+        if (pi.packet.len() as u32) < pi.total_len {
+            return Err(dns::DnsError::Truncated {
+                got: pi.packet.len(),
+                total: pi.total_len as usize,
+            });
+        }
+        match dns::payload(&pi.packet)? {
+            Payload::Udp(bytes) => dns::answers(bytes),
+            Payload::Tcp { key, seq, data, end } => {
+                let seg = self.tcp.push(key, seq, data, end);
+                if seg.dropped {
+                    bump(&self.handle.stats.tcp_streams_dropped);
+                }
+                let mut all = Vec::new();
+                for m in seg.messages {
+                    all.extend(dns::answers(&m)?);
+                }
+                Ok(all)
+            }
+        }
+    }
+}

@@ -1,0 +1,587 @@
+//! FQDN egress rules on real traffic: a real DNS server (dnsmasq) in the outside host, the VM
+//! resolving names and connecting at once. The agent pauses each DNS response in OVS until the
+//! flows for its addresses are committed, so the first connection never races them.
+//!
+//! The race test resolves 1,000 fresh names (each with an address of its own, so every answer
+//! needs new flows) and connects to each at once with a 700 ms connect timeout, shorter than the
+//! first SYN retransmission: one SYN lost to a race fails the test. About 12 s on the lab
+//! machine; `FQDN_RACE_ITERATIONS` changes the count. (Resuming the response before the commit
+//! instead fails 199 of 200 first connections in this test.)
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::str::FromStr;
+use std::time::Duration;
+
+use hickory_proto::op::{Message, MessageType, OpCode, Query};
+use hickory_proto::rr::{Name, RData, RecordType};
+
+use support::*;
+
+const APPLIED_TO: &str = "\
+apiVersion: controlplane.antrea.io/v1beta2
+kind: AppliedToGroup
+metadata: {name: atg-vm1}
+groupMembers: [{externalEntity: {name: vm1-3e616, namespace: vm-ns}}]
+";
+
+/// Default-deny egress, DNS to the outside host allowed, and `*.allowed.test` allowed.
+const ALLOW_POLICY: &str = "\
+apiVersion: controlplane.antrea.io/v1beta2
+kind: NetworkPolicy
+metadata: {name: uid-fqdn, uid: uid-fqdn}
+sourceRef: {type: AntreaClusterNetworkPolicy, name: fqdn-allow, uid: uid-fqdn}
+appliedToGroups: [atg-vm1]
+priority: 5
+tierPriority: 250
+rules:
+- direction: Out
+  to: {ipBlocks: [{cidr: 10.99.0.1/32}, {cidr: \"fd00:99::1/128\"}]}
+  services: [{protocol: UDP, port: 53}, {protocol: TCP, port: 53}]
+  action: Allow
+  priority: 0
+- direction: Out
+  to: {fqdns: [\"*.allowed.test\"]}
+  action: Allow
+  priority: 1
+- direction: Out
+  to: {ipBlocks: [{cidr: 0.0.0.0/0}, {cidr: \"::/0\"}]}
+  action: Drop
+  priority: 2
+";
+
+/// Drop to one name that the allow rule's wildcard also selects, at a higher precedence.
+const DROP_POLICY: &str = "\
+apiVersion: controlplane.antrea.io/v1beta2
+kind: NetworkPolicy
+metadata: {name: uid-fqdn-drop, uid: uid-fqdn-drop}
+sourceRef: {type: AntreaClusterNetworkPolicy, name: fqdn-drop, uid: uid-fqdn-drop}
+appliedToGroups: [atg-vm1]
+priority: 1
+tierPriority: 250
+rules:
+- direction: Out
+  to: {fqdns: [\"bad.allowed.test\"]}
+  action: Drop
+  priority: 0
+";
+
+const ECHO_PORT: u16 = 8080;
+const METRICS_PORT: u16 = 10391;
+
+fn iterations() -> usize {
+    std::env::var("FQDN_RACE_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+}
+
+/// The address dnsmasq gives name `i` (IPv4 and IPv6).
+fn addr4(i: usize) -> String {
+    format!("10.100.{}.{}", i / 250, i % 250 + 1)
+}
+fn addr6(i: usize) -> String {
+    format!("fd00:100::{:x}", i + 1)
+}
+
+fn policy_dir(lab: &Lab) -> PathBuf {
+    let dir = lab.dir().join("policies");
+    std::fs::create_dir_all(&dir).expect("create the policy dir");
+    dir
+}
+
+fn write_policy(lab: &Lab, file: &str, yaml: &str) {
+    let dir = policy_dir(lab);
+    let tmp = dir.join(format!(".{file}.tmp"));
+    std::fs::write(&tmp, yaml).expect("write policy");
+    std::fs::rename(&tmp, dir.join(file)).expect("move policy in place");
+}
+
+/// Runs `f` on a thread inside network namespace `ns`.
+fn in_netns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let handle = std::fs::File::open(&path).expect("open the netns");
+        nix::sched::setns(handle, nix::sched::CloneFlags::CLONE_NEWNET).expect("enter the netns");
+        f()
+    })
+}
+
+/// dnsmasq in the outside host: names `n<i>.allowed.test` (TTL 60), `short.allowed.test`
+/// (TTL 2), `bad.allowed.test`, `keep.allowed.test` and `blocked.test`, A and AAAA, over UDP and
+/// TCP on port 53 of the outside host's IPv4 address.
+struct Dnsmasq {
+    child: Child,
+}
+
+impl Drop for Dnsmasq {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Indexes of the special names (beyond the race test's).
+const SHORT: usize = 5000;
+const BAD: usize = 5001;
+const BLOCKED: usize = 5002;
+const KEEP: usize = 5003;
+
+fn start_dnsmasq(lab: &Lab, names: usize) -> Dnsmasq {
+    let mut conf = String::new();
+    for i in 0..names {
+        conf.push_str(&format!(
+            "host-record=n{i}.allowed.test,{},{},60\n",
+            addr4(i),
+            addr6(i)
+        ));
+    }
+    for (name, i, ttl) in [
+        ("short.allowed.test", SHORT, 2),
+        ("bad.allowed.test", BAD, 60),
+        ("blocked.test", BLOCKED, 60),
+        ("keep.allowed.test", KEEP, 600),
+    ] {
+        conf.push_str(&format!("host-record={name},{},{},{ttl}\n", addr4(i), addr6(i)));
+    }
+    let conf_path = lab.unique_path("dnsmasq", "conf");
+    std::fs::write(&conf_path, conf).expect("write the dnsmasq config");
+    let mut c = std::process::Command::new("ip");
+    c.args([
+        "netns",
+        "exec",
+        lab.ext_ns(),
+        "dnsmasq",
+        "--keep-in-foreground",
+        "--no-resolv",
+        "--no-hosts",
+    ])
+    .arg(format!("--conf-file={}", conf_path.display()))
+    .args([
+        "--port=53",
+        &format!("--listen-address={EXT_IP4}"),
+        "--bind-interfaces",
+        "--user=root",
+        "--pid-file=",
+        "--log-facility=-",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    let child = c.spawn().expect("start dnsmasq (apt-get install dnsmasq-base)");
+    wait_until(Duration::from_secs(10), "dnsmasq listening", || {
+        lab.ext("ss -Hlun 'sport = :53' | grep -q 10.99.0.1")
+            .status
+            .success()
+    });
+    Dnsmasq { child }
+}
+
+/// An echo server on every address of the outside host (10.100.0.0/16 and fd00:100::/64 are
+/// local there), port [`ECHO_PORT`]; one dual-stack listener.
+fn start_echo(lab: &Lab) {
+    lab.ext_ok("ip route add local 10.100.0.0/16 dev lo && ip -6 route add local fd00:100::/64 dev lo");
+    let addr: SocketAddr = format!("[::]:{ECHO_PORT}").parse().expect("address");
+    let (tx, rx) = std::sync::mpsc::channel();
+    in_netns(lab.ext_ns(), move || {
+        let listener = TcpListener::bind(addr).expect("bind the echo listener");
+        let _ = tx.send(());
+        for conn in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut conn = conn;
+                let mut buf = [0u8; 512];
+                while let Ok(n) = conn.read(&mut buf) {
+                    if n == 0 || conn.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(5)).expect("echo listener up");
+}
+
+/// Builds a query for `name`.
+fn query(name: &str, qtype: RecordType, id: u16) -> Vec<u8> {
+    let mut m = Message::new(id, MessageType::Query, OpCode::Query);
+    m.metadata.recursion_desired = true;
+    m.add_query(Query::query(
+        Name::from_str(&format!("{name}.")).expect("name"),
+        qtype,
+    ));
+    m.to_vec().expect("encode the query")
+}
+
+/// The first address of a response.
+fn first_ip(response: &[u8]) -> Option<IpAddr> {
+    let m = Message::from_vec(response).ok()?;
+    m.answers.iter().find_map(|r| match &r.data {
+        RData::A(a) => Some(IpAddr::V4(a.0)),
+        RData::AAAA(a) => Some(IpAddr::V6(a.0)),
+        _ => None,
+    })
+}
+
+/// Resolves `name` over UDP (or TCP) from the current namespace.
+fn resolve(server: SocketAddr, name: &str, qtype: RecordType, tcp: bool) -> Result<IpAddr, String> {
+    let id: u16 = rand_id();
+    let q = query(name, qtype, id);
+    let response = if tcp {
+        let mut s = TcpStream::connect_timeout(&server, Duration::from_secs(2))
+            .map_err(|e| format!("DNS TCP: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_secs(2)))
+            .map_err(|e| e.to_string())?;
+        let mut framed = (q.len() as u16).to_be_bytes().to_vec();
+        framed.extend_from_slice(&q);
+        s.write_all(&framed).map_err(|e| e.to_string())?;
+        let mut len = [0u8; 2];
+        s.read_exact(&mut len).map_err(|e| format!("DNS TCP read: {e}"))?;
+        let mut body = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        s.read_exact(&mut body)
+            .map_err(|e| format!("DNS TCP read: {e}"))?;
+        body
+    } else {
+        let bind = if server.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+        let s = UdpSocket::bind(bind).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(Duration::from_secs(2)))
+            .map_err(|e| e.to_string())?;
+        s.send_to(&q, server).map_err(|e| e.to_string())?;
+        let mut buf = [0u8; 1500];
+        let (n, _) = s
+            .recv_from(&mut buf)
+            .map_err(|e| format!("DNS answer for {name}: {e}"))?;
+        buf[..n].to_vec()
+    };
+    first_ip(&response).ok_or_else(|| format!("no address for {name}"))
+}
+
+fn rand_id() -> u16 {
+    (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(7)
+        & 0xffff) as u16
+}
+
+/// A TCP connection with a short timeout (shorter than the first SYN retransmission, so a SYN
+/// dropped by a race shows as a failure) and one echo round trip.
+fn connect(ip: IpAddr) -> Result<TcpStream, String> {
+    let mut s = TcpStream::connect_timeout(&SocketAddr::new(ip, ECHO_PORT), Duration::from_millis(700))
+        .map_err(|e| format!("connect {ip}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    echo(&mut s).map(|()| s)
+}
+
+fn echo(s: &mut TcpStream) -> Result<(), String> {
+    s.write_all(b"ping").map_err(|e| format!("write: {e}"))?;
+    let mut buf = [0u8; 4];
+    s.read_exact(&mut buf).map_err(|e| format!("echo: {e}"))?;
+    Ok(())
+}
+
+const DNS4: &str = "10.99.0.1:53";
+
+fn dns4() -> SocketAddr {
+    DNS4.parse().expect("address")
+}
+
+/// Resolves then connects at once, in the VM.
+fn resolve_connect(lab: &Lab, name: &str, qtype: RecordType, tcp: bool) -> Result<IpAddr, String> {
+    let name = name.to_string();
+    in_netns(lab.vm_ns(), move || {
+        let ip = resolve(dns4(), &name, qtype, tcp)?;
+        connect(ip).map(|_| ip)
+    })
+    .join()
+    .expect("client thread")
+}
+
+fn connect_from_vm(lab: &Lab, ip: IpAddr) -> Result<(), String> {
+    in_netns(lab.vm_ns(), move || connect(ip).map(|_| ()))
+        .join()
+        .expect("client thread")
+}
+
+fn api_socket(lab: &Lab) -> PathBuf {
+    lab.dir().join("agent-api.sock")
+}
+
+/// `antrea-vm-agent get fqdncache ARGS` through the agent API socket; stdout.
+fn get_fqdncache(lab: &Lab, args: &[&str]) -> String {
+    let socket = api_socket(lab).display().to_string();
+    let mut all = vec!["get", "fqdncache"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--socket", &socket]);
+    let out = std::process::Command::new(agent_binary())
+        .args(&all)
+        .output()
+        .expect("run antrea-vm-agent get fqdncache");
+    assert!(out.status.success(), "get fqdncache: {}", out.describe());
+    out.stdout_text()
+}
+
+fn scrape(lab: &Lab) -> String {
+    lab.vm_ok(&format!(
+        "printf 'GET /metrics HTTP/1.0\\r\\nHost: 127.0.0.1\\r\\n\\r\\n' | nc -N -w 5 127.0.0.1 {METRICS_PORT}"
+    ))
+}
+
+fn metric(lab: &Lab, line_start: &str) -> u64 {
+    scrape(lab)
+        .lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn fqdn_flow_count(lab: &Lab, ip: &str) -> usize {
+    lab.dump_flows()
+        .iter()
+        .filter(|f| {
+            f.contains("ct_state=+trk")
+                && (f.contains(&format!("nw_dst={ip} ")) || f.contains(&format!("ipv6_dst={ip} ")))
+        })
+        .count()
+}
+
+/// The lab with eth0 attached, the policies in place, dnsmasq and the echo server running, and
+/// routes to the name addresses through the outside host.
+fn fqdn_lab(names: usize) -> (Lab, AgentProcess, Dnsmasq, PathBuf) {
+    let lab = Lab::new();
+    write_policy(&lab, "00-atg.yaml", APPLIED_TO);
+    write_policy(&lab, "10-allow.yaml", ALLOW_POLICY);
+    let config = lab.write_config(&format!(
+        "standalone:\n  policyDir: {}\nmetricsServer:\n  bindAddress: \"127.0.0.1:{METRICS_PORT}\"\n\
+         agentAPI:\n  socket: {}\n",
+        policy_dir(&lab).display(),
+        api_socket(&lab).display()
+    ));
+    lab.write_external_node(&[VM_IP4, VM_IP6]);
+    let agent = lab.start_agent(&config);
+    lab.isolate_uplink();
+    wait_until(
+        Duration::from_secs(30),
+        "attached and the FQDN interception installed",
+        || {
+            lab.vm_addrs(NIC).iter().any(|a| a.starts_with(VM_IP4))
+                && lab.try_dump_flows().is_ok_and(|f| {
+                    f.iter()
+                        .any(|l| l.contains("reg1=") && l.contains("conjunction(1,2/2)"))
+                })
+        },
+    );
+    lab.vm_ok(&format!(
+        "ip route add 10.100.0.0/16 via {EXT_IP4} dev {NIC} && ip -6 route add fd00:100::/64 via {EXT_IP6} dev {NIC}"
+    ));
+    let dns = start_dnsmasq(&lab, names);
+    start_echo(&lab);
+    (lab, agent, dns, config)
+}
+
+#[test]
+fn fresh_names_connect_at_once_every_time_and_other_names_stay_blocked() {
+    let n = iterations();
+    let (lab, mut agent, _dns, config) = fqdn_lab(n);
+    // The outside host is reachable only through an allowed name.
+    assert!(
+        connect_from_vm(&lab, addr4(BLOCKED).parse().unwrap()).is_err(),
+        "default deny"
+    );
+
+    // Zero races: every fresh name resolves and its first connection succeeds at once.
+    let started = std::time::Instant::now();
+    let failures: Vec<String> = in_netns(lab.vm_ns(), move || {
+        (0..n)
+            .filter_map(|i| {
+                let name = format!("n{i}.allowed.test");
+                match resolve(dns4(), &name, RecordType::A, false).and_then(connect) {
+                    Ok(_) => None,
+                    Err(e) => Some(format!("{name}: {e}")),
+                }
+            })
+            .collect()
+    })
+    .join()
+    .expect("client thread");
+    eprintln!("{n} resolve+connect in {:?}", started.elapsed());
+    assert!(
+        failures.is_empty(),
+        "{} of {n} first connections failed: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(10)]
+    );
+
+    // IPv6 through AAAA, and a DNS answer over TCP.
+    assert_eq!(
+        resolve_connect(&lab, "keep.allowed.test", RecordType::AAAA, false),
+        Ok(addr6(KEEP).parse().unwrap())
+    );
+    assert_eq!(
+        resolve_connect(&lab, "n0.allowed.test", RecordType::AAAA, true),
+        Ok(addr6(0).parse().unwrap()),
+        "AAAA over TCP"
+    );
+    assert_eq!(
+        resolve_connect(&lab, "keep.allowed.test", RecordType::A, true),
+        Ok(addr4(KEEP).parse().unwrap()),
+        "A over TCP"
+    );
+
+    // A name no rule selects stays blocked, although it resolves.
+    let blocked = resolve_connect(&lab, "blocked.test", RecordType::A, false);
+    assert!(
+        blocked.is_err_and(|e| e.contains("connect")),
+        "blocked.test resolves but stays blocked"
+    );
+    assert_eq!(fqdn_flow_count(&lab, &addr4(BLOCKED)), 0);
+
+    // A Drop-to-FQDN rule blocks its name only.
+    write_policy(&lab, "20-drop.yaml", DROP_POLICY);
+    wait_until(Duration::from_secs(20), "the drop rule's flows", || {
+        lab.dump_flows()
+            .iter()
+            .filter(|f| f.contains("conj_id=") && !f.contains("priority=64991"))
+            .count()
+            >= 6
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let bad = resolve_connect(&lab, "bad.allowed.test", RecordType::A, false);
+    assert!(
+        bad.is_err_and(|e| e.contains("connect")),
+        "bad.allowed.test is dropped"
+    );
+    assert!(
+        resolve_connect(&lab, "n1.allowed.test", RecordType::A, false).is_ok(),
+        "others still pass"
+    );
+
+    // A malformed answer is passed through and counted.
+    let before = metric(
+        &lab,
+        "antrea_vm_agent_fqdn_dns_responses_total{outcome=\"malformed\"}",
+    );
+    let garbage_server: SocketAddr = format!("[{EXT_IP6}]:53").parse().unwrap();
+    in_netns(lab.ext_ns(), move || {
+        let s = UdpSocket::bind(garbage_server).expect("bind the fake DNS server");
+        let mut buf = [0u8; 512];
+        if let Ok((n, from)) = s.recv_from(&mut buf) {
+            // The query's id, QR set, one answer claimed and nothing after it.
+            let mut reply = buf[..2.min(n)].to_vec();
+            reply.extend_from_slice(&[0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0, 0xc0]);
+            let _ = s.send_to(&reply, from);
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let got = in_netns(lab.vm_ns(), move || {
+        let s = UdpSocket::bind("[::]:0").expect("bind");
+        s.set_read_timeout(Some(Duration::from_secs(3))).expect("timeout");
+        s.send_to(&query("x.allowed.test", RecordType::A, 1), garbage_server)
+            .expect("send");
+        let mut buf = [0u8; 512];
+        s.recv_from(&mut buf).map(|(n, _)| n)
+    })
+    .join()
+    .expect("client thread");
+    assert_eq!(got.ok(), Some(13), "the malformed answer reached the VM");
+    wait_until(Duration::from_secs(5), "the malformed answer counted", || {
+        metric(
+            &lab,
+            "antrea_vm_agent_fqdn_dns_responses_total{outcome=\"malformed\"}",
+        ) > before
+    });
+    assert!(metric(&lab, "antrea_agent_fqdn_cache_size") >= n as u64);
+
+    // `get fqdncache`: antctl's columns, filtered by a name or wildcard.
+    let table = get_fqdncache(&lab, &["keep.allowed.test"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("FQDN") && lines[0].contains("ADDRESS") && lines[0].contains("EXPIRATION TIME"),
+        "{table}"
+    );
+    assert_eq!(lines.len(), 3, "an IPv4 and an IPv6 row: {table}");
+    assert!(
+        table.contains(&addr4(KEEP)) && table.contains(&addr6(KEEP)),
+        "{table}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&get_fqdncache(&lab, &["*.allowed.test", "-o", "json"])).expect("JSON");
+    assert!(json.as_array().is_some_and(|a| a.len() > n), "{json}");
+    assert!(
+        !get_fqdncache(&lab, &[]).contains("blocked.test"),
+        "names no rule selects are not cached"
+    );
+
+    // SIGKILL and restart: a cached, unexpired name keeps working without a new DNS query.
+    wait_until(Duration::from_secs(5), "the cache saved", || {
+        std::fs::read_to_string(lab.state_dir().join("fqdn-cache.json"))
+            .is_ok_and(|t| t.contains("keep.allowed.test"))
+    });
+    agent.kill_hard();
+    let agent2 = lab.start_agent(&config);
+    wait_until(
+        Duration::from_secs(30),
+        "the restarted agent serving metrics",
+        || {
+            lab.vm(&format!("nc -z 127.0.0.1 {METRICS_PORT}"))
+                .status
+                .success()
+        },
+    );
+    // Past the first sync and the FQDN controller's reconcile.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        connect_from_vm(&lab, addr4(KEEP).parse().unwrap()),
+        Ok(()),
+        "cached name allowed after restart"
+    );
+    assert_eq!(
+        connect_from_vm(&lab, addr6(KEEP).parse().unwrap()),
+        Ok(()),
+        "and its IPv6 address"
+    );
+    assert!(
+        connect_from_vm(&lab, addr4(BLOCKED).parse().unwrap()).is_err(),
+        "still default deny"
+    );
+    drop(agent2);
+}
+
+#[test]
+fn expired_names_lose_their_flows_while_established_connections_keep_flowing() {
+    let (lab, _agent, _dns, _config) = fqdn_lab(1);
+    let ip: IpAddr = addr4(SHORT).parse().unwrap();
+    // Resolve (TTL 2 s) and keep the connection open.
+    let mut conn = in_netns(lab.vm_ns(), move || {
+        let ip = resolve(dns4(), "short.allowed.test", RecordType::A, false)?;
+        connect(ip)
+    })
+    .join()
+    .expect("client thread")
+    .expect("first connection");
+    assert_eq!(fqdn_flow_count(&lab, &ip.to_string()), 1);
+    wait_until(
+        Duration::from_secs(10),
+        "the expired address's flow removed",
+        || fqdn_flow_count(&lab, &ip.to_string()) == 0,
+    );
+    assert_eq!(echo(&mut conn), Ok(()), "the established connection still flows");
+    assert!(
+        connect_from_vm(&lab, ip).is_err(),
+        "a new connection to the expired address is dropped"
+    );
+    assert!(
+        metric(
+            &lab,
+            "antrea_agent_fqdn_cache_evictions_total{reason=\"expired\"}"
+        ) >= 1
+    );
+}
