@@ -471,9 +471,9 @@ async fn rules_not_enforced_as_written_are_reported_by_the_policy_cache() {
         other["rules"][0].get("notEnforced").is_none(),
         "not applied here: {j}"
     );
-    eventually("the fqdn rule is gone from the gauge", || async {
+    eventually("the toServices rule is gone from the gauge", || async {
         let m = series(&w.get_tcp("/metrics", &[]).await.body);
-        m.get("antrea_vm_agent_rules_not_enforced{reason=\"fqdns\"}")
+        m.get("antrea_vm_agent_rules_not_enforced{reason=\"to_services\"}")
             .map(String::as_str)
             == Some("0")
     })

@@ -213,7 +213,7 @@ fn rules_not_enforced_as_written_fail_closed_and_are_reported() {
         metrics.contains("antrea_vm_agent_rules_not_enforced{reason=\"l7_protocols\"} 1\n"),
         "{metrics}"
     );
-    assert!(metrics.contains("antrea_vm_agent_rules_not_enforced{reason=\"fqdns\"} 0\n"));
+    assert!(metrics.contains("antrea_vm_agent_rules_not_enforced{reason=\"to_services\"} 0\n"));
 
     // get networkpolicy: each rule's state, the reason in the text output.
     let j: Value =

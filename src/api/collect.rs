@@ -942,7 +942,7 @@ mod tests {
             out.contains("antrea_vm_agent_rules_not_enforced{reason=\"l7_protocols\"} 1\n"),
             "{out}"
         );
-        assert!(out.contains("antrea_vm_agent_rules_not_enforced{reason=\"fqdns\"} 0\n"));
+        assert!(out.contains("antrea_vm_agent_rules_not_enforced{reason=\"to_services\"} 0\n"));
     }
 
     #[test]

@@ -1011,7 +1011,7 @@ rules:
         let mut view = ResolvedView::new();
         view.update(&store, &[iface("eth0", 3, &["10.99.0.2"], "vm1-a")], None);
         assert_eq!(view.not_enforced("uid-r"), resolved.not_enforced.as_slice());
-        assert_eq!(view.all_not_enforced().count(), 5);
+        assert_eq!(view.all_not_enforced().count(), 4);
     }
 
     #[test]
