@@ -326,8 +326,11 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
         let fqdn_config = antrea_vm_agent::fqdn::controller::ControllerConfig {
             min_ttl_secs: config.fqdn_cache_min_ttl,
             state_dir: config.state_dir.clone(),
-            reconnect_min: timing.reconnect_min,
-            reconnect_max: timing.reconnect_max,
+            // A DNS answer paused while no FQDN session is up is lost (OVS has no one to resume
+            // it), so this local socket is retried quickly, not with the actors' backoff: at
+            // start the bridge appears a moment after the agent, and after an OVS restart.
+            reconnect_min: std::time::Duration::from_millis(50),
+            reconnect_max: std::time::Duration::from_secs(1),
         };
         if let Err(e) = antrea_vm_agent::fqdn::controller::spawn(fqdn.clone(), switch.clone(), fqdn_config) {
             return Err(format!("cannot start the FQDN controller thread: {e}"));
