@@ -1,36 +1,51 @@
 //! Benchmark: the policy engine end to end, in the lab (a VM namespace with a private userspace
-//! Open vSwitch, the agent attached to it; see `tests/support/lab.rs`).
+//! Open vSwitch, the agent attached to it; see `tests/support/lab.rs`), side by side with the
+//! fastest honest baseline and with OVS's own limit, in one run.
 //!
 //! Run (as root, with the lab's tools installed: `make deps`):
 //!
 //! ```sh
 //! cargo bench --bench policy_realize
-//! # options, as environment variables: PRBENCH_POLICIES (default 2000, 5 rules each),
-//! # PRBENCH_ITERATIONS (20 adds, changes and deletes), PRBENCH_PRIORITY_STEP (0.07: policy i
-//! # has priority 1 + 0.07 i, so that every rule's initial OpenFlow priority guess is distinct;
-//! # with 1, as in benches/policy_compile.rs, the guesses of policies above 149 collapse to the
-//! # bottom of the range, and the agent leaves about half the rules uninstalled (NoRoom) although
-//! # `compile --state` places them all), PRBENCH_ONE_BY_ONE (see 1.)
+//! # options, as environment variables:
+//! #   PRBENCH_FLEETS     which rule sets, comma-separated (default `fractional,whole`):
+//! #                      fractional: Application tier, policy i at priority 1 + 0.07 i (every
+//! #                        rule's OpenFlow priority guess distinct; PRBENCH_PRIORITY_STEP);
+//! #                      whole: whole-number priorities as real policies use them: five tiers
+//! #                        (Emergency .. Application), priorities 1, 2, 5, 10, 20, 50, 100,
+//! #                        many policies sharing each (tier, priority);
+//! #                      one-tier: Application tier, policy i at the whole priority 1 + i (the
+//! #                        50,000-rule case: PRBENCH_POLICIES=10000 PRBENCH_FLEETS=one-tier)
+//! #   PRBENCH_POLICIES   NetworkPolicies per fleet (default 2000, 5 rules each)
+//! #   PRBENCH_ITERATIONS adds, changes and deletes of one policy (default 20 each)
+//! #   PRBENCH_OFCTL_ORDERS  flow orders of the ovs-ofctl baseline (default `ascending`; add
+//! #                      `descending` to see what priority order costs OVS)
+//! #   PRBENCH_ONE_BY_ONE=1  the policy files are renamed in one by one (see 1.)
 //! ```
 //!
-//! It measures, in one run:
-//! 1. 2,000 NetworkPolicies x 5 rules (10,000 rules: ingress and egress, ipBlocks, TCP ports and
-//!    ranges, every action) written as files into `standalone.policyDir` while the agent runs
-//!    attached (the policy dir is a symlink swapped to a directory holding them, like a
-//!    ConfigMap mount; `PRBENCH_ONE_BY_ONE=1` renames them in one by one instead): the time
-//!    from the files landing to the agent's bundle commit that leaves the bridge with exactly
-//!    the flows `antrea-vm-agent compile --state` prints for that state (checked with
-//!    dump-flows), and the agent's own `realization_ms` for it (rule view change to commit:
-//!    compilation, diff, encoding and the bundle). Compared with
-//!    `ovs-ofctl -O OpenFlow15 --bundle add-flows` of that compile output into the same bridge,
-//!    cleared (after the agent is killed, at the end of the run). Ours includes noticing the
-//!    change (inotify, then a 20 ms settle), reading and parsing 2,000 files and resolution.
-//! 2. With the 10,000 rules in place: one policy file added, changed, deleted, 20 times each;
-//!    p50/p99 of the agent's `realization_ms` and of file write to commit (log timestamps:
-//!    the whole path, inotify, settle, reading the 2,000 files, parsing the changed one,
-//!    resolution, compilation and the bundle).
-//! 3. The agent's VmRSS before any policy, and VmRSS and VmHWM with the 10,000 rules installed
-//!    (and after step 2).
+//! Per fleet it measures:
+//! 1. The fleet (2,000 NetworkPolicies x 5 rules = 10,000 rules: ingress and egress, ipBlocks,
+//!    TCP ports and ranges, every action) written as files into `standalone.policyDir` while the
+//!    agent runs attached (the policy dir is a symlink swapped to a directory holding them, like
+//!    a ConfigMap mount): the time from the files landing to the agent's bundle commit that leaves
+//!    the bridge with exactly the flows `antrea-vm-agent compile --state` prints (checked with
+//!    dump-flows), and the agent's own `realization_ms`. The bridge must then hold one action
+//!    flow (`conj_id`) for **every rule given**: fewer makes the bench exit non-zero (counted
+//!    on the bridge, not against `compile`, which may drop the same rules).
+//! 2. With the rules in place: one policy file added, changed, deleted, 20 times each; p50/p99
+//!    of the agent's `realization_ms` and of file write to commit.
+//! 3. The agent's VmRSS before any policy, and VmRSS and VmHWM (peak) with the rules installed.
+//! 4. A restart on the installed rules (SIGKILL, new agent, same config): agent start to the
+//!    take-over commit, and the new agent's peak (VmHWM) by then.
+//! 5. Baselines, with the agent gone, each into the same bridge cleared and settled
+//!    (`del-flows`, then until ovs-vswitchd has used no CPU for a second):
+//!    * `ovs-ofctl -O OpenFlow15 --bundle add-flows` of the same flows (compile --state output)
+//!      sorted by ascending priority per table: the order that is fastest for OVS (a descending
+//!      insert walks every flow of the same match at higher priorities; PRBENCH_OFCTL_ORDERS
+//!      shows it);
+//!    * OVS's own limit: the agent's largest bundle (open, every bundle_add, commit) replayed
+//!      byte for byte on a fresh connection. The agent talks to OVS through a recording proxy
+//!      (`benches/common/replay.rs`) for this: it costs the agent a copy of its bytes, never
+//!      the baselines.
 //!
 //! This is a `harness = false` bench: `cargo test --all-targets` also builds and starts it,
 //! without `--bench`, and then it only prints how to run it. Every wait is bounded; the lab
@@ -40,10 +55,12 @@ mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
+use common::replay::{largest_bundle, recording_proxy, replay};
 use common::{env_usize, ms, quantile};
 use support::*;
 
@@ -66,13 +83,62 @@ metadata: {name: atg-vm1}
 groupMembers: [{externalEntity: {name: vm1-3e616, namespace: vm-ns}}]
 ";
 
-/// NetworkPolicy `i` of the fleet, at priority `1 + i * step` in the Application tier: 5 rules, alternating ingress and egress, a /24 peer plus a
+/// How a fleet's policy priorities are drawn (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fleet {
+    Fractional(f64),
+    Whole,
+    OneTier,
+}
+
+impl Fleet {
+    fn parse(name: &str, step: f64) -> Fleet {
+        match name.trim() {
+            "fractional" => Fleet::Fractional(step),
+            "whole" => Fleet::Whole,
+            "one-tier" => Fleet::OneTier,
+            other => panic!("PRBENCH_FLEETS: unknown fleet {other:?} (fractional, whole, one-tier)"),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Fleet::Fractional(step) => format!("fractional (Application tier, priority 1 + {step} i)"),
+            Fleet::Whole => "whole (tiers 50/100/150/200/250, priorities 1, 2, 5, 10, 20, 50, 100 shared by many policies)".into(),
+            Fleet::OneTier => "one-tier (Application tier, priority 1 + i, whole numbers)".into(),
+        }
+    }
+
+    fn label(&self) -> &'static str {
+        match self {
+            Fleet::Fractional(_) => "fractional",
+            Fleet::Whole => "whole",
+            Fleet::OneTier => "one-tier",
+        }
+    }
+
+    /// (tier priority, policy priority) of policy `i`.
+    fn priority(&self, i: usize) -> (i32, f64) {
+        match self {
+            Fleet::Fractional(step) => (250, 1.0 + i as f64 * step),
+            Fleet::Whole => {
+                // Most policies in the Application tier, the rest spread over the others.
+                let tier = [250, 250, 250, 200, 150, 100, 50, 250][i % 8];
+                let priority = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0][(i / 8) % 7];
+                (tier, priority)
+            }
+            Fleet::OneTier => (250, 1.0 + i as f64),
+        }
+    }
+}
+
+/// NetworkPolicy `i` of the fleet: 5 rules, alternating ingress and egress, a /24 peer plus a
 /// /16 (or an IPv6 /8), TCP 22 plus a port range, actions cycling Allow, Drop, Reject, Pass.
-fn fleet_policy(i: usize, step: f64) -> String {
+fn fleet_policy(i: usize, fleet: Fleet) -> String {
     let mut rules = String::new();
     for r in 0..RULES_PER_POLICY {
         let k = i * RULES_PER_POLICY + r;
-        let cidr = format!("10.{}.{}.0/24", (k / 256) % 256, k % 256);
+        let cidr = format!("{}.{}.{}.0/24", 10 + k / 65536, (k / 256) % 256, k % 256);
         let peer = if k.is_multiple_of(2) {
             format!("direction: In, from: {{ipBlocks: [{{cidr: {cidr}}}, {{cidr: 192.168.0.0/16}}]}}")
         } else {
@@ -85,7 +151,8 @@ fn fleet_policy(i: usize, step: f64) -> String {
             8080 + k % 7
         ));
     }
-    policy(&format!("fleet-{i}"), 250, 1.0 + i as f64 * step, &rules)
+    let (tier, priority) = fleet.priority(i);
+    policy(&format!("fleet-{i}"), tier, priority, &rules)
 }
 
 /// The policy added, changed and deleted in step 2 (one ingress rule).
@@ -276,25 +343,124 @@ fn timed_change(agent: &AgentProcess, into: &mut [&mut Incremental], change: imp
     }
 }
 
-fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("policy_realize: a benchmark, not a test; run it with `{HOW}` (as root)");
-        return;
-    }
-    let policies = env_usize("PRBENCH_POLICIES", 2000).max(1);
-    let iterations = env_usize("PRBENCH_ITERATIONS", 20).max(1);
-    let rules = policies * RULES_PER_POLICY;
-    let step: f64 = std::env::var("PRBENCH_PRIORITY_STEP")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.07);
-    println!("policy_realize: {policies} NetworkPolicies x {RULES_PER_POLICY} rules = {rules} rules; {iterations} adds/changes/deletes");
-    println!("command: {HOW}  (policy priorities 1 + {step} i, Application tier)");
-    println!("agent binary: {}", agent_binary());
+/// The number of distinct conjunction ids of the bridge's action flows (`conj_id=N`, N >= 2:
+/// 1 is DNS interception): one per rule the agent installed.
+fn installed_rules(lab: &Lab) -> usize {
+    let ids: BTreeSet<u32> = lab
+        .dump_flows()
+        .iter()
+        .filter_map(|l| field(l.trim_start(), "conj_id=").or_else(|| l.split("conj_id=").nth(1)))
+        .filter_map(|v| v.split([',', ' ']).next().and_then(|n| n.parse().ok()))
+        .filter(|&c| c >= 2)
+        .collect();
+    ids.len()
+}
 
+/// `(table, priority)` of a flow line printed by `compile --state`.
+fn table_priority(line: &str) -> (u32, u32) {
+    let get = |key: &str| -> u32 {
+        line.split([',', ' '])
+            .find_map(|w| w.strip_prefix(key))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (get("table="), get("priority="))
+}
+
+/// Utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which ends with the last ')'): state is field 3, utime 14.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// Clears the bridge and waits until ovs-vswitchd has settled: no CPU used for four windows of
+/// 250 ms in a row (at most 60 s). Returns how long it took.
+fn clear_and_settle(lab: &Lab) -> Duration {
+    ofctl(&["del-flows"], lab);
+    assert_eq!(flow_count(lab), 0, "del-flows cleared the bridge");
+    let pid: u32 = std::fs::read_to_string(lab.run_dir().join("ovs-vswitchd.pid"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .expect("ovs-vswitchd's pid file");
+    let started = Instant::now();
+    let mut quiet = 0;
+    let mut last = cpu_ticks(pid).unwrap_or(0);
+    while quiet < 4 && started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(250));
+        let now = cpu_ticks(pid).unwrap_or(0);
+        quiet = if now.saturating_sub(last) == 0 {
+            quiet + 1
+        } else {
+            0
+        };
+        last = now;
+    }
+    started.elapsed()
+}
+
+/// `ovs-ofctl --bundle add-flows` of `lines` (in that order) into the cleared, settled bridge.
+fn ofctl_add_flows(lab: &Lab, lines: &[&str], expected_count: usize) -> f64 {
+    let file = lab.unique_path("flows", "txt");
+    std::fs::write(&file, lines.join("\n") + "\n").expect("write the flow file");
+    clear_and_settle(lab);
+    let t = Instant::now();
+    let out = Command::new("ovs-ofctl")
+        .args(["-O", "OpenFlow15", "--timeout=600", "--bundle", "add-flows"])
+        .arg(format!("unix:{}", lab.mgmt_sock().display()))
+        .arg(&file)
+        .output()
+        .expect("run ovs-ofctl add-flows");
+    let took = ms(t.elapsed());
+    assert!(
+        out.status.success(),
+        "ovs-ofctl --bundle add-flows failed: {}",
+        out.describe()
+    );
+    assert_eq!(flow_count(lab), expected_count, "ovs-ofctl installed every flow");
+    took
+}
+
+/// What one fleet measured.
+struct Outcome {
+    fleet: Fleet,
+    rules: usize,
+    flows: usize,
+    installed: usize,
+    ours_wall: f64,
+    realization: Option<f64>,
+    rss0: f64,
+    rss1: f64,
+    hwm1: f64,
+    rss2: f64,
+    hwm2: f64,
+    incremental: Vec<(&'static str, Incremental)>,
+    takeover_ms: f64,
+    takeover_mods: Option<usize>,
+    takeover_hwm: f64,
+    ofctl: Vec<(String, f64)>,
+    replay_ms: f64,
+    replay_adds: usize,
+}
+
+fn run_fleet(fleet: Fleet, policies: usize, iterations: usize, orders: &[String]) -> Outcome {
+    let rules = policies * RULES_PER_POLICY;
+    println!();
+    println!(
+        "--- fleet {}: {policies} NetworkPolicies x {RULES_PER_POLICY} rules = {rules} rules ---",
+        fleet.describe()
+    );
     let lab = Lab::new();
+    // The agent reaches OVS through a recording proxy (OVSDB directly): see 5.
+    let proxy_dir = lab.dir().join("ofproxy");
+    std::fs::create_dir_all(&proxy_dir).expect("create the proxy dir");
+    std::os::unix::fs::symlink(lab.db_sock(), proxy_dir.join("db.sock")).expect("link db.sock");
+    let recording = recording_proxy(&proxy_dir.join(format!("{BRIDGE}.mgmt")), lab.mgmt_sock());
+
     // `standalone.policyDir` is a symlink to a directory, like a Kubernetes ConfigMap mount: the
-    // 2,000 files land at once when the link is swapped (PRBENCH_ONE_BY_ONE=1: renamed into the
+    // files land at once when the link is swapped (PRBENCH_ONE_BY_ONE=1: renamed into the
     // directory one by one instead, so the agent may see them in several snapshots).
     let one_by_one = std::env::var("PRBENCH_ONE_BY_ONE").is_ok_and(|v| v == "1");
     let dir = lab.dir().join("policies");
@@ -305,7 +471,11 @@ fn main() {
         write_atomic(d, "00-atg.yaml", APPLIED_TO);
     }
     std::os::unix::fs::symlink(&first, &dir).expect("link the policy dir");
-    let config = lab.write_config(&format!("standalone:\n  policyDir: {}\n", dir.display()));
+    let config = lab.write_config(&format!(
+        "ovsRunDir: {}\nstandalone:\n  policyDir: {}\n",
+        proxy_dir.display(),
+        dir.display()
+    ));
     lab.write_external_node(&[VM_IP4, VM_IP6]);
     let mut agent = lab.start_agent(&config);
     lab.isolate_uplink();
@@ -318,15 +488,16 @@ fn main() {
     let (rss0, _) = rss_mb(agent.pid());
     println!("attached; {base_flows} flows before any NetworkPolicy; agent VmRSS {rss0:.1} MB");
 
-    // === 1. 10,000 rules ===
-    let texts: Vec<String> = (0..policies).map(|i| fleet_policy(i, step)).collect();
+    // === 1. the fleet ===
+    let texts: Vec<String> = (0..policies).map(|i| fleet_policy(i, fleet)).collect();
     let names: Vec<String> = (0..policies).map(|i| format!("10-fleet-{i:05}.yaml")).collect();
     for (name, text) in names.iter().zip(&texts) {
         std::fs::write(staging.join(name), text).expect("write a staged policy");
     }
     let mut objects = vec![APPLIED_TO.to_string()];
-    objects.extend(texts.iter().cloned());
+    objects.extend(texts);
     let (expected, compile_time) = compile_flows(&lab, &objects);
+    drop(objects);
     let expected_count = expected.lines().filter(|l| !l.trim().is_empty()).count();
     println!(
         "compile --state: {expected_count} flows for {rules} rules ({:.0} ms, one process)",
@@ -395,25 +566,17 @@ fn main() {
         lab.dump_flows() == want,
         "the bridge does not hold exactly what compile --state prints"
     );
+    drop(want);
     println!("checked: dump-flows equals compile --state output ({expected_count} flows)");
+    let installed = installed_rules(&lab);
+    println!("installed: {installed} of the {rules} rules given have their action flow on the bridge");
 
     // === 2. incremental adds, changes, deletes ===
-    let mut add = Incremental {
+    let new_inc = || Incremental {
         realization: vec![],
         wall: vec![],
     };
-    let mut change = Incremental {
-        realization: vec![],
-        wall: vec![],
-    };
-    let mut delete = Incremental {
-        realization: vec![],
-        wall: vec![],
-    };
-    let mut all = Incremental {
-        realization: vec![],
-        wall: vec![],
-    };
+    let (mut add, mut change, mut delete, mut all) = (new_inc(), new_inc(), new_inc(), new_inc());
     for j in 0..iterations {
         let file = "90-inc.yaml";
         timed_change(&agent, &mut [&mut add, &mut all], || {
@@ -426,65 +589,195 @@ fn main() {
             std::fs::remove_file(dir.join(file)).expect("delete the policy file")
         });
     }
+    wait_until(Duration::from_secs(30), "back to the fleet's flow count", || {
+        flow_count(&lab) == expected_count
+    });
+    let (rss2, hwm2) = rss_mb(agent.pid());
+    // The agent's largest bundle so far (the fleet's), before the restart adds its own.
+    let (bundle, replay_adds) = largest_bundle(&recording).expect("the agent's bundles were recorded");
+
+    // === 4. restart on the installed flows: take-over ===
+    agent.kill_hard();
+    let restart_at = SystemTime::now();
+    let agent = lab.start_agent(&config);
+    let taken =
+        wait_commits(&agent, 0, BIG_TIMEOUT, Duration::from_millis(5)).unwrap_or_else(|e| panic!("{e}"));
+    let takeover = taken.first().cloned().expect("a commit");
+    let takeover_ms = commit_ms(restart_at, &takeover, SystemTime::now());
+    let (_, takeover_hwm) = rss_mb(agent.pid());
     wait_until(
-        Duration::from_secs(30),
-        "back to the 10,000-rule flow count",
+        Duration::from_secs(60),
+        "the restarted agent's flows equal the fleet's",
         || flow_count(&lab) == expected_count,
     );
-    let (rss2, hwm2) = rss_mb(agent.pid());
-
-    // === 1b. ovs-ofctl: the same flows into the same bridge, cleared, with the agent gone ===
+    let mut agent = agent;
     agent.kill_hard();
-    let file = lab.dir().join("expected-flows.txt");
-    std::fs::write(&file, &expected).expect("write the flow file");
-    ofctl(&["del-flows"], &lab);
-    assert_eq!(flow_count(&lab), 0, "del-flows cleared the bridge");
-    let t = Instant::now();
-    let out = Command::new("ovs-ofctl")
-        .args(["-O", "OpenFlow15", "--timeout=600", "--bundle", "add-flows"])
-        .arg(format!("unix:{}", lab.mgmt_sock().display()))
-        .arg(&file)
-        .output()
-        .expect("run ovs-ofctl add-flows");
-    let ofctl_time = t.elapsed();
-    assert!(
-        out.status.success(),
-        "ovs-ofctl --bundle add-flows failed: {}",
-        out.describe()
-    );
-    assert_eq!(flow_count(&lab), expected_count, "ovs-ofctl installed every flow");
-    let ofctl_ms = ms(ofctl_time);
 
+    // === 5. baselines into the cleared, settled bridge, the agent gone ===
+    let mut lines: Vec<&str> = expected.lines().filter(|l| !l.trim().is_empty()).collect();
+    let mut ofctl_times = Vec::new();
+    for order in orders {
+        match order.as_str() {
+            "ascending" => lines.sort_by_key(|l| table_priority(l)),
+            "descending" => lines.sort_by_key(|l| {
+                let (t, p) = table_priority(l);
+                (t, std::cmp::Reverse(p))
+            }),
+            other => panic!("PRBENCH_OFCTL_ORDERS: unknown order {other:?} (ascending, descending)"),
+        }
+        ofctl_times.push((order.clone(), ofctl_add_flows(&lab, &lines, expected_count)));
+    }
+    clear_and_settle(&lab);
+    let replay_time = replay(&lab.mgmt_sock(), &bundle).unwrap_or_else(|e| panic!("raw replay: {e}"));
+    println!(
+        "raw replay: {replay_adds} bundle_adds ({:.1} MB), bridge now holds {} flows",
+        bundle.len() as f64 / 1e6,
+        flow_count(&lab)
+    );
+    drop(agent);
+    drop(lab);
+    Outcome {
+        fleet,
+        rules,
+        flows: expected_count,
+        installed,
+        ours_wall,
+        realization,
+        rss0,
+        rss1,
+        hwm1,
+        rss2,
+        hwm2,
+        incremental: vec![("add", add), ("change", change), ("delete", delete), ("all", all)],
+        takeover_ms,
+        takeover_mods: takeover.flow_mods,
+        takeover_hwm,
+        ofctl: ofctl_times,
+        replay_ms: ms(replay_time),
+        replay_adds,
+    }
+}
+
+fn report(o: &Outcome, iterations: usize) {
+    let (rules, flows) = (o.rules, o.flows);
     println!();
-    println!("=== policy_realize results ({rules} rules, {expected_count} flows) ===");
     println!(
-        "1. realize {rules} rules: ours {ours_wall:.0} ms from the files landing to the commit \
-         (includes noticing the change, reading/parsing {policies} files, resolution); \
+        "=== policy_realize: fleet {} ({rules} rules, {flows} flows) ===",
+        o.fleet.label()
+    );
+    println!(
+        "1. realize {rules} rules: ours {:.0} ms from the files landing to the commit \
+         (includes noticing the change, reading/parsing the files, resolution); \
          agent realization_ms (rule view change -> bundle commit) {}",
-        realization.map_or("n/a".to_string(), |r| format!("{r:.0} ms"))
+        o.ours_wall,
+        o.realization.map_or("n/a".to_string(), |r| format!("{r:.0} ms"))
     );
+    println!("   installed: {} of {rules} rules (target: all)", o.installed);
+    for (order, t) in &o.ofctl {
+        println!(
+            "   ovs-ofctl --bundle add-flows, same flows, {order} priority, cleared settled bridge: {t:.0} ms \
+             -> ours/ovs-ofctl {:.2} (wall){}{}",
+            o.ours_wall / t,
+            o.realization.map_or(String::new(), |r| format!(", {:.2} (realization_ms)", r / t)),
+            if order == "ascending" { "; target <= 1.0" } else { "" }
+        );
+    }
     println!(
-        "   ovs-ofctl -O OpenFlow15 --bundle add-flows of compile --state output into the cleared bridge: {ofctl_ms:.0} ms"
+        "   OVS's limit, the agent's bundle ({} bundle_adds) replayed byte for byte: {:.0} ms \
+         -> ours/limit {:.2} (wall){}; target <= 1.5",
+        o.replay_adds,
+        o.replay_ms,
+        o.ours_wall / o.replay_ms,
+        o.realization.map_or(String::new(), |r| format!(
+            ", {:.2} (realization_ms)",
+            r / o.replay_ms
+        ))
     );
-    println!(
-        "   ratio ours/ovs-ofctl: {:.2} (wall, files -> commit); {} (realization_ms); target <= 1.2",
-        ours_wall / ofctl_ms,
-        realization.map_or("n/a".to_string(), |r| format!("{:.2}", r / ofctl_ms))
-    );
-    println!("2. with {rules} rules installed, {iterations} of each (realization_ms: rule change reaching the flow installer -> bundle commit; target p99 < 10 ms):");
-    for (what, inc) in [
-        ("add", &add),
-        ("change", &change),
-        ("delete", &delete),
-        ("all", &all),
-    ] {
+    println!("2. with {rules} rules installed, {iterations} of each (target: p99 < 10 ms):");
+    for (what, inc) in &o.incremental {
         println!("   {}", inc.line(what));
     }
     println!(
-        "3. agent memory with {rules} rules installed: VmRSS {rss1:.1} MB, VmHWM {hwm1:.1} MB (target < 64 MB); \
-         after step 2: VmRSS {rss2:.1} MB, VmHWM {hwm2:.1} MB"
+        "3. agent memory: VmRSS {:.1} MB before any policy; with {rules} rules VmRSS {:.1} MB, \
+         peak VmHWM {:.1} MB (target < 80 MB); after step 2 VmRSS {:.1} MB, VmHWM {:.1} MB",
+        o.rss0, o.rss1, o.hwm1, o.rss2, o.hwm2
     );
+    println!(
+        "4. restart with {flows} flows installed: agent start -> take-over committed {:.0} ms \
+         (flow_mods {}; target <= 2000 ms), peak VmHWM {:.1} MB (target < 80 MB)",
+        o.takeover_ms,
+        o.takeover_mods.map_or("?".into(), |n| n.to_string()),
+        o.takeover_hwm
+    );
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("policy_realize: a benchmark, not a test; run it with `{HOW}` (as root)");
+        return;
+    }
+    let policies = env_usize("PRBENCH_POLICIES", 2000).max(1);
+    let iterations = env_usize("PRBENCH_ITERATIONS", 20).max(1);
+    let step: f64 = std::env::var("PRBENCH_PRIORITY_STEP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.07);
+    let fleets: Vec<Fleet> = std::env::var("PRBENCH_FLEETS")
+        .unwrap_or_else(|_| "fractional,whole".into())
+        .split(',')
+        .map(|f| Fleet::parse(f, step))
+        .collect();
+    let orders: Vec<String> = std::env::var("PRBENCH_OFCTL_ORDERS")
+        .unwrap_or_else(|_| "ascending".into())
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "policy_realize: {policies} NetworkPolicies x {RULES_PER_POLICY} rules per fleet; fleets {:?}; \
+         {iterations} adds/changes/deletes; load average at start {}",
+        fleets.iter().map(Fleet::label).collect::<Vec<_>>(),
+        load.trim()
+    );
+    println!("agent binary: {}", agent_binary());
+    let outcomes: Vec<Outcome> = fleets
+        .iter()
+        .map(|&f| run_fleet(f, policies, iterations, &orders))
+        .collect();
+    for o in &outcomes {
+        report(o, iterations);
+    }
+    if let (Some(frac), Some(whole)) = (
+        outcomes.iter().find(|o| matches!(o.fleet, Fleet::Fractional(_))),
+        outcomes.iter().find(|o| o.fleet == Fleet::Whole),
+    ) {
+        println!();
+        println!(
+            "whole vs fractional priorities: time {:.2}x, peak {:.2}x (target: within 10 %)",
+            whole.ours_wall / frac.ours_wall,
+            whole.hwm1 / frac.hwm1
+        );
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("load average at the end: {}", load.trim());
     println!("reproduce: {HOW}");
-    drop(agent);
-    drop(lab);
+    let short: Vec<String> = outcomes
+        .iter()
+        .filter(|o| o.installed < o.rules)
+        .map(|o| {
+            format!(
+                "fleet {}: {} of {} rules installed",
+                o.fleet.label(),
+                o.installed,
+                o.rules
+            )
+        })
+        .collect();
+    if !short.is_empty() {
+        eprintln!(
+            "FAILED: the agent installed fewer rules than it was given: {}",
+            short.join("; ")
+        );
+        std::process::exit(1);
+    }
 }

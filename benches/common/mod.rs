@@ -5,6 +5,8 @@
 // Every bench includes this module and uses a different part of it.
 #![allow(dead_code)]
 
+pub mod replay;
+
 use std::net::IpAddr;
 use std::time::Duration;
 
