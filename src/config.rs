@@ -406,6 +406,61 @@ pub fn node_name() -> String {
 
 // === parsing ===
 
+/// Antrea keys that mean something on a VM but that this agent does not implement: set to anything
+/// but their default they are refused, each with the reason (enforce or refuse: a config key is
+/// implemented or refused, never silently dropped). `value_is_default` says when the key asks
+/// for nothing the agent does not already do.
+const UNIMPLEMENTED_KEYS: &[(&str, fn(&Value) -> bool, &str)] = &[
+    (
+        "kubeAPIServerOverride",
+        is_empty_value,
+        "kubeAPIServerOverride is not implemented by antrea-vm-agent: it reaches kube-apiserver only \
+         through clientConnection.kubeconfig; put the server's address in that kubeconfig",
+    ),
+    (
+        "tlsMinVersion",
+        is_empty_value,
+        "tlsMinVersion is not implemented by antrea-vm-agent: it serves no Antrea API port (its \
+         agent API is a unix socket, and metricsServer has its own TLS settings)",
+    ),
+    (
+        "tlsCipherSuites",
+        is_empty_value,
+        "tlsCipherSuites is not implemented by antrea-vm-agent: it serves no Antrea API port (its \
+         agent API is a unix socket, and metricsServer has its own TLS settings)",
+    ),
+    (
+        "enablePrometheusMetrics",
+        is_true_or_empty,
+        "enablePrometheusMetrics: false is not implemented as such: antrea-vm-agent serves /metrics \
+         on metricsServer.bindAddress; set metricsServer.bindAddress: \"\" to turn the listener off",
+    ),
+];
+
+fn is_empty_value(v: &Value) -> bool {
+    match untag(v) {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        Value::Sequence(seq) => seq.is_empty(),
+        _ => false,
+    }
+}
+
+fn is_true_or_empty(v: &Value) -> bool {
+    matches!(untag(v), Value::Null | Value::Bool(true))
+}
+
+/// Records a problem for every [`UNIMPLEMENTED_KEYS`] entry set to something the agent would not do.
+fn refuse_unimplemented_keys(p: &mut Parser<'_>, root: &Mapping) {
+    for (key, value_is_default, message) in UNIMPLEMENTED_KEYS {
+        if let Some(v) = root.get(*key) {
+            if !value_is_default(v) {
+                p.problem(*key, *message);
+            }
+        }
+    }
+}
+
 /// Top-level keys this agent reads. Anything else is ignored (and reported as such).
 const TOP_LEVEL_KEYS: &[&str] = &[
     "nodeType",
@@ -452,6 +507,7 @@ fn parse(yaml: &str, base: &Path, source: &str) -> Result<Config, ConfigErrors> 
         }
     };
     let top = p.fields(root, "", TOP_LEVEL_KEYS);
+    refuse_unimplemented_keys(&mut p, root);
 
     // Structural reading: types and defaults. Problems are recorded in file order.
     let node_type_raw = p.string(&top, "nodeType", "");
@@ -1709,11 +1765,32 @@ stateDir: /tmp/state
     }
 
     #[test]
+    fn antrea_keys_the_agent_does_not_implement_are_refused_when_set() {
+        for (line, key) in [
+            (
+                "kubeAPIServerOverride: https://10.0.0.1:6443\n",
+                "kubeAPIServerOverride",
+            ),
+            ("tlsMinVersion: VersionTLS13\n", "tlsMinVersion"),
+            ("tlsCipherSuites: TLS_AES_128_GCM_SHA256\n", "tlsCipherSuites"),
+            ("enablePrometheusMetrics: false\n", "enablePrometheusMetrics"),
+        ] {
+            let p = only_problem(&format!("{line}{MINIMAL}"));
+            assert_eq!(p.path, key, "{line}");
+            assert!(p.message.contains("not implemented"), "{}", p.message);
+        }
+        // Their defaults ask for nothing the agent does not do.
+        parse_ok(&format!(
+            "kubeAPIServerOverride: \"\"\ntlsCipherSuites: \"\"\nenablePrometheusMetrics: true\n{MINIMAL}"
+        ));
+    }
+
+    #[test]
     fn unknown_keys_are_collected() {
         let yaml = format!(
             "{MINIMAL}enablePrometheusMetrics: true\nclientConnection:\n  kubeconfig: /k\n  qps: 5\n\
              externalNode:\n  foo: 1\n  policyBypassRules:\n  - {{direction: ingress, protocol: ip, cidr: 1.2.3.4/32, extra: x}}\n\
-             nodePortLocal: {{enable: false, portRange: 61000-62000}}\ntlsMinVersion: VersionTLS12\n"
+             nodePortLocal: {{enable: false, portRange: 61000-62000}}\ntlsMinVersion: \"\"\n"
         );
         let c = parse_ok(&yaml);
         assert_eq!(
