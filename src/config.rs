@@ -410,7 +410,10 @@ pub fn node_name() -> String {
 /// but their default they are refused, each with the reason (enforce or refuse: a config key is
 /// implemented or refused, never silently dropped). `value_is_default` says when the key asks
 /// for nothing the agent does not already do.
-const UNIMPLEMENTED_KEYS: &[(&str, fn(&Value) -> bool, &str)] = &[
+/// A key, whether its value asks for nothing the agent does not do, and the refusal's message.
+type UnimplementedKey = (&'static str, fn(&Value) -> bool, &'static str);
+
+const UNIMPLEMENTED_KEYS: &[UnimplementedKey] = &[
     (
         "kubeAPIServerOverride",
         is_empty_value,
