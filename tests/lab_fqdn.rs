@@ -420,6 +420,18 @@ fn fresh_names_connect_at_once_every_time_and_other_names_stay_blocked() {
         &failures[..failures.len().min(10)]
     );
 
+    // Flows deleted by hand: the installer repairs its own and the FQDN controller puts back its
+    // address flows, so a cached name connects again without a new DNS answer.
+    lab.vm_ok(&format!("ovs-ofctl del-flows {}", lab.mgmt_sock().display()));
+    wait_until(Duration::from_secs(10), "the FQDN address flow put back", || {
+        fqdn_flow_count(&lab, &addr4(0)) == 1
+    });
+    wait_until(
+        Duration::from_secs(10),
+        "a cached name connecting after del-flows",
+        || connect_from_vm(&lab, addr4(0).parse().unwrap()).is_ok(),
+    );
+
     // IPv6 through AAAA, and a DNS answer over TCP.
     assert_eq!(
         resolve_connect(&lab, "keep.allowed.test", RecordType::AAAA, false),

@@ -159,6 +159,10 @@ impl FqdnStats {
 #[derive(Clone)]
 pub struct FqdnHandle {
     placements: Arc<watch::Sender<Option<Arc<Vec<FqdnPlacement>>>>>,
+    /// Bumped by the flow installer after it repaired flows changed under it (a `del-flows`):
+    /// the controller then reads back what the switch holds of its own flows and puts back the
+    /// missing ones, which the installer's repair leaves alone (round 0).
+    repairs: Arc<watch::Sender<u64>>,
     pub stats: Arc<FqdnStats>,
     records: Arc<Mutex<Arc<Vec<CacheRecord>>>>,
 }
@@ -167,6 +171,7 @@ impl Default for FqdnHandle {
     fn default() -> Self {
         FqdnHandle {
             placements: Arc::new(watch::channel(None).0),
+            repairs: Arc::new(watch::channel(0).0),
             stats: Arc::default(),
             records: Arc::default(),
         }
@@ -189,6 +194,11 @@ impl FqdnHandle {
             *current = Some(Arc::new(placements));
             true
         });
+    }
+
+    /// The flow installer repaired the switch: the controller re-reads and re-asserts its flows.
+    pub fn switch_repaired(&self) {
+        self.repairs.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// The cache as of the controller's last change.
@@ -326,6 +336,8 @@ fn save(path: &Path, records: &[CacheRecord]) -> Result<(), String> {
 async fn session(switch: Arc<dyn Switch>, state: Arc<tokio::sync::Mutex<State>>, handle: FqdnHandle) {
     let mut sub = switch.subscribe();
     let mut placements_rx = handle.placements.subscribe();
+    let mut repairs_rx = handle.repairs.subscribe();
+    repairs_rx.mark_unchanged();
     let mut state = state.lock().await;
     // Take over what the switch holds of our flows (an earlier run's, or nothing).
     if !state.take_over(switch.as_ref()).await {
@@ -350,6 +362,19 @@ async fn session(switch: Arc<dyn Switch>, state: Arc<tokio::sync::Mutex<State>>,
                 if let Some(p) = latest {
                     state.placements = Some(Placements::new(p.as_ref().clone()));
                     state.reconcile(switch.as_ref()).await;
+                }
+            }
+            changed = repairs_rx.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                repairs_rx.mark_unchanged();
+                // What the switch holds is no longer what we installed: read it back, then put
+                // back what the placements and the cache want.
+                if state.take_over(switch.as_ref()).await {
+                    state.reconcile(switch.as_ref()).await;
+                } else {
+                    state.resync = true;
                 }
             }
             () = sleep => state.tick(switch.as_ref()).await,
@@ -476,7 +501,9 @@ impl State {
             }
             Err(e) => {
                 bump(&self.handle.stats.commit_failures);
-                warn!("FQDN flows not reconciled: {e}");
+                warn!("FQDN flows not reconciled: {e}; reading the switch back and retrying");
+                // What the switch holds is unknown now: the next tick takes over and reconciles.
+                self.resync = true;
             }
         }
     }

@@ -266,7 +266,9 @@ fn next_round(persisted: Option<&str>) -> (u16, Option<u16>) {
             let prev = (prev % 65536) as u16;
             // Round 0 marks flows that are not the agent's (take-over and stats skip them), so
             // the round wraps from 65535 to 1.
-            (prev.checked_add(1).unwrap_or(1), Some(prev))
+            // A persisted 0 names no round of ours: deleting "round 0" would take every
+            // foreign flow (the FQDN controller's among them) with it.
+            (prev.checked_add(1).unwrap_or(1), (prev != 0).then_some(prev))
         }
         None => (1, None),
     }
@@ -468,7 +470,12 @@ impl Handler<Sync> for FlowInstaller {
             }
             Ok::<_, OfError>(count)
         };
+        let repaired = audit.is_some();
         AtomicResponse::new(Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
+            if repaired && res.is_ok() {
+                // The FQDN controller's flows (round 0) are not ours to repair: it re-reads them.
+                act.deps.fqdn.switch_repaired();
+            }
             if res.is_err() {
                 // Not realized: the retry's realization latency still counts from the change.
                 act.rules_changed_at = changed_at.or(act.rules_changed_at);
@@ -639,6 +646,9 @@ mod tests {
         assert_eq!(next_round(None), (1, None));
         assert_eq!(next_round(Some("garbage")), (1, None));
         assert_eq!(next_round(Some("7")), (8, Some(7)));
+        // A persisted 0 (or 65536) names no round of ours: nothing to delete by round.
+        assert_eq!(next_round(Some("0")), (1, None));
+        assert_eq!(next_round(Some("65536")), (1, None));
         assert_eq!(next_round(Some("65535")), (1, Some(65535)));
     }
 }
