@@ -268,14 +268,23 @@ fn package_installs_upgrades_removes_and_purges_in_a_clean_root() {
         text(&out)
     );
 
-    // Purge: the conffile and the state directory go too.
-    std::fs::write(root.join("var/lib/antrea-vm-agent/record"), "x").expect("state file");
-    dpkg(&root, &["--purge", "antrea-vm-agent"]);
+    // Purge: the conffile goes, and the state directory too, except while an interface record
+    // says a NIC is still attached (what a later detach-all needs).
+    let records = root.join("var/lib/antrea-vm-agent/interfaces");
+    std::fs::create_dir_all(&records).expect("records dir");
+    std::fs::write(records.join("eth0.json"), "{}").expect("record");
+    let out = dpkg(&root, &["--purge", "antrea-vm-agent"]);
     assert!(!conf.exists(), "purge must remove the conffile");
     assert!(
-        !root.join("var/lib/antrea-vm-agent").exists(),
-        "purge must remove the state directory"
+        records.join("eth0.json").exists(),
+        "purge removed a live interface record"
     );
+    assert!(
+        text(&out).contains("an interface is still attached"),
+        "{}",
+        text(&out)
+    );
+    std::fs::remove_dir_all(root.join("var/lib/antrea-vm-agent")).expect("clean up");
     assert_eq!(
         files_under(&root),
         Vec::<String>::new(),
