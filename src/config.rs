@@ -404,6 +404,22 @@ pub fn node_name() -> String {
     "localhost".to_string()
 }
 
+/// A period from an environment override (`ANTREA_VM_AGENT_*`): `500ms`, `30s` or `5m`, greater
+/// than zero; anything else is `None`.
+pub fn parse_period(text: &str) -> Option<std::time::Duration> {
+    let text = text.trim();
+    let (number, unit): (&str, fn(u64) -> std::time::Duration) = if let Some(n) = text.strip_suffix("ms") {
+        (n, std::time::Duration::from_millis)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, std::time::Duration::from_secs)
+    } else if let Some(n) = text.strip_suffix('m') {
+        (n, |m| std::time::Duration::from_secs(m.saturating_mul(60)))
+    } else {
+        return None;
+    };
+    number.parse::<u64>().ok().filter(|n| *n > 0).map(unit)
+}
+
 // === parsing ===
 
 /// Antrea keys that mean something on a VM but that this agent does not implement: set to anything

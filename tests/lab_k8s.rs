@@ -35,28 +35,7 @@ fn k8s_config(lab: &Lab, emu: &Emulator) -> PathBuf {
 
 /// [`k8s_config`] with `extra` YAML (a `metricsServer` section) in place of no metrics.
 fn k8s_config_with(lab: &Lab, emu: &Emulator, extra: &str) -> PathBuf {
-    let dir = lab.dir().join("kube");
-    let (kube, antrea) = emu.write_agent_kubeconfigs(&dir).expect("write the kubeconfigs");
-    let text = format!(
-        "nodeType: externalNode\n\
-         featureGates:\n  ExternalNode: true\n\
-         ovsDatapathType: netdev\n\
-         ovsRunDir: {run}\n\
-         stateDir: {state}\n\
-         {extra}\
-         agentAPI:\n  socket: {sock}\n\
-         externalNode:\n  externalNodeNamespace: {EN_NAMESPACE}\n\
-         clientConnection:\n  kubeconfig: {kube}\n\
-         antreaClientConnection:\n  kubeconfig: {antrea}\n",
-        run = lab.run_dir().display(),
-        state = lab.state_dir().display(),
-        sock = lab.dir().join("agent.sock").display(),
-        kube = kube.display(),
-        antrea = antrea.display(),
-    );
-    let path = lab.unique_path("antrea-agent-k8s", "conf");
-    std::fs::write(&path, text).expect("write the config");
-    path
+    support::emulator::lab_agent_config(lab, emu, extra)
 }
 
 fn external_node() -> Value {

@@ -28,28 +28,11 @@ fn start_emulator(lab: &Lab) -> Emulator {
 }
 
 fn k8s_config(lab: &Lab, emu: &Emulator) -> PathBuf {
-    let dir = lab.dir().join("kube");
-    let (kube, antrea) = emu.write_agent_kubeconfigs(&dir).expect("write the kubeconfigs");
-    let text = format!(
-        "nodeType: externalNode\n\
-         featureGates:\n  ExternalNode: true\n\
-         ovsDatapathType: netdev\n\
-         ovsRunDir: {run}\n\
-         stateDir: {state}\n\
-         metricsServer:\n  bindAddress: \"127.0.0.1:{METRICS_PORT}\"\n\
-         agentAPI:\n  socket: {sock}\n\
-         externalNode:\n  externalNodeNamespace: {EN_NAMESPACE}\n\
-         clientConnection:\n  kubeconfig: {kube}\n\
-         antreaClientConnection:\n  kubeconfig: {antrea}\n",
-        run = lab.run_dir().display(),
-        state = lab.state_dir().display(),
-        sock = socket(lab).display(),
-        kube = kube.display(),
-        antrea = antrea.display(),
-    );
-    let path = lab.unique_path("antrea-agent-refuse", "conf");
-    std::fs::write(&path, text).expect("write the config");
-    path
+    support::emulator::lab_agent_config(
+        lab,
+        emu,
+        &format!("metricsServer:\n  bindAddress: \"127.0.0.1:{METRICS_PORT}\"\n"),
+    )
 }
 
 fn socket(lab: &Lab) -> PathBuf {

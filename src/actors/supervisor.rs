@@ -106,7 +106,7 @@ impl Timing {
             (STATS_INTERVAL_ENV, &mut timing.stats_interval),
         ] {
             if let Ok(text) = std::env::var(var) {
-                *field = parse_period(&text)
+                *field = crate::config::parse_period(&text)
                     .ok_or_else(|| format!("{var}={text:?} is not a period such as 30s, 500ms or 5m"))?;
             }
         }
@@ -114,24 +114,10 @@ impl Timing {
     }
 }
 
-/// `500ms`, `30s` or `5m`, greater than zero.
-fn parse_period(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let (number, unit): (&str, fn(u64) -> Duration) = if let Some(n) = text.strip_suffix("ms") {
-        (n, Duration::from_millis)
-    } else if let Some(n) = text.strip_suffix('s') {
-        (n, Duration::from_secs)
-    } else if let Some(n) = text.strip_suffix('m') {
-        (n, |m| Duration::from_secs(m.saturating_mul(60)))
-    } else {
-        return None;
-    };
-    number.parse::<u64>().ok().filter(|n| *n > 0).map(unit)
-}
-
 #[cfg(test)]
 mod timing_tests {
     use super::*;
+    use crate::config::parse_period;
 
     #[test]
     fn periods_parse_with_units_and_refuse_the_rest() {

@@ -83,9 +83,11 @@ impl Liveness {
     pub fn from_env() -> Result<Liveness, String> {
         match std::env::var(LIVENESS_TIMEOUT_ENV) {
             Err(_) => Ok(Liveness::default()),
-            Ok(text) => parse_period(&text).map(Liveness::within).ok_or_else(|| {
-                format!("{LIVENESS_TIMEOUT_ENV}={text:?} is not a period such as 30s, 500ms or 1m")
-            }),
+            Ok(text) => crate::config::parse_period(&text)
+                .map(Liveness::within)
+                .ok_or_else(|| {
+                    format!("{LIVENESS_TIMEOUT_ENV}={text:?} is not a period such as 30s, 500ms or 1m")
+                }),
         }
     }
 
@@ -96,22 +98,6 @@ impl Liveness {
         let probing = self.keepalive_idle + self.keepalive_interval * self.keepalive_probes;
         self.user_timeout.min(probing).max(self.keepalive_idle) + self.keepalive_interval
     }
-}
-
-/// `500ms`, `30s` or `5m`, greater than zero.
-fn parse_period(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let (number, unit): (&str, fn(u64) -> Duration) = if let Some(n) = text.strip_suffix("ms") {
-        (n, Duration::from_millis)
-    } else if let Some(n) = text.strip_suffix('s') {
-        (n, Duration::from_secs)
-    } else if let Some(n) = text.strip_suffix('m') {
-        (n, |m| Duration::from_secs(m.saturating_mul(60)))
-    } else {
-        return None;
-    };
-    let d = unit(number.trim().parse().ok()?);
-    (!d.is_zero()).then_some(d)
 }
 
 /// kube's client stack (base URI, authentication, extra headers, JSON) over a hyper client whose
@@ -513,6 +499,7 @@ impl ApiClient for KubeApiClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::parse_period;
     use std::sync::{Arc, Mutex};
 
     use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};

@@ -294,3 +294,31 @@ pub fn start_in_outside_host(lab: &super::Lab) -> Emulator {
     .expect("the emulator thread")
     .expect("start the emulator")
 }
+
+/// An agent config for Kubernetes mode against `emu` (its kubeconfigs written under the lab),
+/// with `extra` YAML (a `metricsServer` section) and the agent API socket `<lab dir>/agent.sock`.
+pub fn lab_agent_config(lab: &super::Lab, emu: &Emulator, extra: &str) -> PathBuf {
+    let dir = lab.dir().join("kube");
+    let (kube, antrea) = emu.write_agent_kubeconfigs(&dir).expect("write the kubeconfigs");
+    let text = format!(
+        "nodeType: externalNode\n\
+         featureGates:\n  ExternalNode: true\n\
+         ovsDatapathType: netdev\n\
+         ovsRunDir: {run}\n\
+         stateDir: {state}\n\
+         {extra}\
+         agentAPI:\n  socket: {sock}\n\
+         externalNode:\n  externalNodeNamespace: {ns}\n\
+         clientConnection:\n  kubeconfig: {kube}\n\
+         antreaClientConnection:\n  kubeconfig: {antrea}\n",
+        run = lab.run_dir().display(),
+        state = lab.state_dir().display(),
+        sock = lab.dir().join("agent.sock").display(),
+        ns = super::EN_NAMESPACE,
+        kube = kube.display(),
+        antrea = antrea.display(),
+    );
+    let path = lab.unique_path("antrea-agent-k8s", "conf");
+    std::fs::write(&path, text).expect("write the config");
+    path
+}
