@@ -459,6 +459,7 @@ async fn procedure_world() -> (
         bridge: "br-int".into(),
         store: RecordStore::new(dir.path()),
         port_wait: Duration::from_secs(1),
+        stale_deleted: Default::default(),
     };
     let spec = BridgeSpec {
         name: "br-int".into(),

@@ -55,11 +55,7 @@ fn policy_dir(lab: &Lab) -> PathBuf {
 fn enforced(lab: &Lab) -> (AgentProcess, ConnProbe) {
     std::fs::write(policy_dir(lab).join("00-atg.yaml"), APPLIED_TO).expect("write policy");
     std::fs::write(policy_dir(lab).join("10-deny.yaml"), deny_policy()).expect("write policy");
-    let config = lab.write_config(&format!(
-        "standalone:\n  policyDir: {}\nmetricsServer:\n  bindAddress: \"127.0.0.1:{METRICS_PORT}\"\nagentAPI:\n  socket: {}\n",
-        policy_dir(lab).display(),
-        api_socket(lab).display()
-    ));
+    let config = agent_config(lab);
     lab.write_external_node(&[VM_IP4, VM_IP6]);
     let agent = lab.start_agent(&config);
     lab.isolate_uplink();
@@ -77,6 +73,15 @@ fn enforced(lab: &Lab) -> (AgentProcess, ConnProbe) {
     let since = probe.now();
     probe.wait_back(since, Duration::from_secs(20));
     (agent, probe)
+}
+
+/// The agent's configuration: the policy directory, metrics and API socket of the lab.
+fn agent_config(lab: &Lab) -> PathBuf {
+    lab.write_config(&format!(
+        "standalone:\n  policyDir: {}\nmetricsServer:\n  bindAddress: \"127.0.0.1:{METRICS_PORT}\"\nagentAPI:\n  socket: {}\n",
+        policy_dir(lab).display(),
+        api_socket(lab).display()
+    ))
 }
 
 fn api_socket(lab: &Lab) -> PathBuf {
@@ -240,6 +245,114 @@ fn bridge_ports_and_uplink_are_rebuilt_under_traffic() {
     assert!(agent.is_running());
     println!("probe attempts: {}", probe.attempts());
     drop(probe);
+    agent.stop();
+}
+
+/// The netdev datapath's internal ports are persistent taps: when ovs-vswitchd stops, `eth0`
+/// stays behind with the VM's addresses and MAC and nothing attached to it (no carrier). With the
+/// agent down while OVS comes back on a fresh database, the agent finds its record, no ports, the
+/// uplink `eth0~` and that leftover holding the NIC's name. Before the fix it rolled the record
+/// back and stuck there for good ("netdev did not disappear"), the host without its addresses
+/// until the tap was deleted by hand. Now the interface is re-attached from its record (OVS
+/// re-opens the tap, so the addresses never leave it): enforced again within 5 s of the start,
+/// no denied connection through, the uplink untouched.
+#[test]
+fn a_fresh_database_while_the_agent_is_down_reattaches_over_the_stale_tap() {
+    let lab = Lab::new();
+    let (mut agent, probe) = enforced(&lab);
+    agent.kill_hard();
+    lab.restart_ovs_with_fresh_db();
+    // The leftover: a tap named eth0, holding the addresses, owned by no OVS port.
+    assert_eq!(
+        lab.vm_link_driver(NIC).as_deref(),
+        Some("tun"),
+        "the stale tap is there"
+    );
+    assert_eq!(
+        lab.ovs_vsctl_output(&["br-exists", BRIDGE]).status.code(),
+        Some(2),
+        "no bridge"
+    );
+    let uplink_before = lab.vm_link(UPLINK).expect("the uplink");
+    let since = probe.now();
+    let mut agent = lab.start_agent(&agent_config(&lab));
+    let rec = probe
+        .try_wait_back(since, Duration::from_secs(30))
+        .unwrap_or_else(|e| {
+            panic!(
+                "agent started on a fresh database: {e}\n{}\nagent log:\n{}",
+                diagnose(&lab),
+                agent.log()
+            )
+        });
+    println!("agent started on a fresh database with the stale tap: allowed connections back after {rec} (from the start)");
+    assert!(
+        rec.worst() <= BACK_WITHIN,
+        "took longer than {BACK_WITHIN:?}: {rec}"
+    );
+    let through = probe.denied_through();
+    assert!(through.is_empty(), "denied connections got through: {through:?}");
+    let addrs = lab.vm_addrs(NIC);
+    assert!(
+        addrs.iter().any(|a| a.starts_with(VM_IP4)) && addrs.iter().any(|a| a.starts_with(VM_IP6)),
+        "eth0 holds its addresses: {addrs:?}"
+    );
+    let uplink_after = lab.vm_link(UPLINK).expect("the uplink");
+    assert_eq!(
+        uplink_after.index, uplink_before.index,
+        "the uplink was never deleted"
+    );
+    assert!(agent.log().contains("re-attaching it from its record"), "logged");
+    assert!(agent.is_running());
+    drop(probe);
+    agent.stop();
+}
+
+/// The same leftover in the way of a detach: ovs-vswitchd is gone (killed, not restarted) when
+/// the ExternalNode stops listing the interface. OVSDB drops the ports, but nobody closes the
+/// persistent tap, so before the fix the detach waited for it forever and the NIC never got its
+/// name back. Now the tap (persistent, the record's MAC, no carrier, no OVS port) is deleted,
+/// logged and counted, and the NIC is itself again with its addresses.
+#[test]
+fn a_stale_tap_in_the_way_of_a_detach_is_deleted() {
+    let lab = Lab::new();
+    let (mut agent, probe) = enforced(&lab);
+    drop(probe);
+    let nic_mac = lab.vm_link(UPLINK).expect("the uplink").mac;
+    lab.kill_vswitchd();
+    let tap = lab.vm_link(NIC).expect("the stale tap");
+    assert_eq!(lab.vm_link_driver(NIC).as_deref(), Some("tun"));
+    let started = std::time::Instant::now();
+    lab.remove_external_node();
+    let restored = |lab: &Lab| {
+        lab.vm_link_driver(NIC).as_deref() == Some("veth")
+            && !lab.vm_link_exists(UPLINK)
+            && lab.vm_addrs(NIC).iter().any(|a| a.starts_with(VM_IP4))
+            && lab.vm_addrs(NIC).iter().any(|a| a.starts_with(VM_IP6))
+    };
+    if !poll_until(Duration::from_secs(15), || restored(&lab)) {
+        panic!(
+            "eth0 not restored: links\n{}\nagent log:\n{}",
+            lab.vm("ip -d link").stdout_text(),
+            agent.log()
+        );
+    }
+    println!(
+        "stale tap #{} deleted and eth0 restored {:.2} s after the ExternalNode changed",
+        tap.index,
+        started.elapsed().as_secs_f64()
+    );
+    let nic = lab.vm_link(NIC).expect("eth0");
+    assert_eq!(nic.mac, nic_mac, "the NIC itself is back");
+    assert_ne!(nic.index, tap.index, "the tap is gone");
+    assert!(
+        agent.log().contains("leftover internal port"),
+        "the deletion is logged"
+    );
+    wait_until(Duration::from_secs(5), "the deletion counted", || {
+        repairs(&lab, "stale_device") == 1
+    });
+    assert!(agent.is_running());
     agent.stop();
 }
 

@@ -5,7 +5,7 @@
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 
 /// The `kind` label values of `antrea_vm_agent_datapath_repairs_total`.
-pub const DATAPATH_REPAIR_KINDS: [&str; 3] = ["flows", "bridge", "port"];
+pub const DATAPATH_REPAIR_KINDS: [&str; 4] = ["flows", "bridge", "port", "stale_device"];
 
 /// Metrics shared by every actor; cheap to clone (the prometheus handles are `Arc`s inside).
 #[derive(Clone)]
@@ -23,7 +23,8 @@ pub struct AgentMetrics {
     /// `antrea_vm_agent_actor_restarts_total{actor}`.
     pub actor_restarts: IntCounterVec,
     /// `antrea_vm_agent_datapath_repairs_total{kind}`: what the agent found changed or missing
-    /// under it and put back (kind `flows`, `bridge`, `port`).
+    /// under it and put back (kind `flows`, `bridge`, `port`), and leftover devices of a datapath
+    /// that is gone that it deleted (kind `stale_device`).
     pub datapath_repairs: IntCounterVec,
     /// `antrea_vm_agent_state_write_errors_total`: writes of the interface records under
     /// `stateDir` that failed (full, read-only or failing filesystem).

@@ -396,6 +396,20 @@ impl State {
         Ok(())
     }
 
+    /// Like RTM_DELLINK: the link goes with its addresses and routes, and routes elsewhere that
+    /// used one of its addresses as preferred source go too.
+    fn delete_link(&mut self, index: u32) -> Result<(), HostError> {
+        let gone = self
+            .links
+            .remove(&index)
+            .ok_or_else(|| HostError::NoLink(format!("#{index}")))?;
+        let ips: Vec<IpAddr> = gone.addresses.iter().map(Address::ip).collect();
+        for l in self.links.values_mut() {
+            l.routes.retain(|r| !r.prefsrc.is_some_and(|s| ips.contains(&s)));
+        }
+        Ok(())
+    }
+
     fn rename(&mut self, index: u32, new_name: &str) -> Result<(), HostError> {
         validate_ifname(new_name).map_err(|why| HostError::BadName {
             name: new_name.to_string(),
@@ -507,12 +521,7 @@ impl FakeHost {
         else {
             return false;
         };
-        let ips: Vec<IpAddr> = st.links[&index].addresses.iter().map(Address::ip).collect();
-        st.links.remove(&index);
-        for l in st.links.values_mut() {
-            l.routes.retain(|r| !r.prefsrc.is_some_and(|s| ips.contains(&s)));
-        }
-        true
+        st.delete_link(index).is_ok()
     }
 
     /// Test hook: adds an altname to a link (like udev's alternative-names policy). Not logged.
@@ -705,6 +714,10 @@ impl HostNet for FakeHost {
         self.mutate("del_route", describe_route(route, route.oif), |st| {
             st.del_route(route)
         })
+    }
+
+    async fn delete_link(&self, index: u32) -> Result<(), HostError> {
+        self.mutate("delete_link", format!("#{index}"), |st| st.delete_link(index))
     }
 }
 

@@ -50,6 +50,23 @@ pub struct LinkNature {
     /// IFLA_MASTER: the index of the bond, bridge or OVS datapath this link is a port of.
     #[serde(default)]
     pub master: Option<u32>,
+    /// IFLA_CARRIER: whether the link has carrier. A TUN/TAP device has carrier only while a
+    /// process holds it open, so a persistent tap without carrier is one nobody uses.
+    #[serde(default)]
+    pub carrier: Option<bool>,
+    /// What a TUN/TAP device (kind `tun`) says of itself; `None` for every other kind.
+    #[serde(default)]
+    pub tun: Option<TunNature>,
+}
+
+/// A TUN/TAP device's own description (IFLA_INFO_DATA of kind `tun`). The userspace datapath's
+/// internal ports are persistent taps: they outlive ovs-vswitchd.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TunNature {
+    /// IFLA_TUN_TYPE is IFF_TAP (Ethernet frames), not IFF_TUN.
+    pub tap: bool,
+    /// IFLA_TUN_PERSIST: the device stays when its last holder closes it.
+    pub persist: bool,
 }
 
 /// An interface address with the attributes needed to put it back exactly.
@@ -159,4 +176,9 @@ pub trait HostNet: Send + Sync {
     /// if it is already there.
     async fn add_route(&self, index: u32, route: &Route) -> Result<(), HostError>;
     async fn del_route(&self, route: &Route) -> Result<(), HostError>;
+    /// Deletes a link (RTM_DELLINK); its addresses and routes go with it, and so do routes on
+    /// other links whose preferred source was one of its addresses. `Err(HostError::NoLink)`
+    /// if there is no such link. Only for devices proven to be leftovers (see
+    /// `interface_manager::stale`): never the uplink or a user's device.
+    async fn delete_link(&self, index: u32) -> Result<(), HostError>;
 }

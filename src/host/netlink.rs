@@ -31,13 +31,15 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use ipnet::IpNet;
 use rtnetlink::packet_core::{
-    NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_EXCL,
+    NetlinkMessage, NetlinkPayload, Nla, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_EXCL,
     NLM_F_REQUEST,
 };
 use rtnetlink::packet_route::address::{
     AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressScope, CacheInfo,
 };
-use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags, LinkInfo, LinkLayerType, LinkMessage, Prop};
+use rtnetlink::packet_route::link::{
+    InfoData, InfoTun, LinkAttribute, LinkFlags, LinkInfo, LinkLayerType, LinkMessage, Prop,
+};
 use rtnetlink::packet_route::route::{
     RouteAddress, RouteAttribute, RouteFlags, RouteMessage, RouteProtocol, RouteScope, RouteType,
 };
@@ -47,7 +49,7 @@ use super::kernel::{
     validate_ifname, IFA_F_NODAD, IFA_SETTABLE_FLAGS, LIFETIME_FOREVER, MAX_IFNAME_LEN, RTN_BROADCAST,
     RTN_LOCAL, RTN_UNICAST, RT_TABLE_LOCAL,
 };
-use super::{Address, HostError, HostNet, Link, LinkNature, Route};
+use super::{Address, HostError, HostNet, Link, LinkNature, Route, TunNature};
 
 /// How long `rename` keeps retrying on EBUSY-like errors, and how long it waits between tries.
 const RENAME_RETRY_FOR: Duration = Duration::from_secs(1);
@@ -296,6 +298,28 @@ fn altnames_of(msg: &LinkMessage) -> Vec<String> {
         .collect()
 }
 
+/// IFLA_TUN_TYPE and IFLA_TUN_PERSIST (linux/if_link.h); the crate leaves tun data undecoded.
+const IFLA_TUN_TYPE: u16 = 3;
+const IFLA_TUN_PERSIST: u16 = 6;
+/// IFF_TAP (linux/if_tun.h).
+const IFF_TAP: u8 = 0x0002;
+
+fn parse_tun(attrs: &[InfoTun]) -> TunNature {
+    let mut tun = TunNature::default();
+    for attr in attrs {
+        let InfoTun::Other(nla) = attr else { continue };
+        let mut value = vec![0u8; nla.value_len()];
+        nla.emit_value(&mut value);
+        let first = value.first().copied().unwrap_or(0);
+        match nla.kind() {
+            IFLA_TUN_TYPE => tun.tap = first == IFF_TAP,
+            IFLA_TUN_PERSIST => tun.persist = first != 0,
+            _ => {}
+        }
+    }
+    tun
+}
+
 fn parse_link(msg: &LinkMessage) -> Option<Link> {
     let mut name = None;
     let mut mac = None;
@@ -312,10 +336,13 @@ fn parse_link(msg: &LinkMessage) -> Option<Link> {
             LinkAttribute::Address(a) if !a.is_empty() => mac = Some(format_mac(a)),
             LinkAttribute::Mtu(m) => mtu = *m,
             LinkAttribute::Controller(index) => nature.master = Some(*index),
+            LinkAttribute::Carrier(c) => nature.carrier = Some(*c != 0),
             LinkAttribute::LinkInfo(infos) => {
                 for info in infos {
-                    if let LinkInfo::Kind(kind) = info {
-                        nature.kind = Some(kind.to_string());
+                    match info {
+                        LinkInfo::Kind(kind) => nature.kind = Some(kind.to_string()),
+                        LinkInfo::Data(InfoData::Tun(attrs)) => nature.tun = Some(parse_tun(attrs)),
+                        _ => {}
                     }
                 }
             }
@@ -785,6 +812,14 @@ impl HostNet for NetlinkHost {
             ))),
             Err(e) => Err(e.into_host(format!("add route {}", describe_route(route, index)), index)),
         }
+    }
+
+    async fn delete_link(&self, index: u32) -> Result<(), HostError> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        self.ack(RouteNetlinkMessage::DelLink(msg), 0)
+            .await
+            .map_err(|e| e.into_host(format!("delete link #{index}"), index))
     }
 
     async fn del_route(&self, route: &Route) -> Result<(), HostError> {

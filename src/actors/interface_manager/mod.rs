@@ -8,6 +8,7 @@
 pub mod offline;
 pub mod procedures;
 mod repair;
+pub mod stale;
 pub mod store;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -69,6 +70,8 @@ pub struct InterfaceManager {
     published: Option<InterfacesChanged>,
     /// Record write failures already added to the metric.
     write_failures_counted: u64,
+    /// Leftover devices deleted already added to the metric.
+    stale_deleted_counted: u64,
     _lifeline: Lifeline,
 }
 
@@ -80,6 +83,7 @@ impl InterfaceManager {
             bridge: deps.config.ovs_bridge.clone(),
             store: RecordStore::new(&deps.config.state_dir),
             port_wait: deps.timing.port_wait,
+            stale_deleted: Default::default(),
         };
         InterfaceManager {
             deps,
@@ -91,13 +95,21 @@ impl InterfaceManager {
             last_errors: Vec::new(),
             published: None,
             write_failures_counted: 0,
+            stale_deleted_counted: 0,
             _lifeline: lifeline,
         }
     }
 
+    /// The attached interfaces with both ofports known (one whose ports are still being
+    /// re-created is left out: no flows for it, and the fail-secure bridge drops its traffic).
     fn view(&self) -> InterfacesChanged {
         InterfacesChanged {
-            interfaces: self.attached.values().map(Attachment::view).collect(),
+            interfaces: self
+                .attached
+                .values()
+                .filter(|a| a.ofport > 0 && a.uplink_ofport > 0)
+                .map(Attachment::view)
+                .collect(),
         }
     }
 
@@ -427,6 +439,13 @@ impl Handler<Reconcile> for InterfaceManager {
             if !outcome.repaired.ports.is_empty() {
                 repairs.with_label_values(&["port"]).inc();
                 warn!(repaired = ?outcome.repaired.ports, "re-attached interfaces after their OVS ports or uplink changed");
+            }
+            let stale_deleted = act.env.stale_deleted.load(std::sync::atomic::Ordering::Relaxed);
+            if stale_deleted > act.stale_deleted_counted {
+                repairs
+                    .with_label_values(&["stale_device"])
+                    .inc_by(stale_deleted - act.stale_deleted_counted);
+                act.stale_deleted_counted = stale_deleted;
             }
             act.recovered = outcome.recovered;
             act.attached = outcome.attached;

@@ -524,6 +524,7 @@ pub fn command(config_path: &Path) -> ExitCode {
             bridge: config.ovs_bridge.clone(),
             store: RecordStore::new(&state_dir),
             port_wait: PORT_WAIT,
+            stale_deleted: Default::default(),
         };
         Ok::<_, String>(detach_all(&env, &orphans).await)
     });
@@ -691,6 +692,7 @@ mod tests {
             bridge: "br-int".into(),
             store: RecordStore::new(dir.path()),
             port_wait: Duration::from_secs(1),
+            stale_deleted: Default::default(),
         };
         World {
             _dir: dir,

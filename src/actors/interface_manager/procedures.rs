@@ -10,11 +10,13 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::{info, warn};
 
+use super::stale;
 use super::store::{InterfaceRecord, Phase, RecordStore, Step};
 use crate::failpoint;
 use crate::host::{Address, HostError, HostNet, Link, Route};
@@ -44,6 +46,9 @@ pub struct Env {
     pub bridge: String,
     pub store: RecordStore,
     pub port_wait: Duration,
+    /// Leftover devices of a datapath that is gone, deleted so far (see [`super::stale`]); the
+    /// actor adds them to `antrea_vm_agent_datapath_repairs_total{kind="stale_device"}`.
+    pub stale_deleted: Arc<AtomicU64>,
 }
 
 /// An attached interface as the interface manager tracks it.
@@ -491,6 +496,7 @@ pub async fn roll_back(env: &Env, record: &InterfaceRecord) -> Result<(), Proced
         .await
         .map_err(host_err(uplink, "look up uplink"))?
     {
+        delete_stale_internal_port(env, &record).await?;
         wait_link(env, name, false).await?;
         env.host
             .rename(uplink_link.index, name)
@@ -532,6 +538,45 @@ pub async fn roll_back(env: &Env, record: &InterfaceRecord) -> Result<(), Proced
     if let Err(e) = env.store.remove(name) {
         // The NIC is back; a stale record only makes the next pass restore it again.
         warn!(iface = %name, "interface restored, but its record could not be removed: {e}");
+    }
+    Ok(())
+}
+
+/// Deletes the device holding the interface's name if it is provably a leftover internal port
+/// of a datapath that is gone ([`super::stale`]): OVS restarted (on a fresh database, or
+/// without the port) leaves the netdev datapath's persistent tap behind, and the NIC could never
+/// take its name back. Anything else is left alone (the wait that follows then reports it).
+async fn delete_stale_internal_port(env: &Env, record: &InterfaceRecord) -> Result<(), ProcedureError> {
+    let name = record.name.as_str();
+    let Some(link) = env
+        .host
+        .link_by_name(name)
+        .await
+        .map_err(host_err(name, "look up internal port"))?
+    else {
+        return Ok(());
+    };
+    let ovs_has_port = match env.ovsdb.list_ports(&env.bridge).await {
+        Ok(ports) => ports.iter().any(|p| p.name == name),
+        Err(OvsdbError::NoBridge(_)) => false,
+        Err(e) => return Err(db_err(name, "list ports")(e)),
+    };
+    let iface = stale::Interface {
+        name,
+        uplink: &record.uplink_name,
+        mac: &record.mac,
+    };
+    match stale::stale_internal_port(&link, iface, ovs_has_port) {
+        Ok(tap) => {
+            warn!(iface = %name, index = tap.index,
+                "a leftover internal port of a datapath that is gone holds the interface's name (a persistent tap with its MAC that no OVS port and no process uses); deleting it");
+            match env.host.delete_link(tap.index).await {
+                Ok(()) | Err(HostError::NoLink(_)) => {}
+                Err(e) => return Err(host_err(name, "delete the leftover internal port")(e)),
+            }
+            env.stale_deleted.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(keep) => tracing::debug!(iface = %name, "the device with the interface's name is kept: {keep}"),
     }
     Ok(())
 }
@@ -645,12 +690,41 @@ pub async fn recover(env: &Env) -> Result<Recovered, ProcedureError> {
         if host_ports.iter().any(|p| &p.name == name) {
             continue;
         }
+        if lost_by_ovs(env, record).await? {
+            // OVS lost the ports of an interface that was fully attached (it came back on a
+            // fresh database, or they were deleted while the agent was down) while the NIC is
+            // still the renamed uplink. Rolling back would open the host until the re-attach;
+            // instead the interface stays attached and the repair that follows in the same pass
+            // re-creates its ports from the record (and heal fills in the ofports).
+            warn!(iface = %name, "OVS has no ports for an attached interface (a new database?); re-attaching it from its record");
+            out.attachments.push(Attachment {
+                record: record.clone(),
+                ofport: 0,
+                uplink_ofport: 0,
+            });
+            continue;
+        }
         warn!(iface = %name, phase = ?record.phase, "unfinished change found; restoring the interface");
         if let Err(e) = roll_back(env, record).await {
             out.errors.push(e.to_string());
         }
     }
     Ok(out)
+}
+
+/// Whether a record without an internal port in OVSDB is an attached interface whose ports OVS
+/// lost: fully attached, and the uplink is still there under its renamed name.
+async fn lost_by_ovs(env: &Env, record: &InterfaceRecord) -> Result<bool, ProcedureError> {
+    if record.phase != Phase::Attached {
+        return Ok(false);
+    }
+    let uplink = record.uplink_name.as_str();
+    Ok(env
+        .host
+        .link_by_name(uplink)
+        .await
+        .map_err(host_err(uplink, "look up uplink"))?
+        .is_some())
 }
 
 async fn recover_port(
