@@ -1220,4 +1220,88 @@ mod tests {
             assert_eq!(f.2, fix(&r.2), "routes differ after step {:?}", f.0);
         }
     }
+    /// A link's deletion, on the fake and in a namespace: the link goes with its addresses and
+    /// routes, a route on another link that used one of its addresses as preferred source goes
+    /// too, the other link keeps the rest, and a second delete is `NoLink`. The kernel side also
+    /// shows what the stale-device decision relies on: a persistent tap nobody holds reports
+    /// kind `tun`, type tap, persist, and no carrier.
+    #[test]
+    fn delete_link_matches_the_kernel() {
+        type Seen = (Vec<String>, Vec<String>, Vec<String>, bool);
+        async fn scenario(host: &dyn HostNet, tap: u32, other: u32) -> Seen {
+            host.set_up(tap, true).await.expect("tap up");
+            host.add_address(tap, &addr("10.1.2.3/24")).await.expect("tap address");
+            host.add_address(tap, &addr("fd00:1::3/64")).await.expect("tap v6 address");
+            host.add_address(other, &addr("10.5.0.2/24")).await.expect("other address");
+            let mut via_src = route("10.70.0.0/16");
+            via_src.prefsrc = Some(ip("10.1.2.3"));
+            host.add_route(other, &via_src).await.expect("route with the tap's prefsrc");
+            host.add_route(other, &route("10.80.0.0/16")).await.expect("plain route");
+            host.delete_link(tap).await.expect("delete");
+            let again = matches!(host.delete_link(tap).await, Err(HostError::NoLink(_)));
+            let mut names: Vec<String> = host
+                .links()
+                .await
+                .expect("links")
+                .into_iter()
+                .map(|l| l.name)
+                .filter(|n| n != "lo" && n != "peer1")
+                .collect();
+            names.sort();
+            let mut a: Vec<String> = host
+                .addresses(other)
+                .await
+                .expect("addresses")
+                .into_iter()
+                .filter(|a| !a.is_link_local())
+                .map(|a| a.addr.to_string())
+                .collect();
+            a.sort();
+            let mut r: Vec<String> = host
+                .routes(other)
+                .await
+                .expect("routes")
+                .into_iter()
+                .filter(|r| r.dst.to_string() != "fe80::/64")
+                .map(|r| format!("{} {:?}", r.dst, r.prefsrc))
+                .collect();
+            r.sort();
+            (names, a, r, again)
+        }
+        let fake = FakeHost::new();
+        let tap = fake.add_link_down("tap0", MAC, 1500);
+        let other = fake.add_link("eth1", "02:00:00:00:01:02", 1500);
+        let fake_seen = block_on(scenario(&fake, tap, other));
+
+        let ns = NetNs::new();
+        ns.cmd().ip_script(&format!(
+            "
+            tuntap add dev tap0 mode tap
+            link set tap0 address {MAC}
+            link add eth1 address 02:00:00:00:01:02 type veth peer name peer1
+            link set peer1 up
+            link set eth1 up
+            "
+        ));
+        let (nature, real_seen) = ns.run(Duration::from_secs(60), || async {
+            let host = NetlinkHost::new().expect("netlink");
+            let tap = host.link_by_name("tap0").await.expect("links").expect("tap0");
+            let other = host.link_by_name("eth1").await.expect("links").expect("eth1");
+            (tap.nature.clone(), scenario(&host, tap.index, other.index).await)
+        });
+        assert_eq!(nature.kind.as_deref(), Some("tun"));
+        assert_eq!(
+            nature.tun,
+            Some(crate::host::TunNature {
+                tap: true,
+                persist: true
+            }),
+            "a persistent tap says so"
+        );
+        assert_eq!(nature.carrier, Some(false), "nobody holds the tap: no carrier");
+        assert_eq!(real_seen.0, vec!["eth1".to_string()], "only eth1 is left");
+        assert!(real_seen.3, "a second delete is NoLink");
+        assert_eq!(fake_seen, real_seen);
+    }
 }
+
