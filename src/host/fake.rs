@@ -1230,13 +1230,23 @@ mod tests {
         type Seen = (Vec<String>, Vec<String>, Vec<String>, bool);
         async fn scenario(host: &dyn HostNet, tap: u32, other: u32) -> Seen {
             host.set_up(tap, true).await.expect("tap up");
-            host.add_address(tap, &addr("10.1.2.3/24")).await.expect("tap address");
-            host.add_address(tap, &addr("fd00:1::3/64")).await.expect("tap v6 address");
-            host.add_address(other, &addr("10.5.0.2/24")).await.expect("other address");
+            host.add_address(tap, &addr("10.1.2.3/24"))
+                .await
+                .expect("tap address");
+            host.add_address(tap, &addr("fd00:1::3/64"))
+                .await
+                .expect("tap v6 address");
+            host.add_address(other, &addr("10.5.0.2/24"))
+                .await
+                .expect("other address");
             let mut via_src = route("10.70.0.0/16");
             via_src.prefsrc = Some(ip("10.1.2.3"));
-            host.add_route(other, &via_src).await.expect("route with the tap's prefsrc");
-            host.add_route(other, &route("10.80.0.0/16")).await.expect("plain route");
+            host.add_route(other, &via_src)
+                .await
+                .expect("route with the tap's prefsrc");
+            host.add_route(other, &route("10.80.0.0/16"))
+                .await
+                .expect("plain route");
             host.delete_link(tap).await.expect("delete");
             let again = matches!(host.delete_link(tap).await, Err(HostError::NoLink(_)));
             let mut names: Vec<String> = host
@@ -1304,4 +1314,3 @@ mod tests {
         assert_eq!(fake_seen, real_seen);
     }
 }
-

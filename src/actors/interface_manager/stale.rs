@@ -110,7 +110,7 @@ mod tests {
     use super::*;
     use crate::host::{LinkNature, TunNature};
 
-    const MAC: &str = "02:00:00:00:00:01";
+    const MAC: &str = "02:ab:cd:00:00:01";
     const IFACE: Interface<'static> = Interface {
         name: "eth0",
         uplink: "eth0~",
@@ -148,13 +148,9 @@ mod tests {
             })
         );
         // MACs compare without regard to case.
-        let upper = Interface {
-            mac: "02:00:00:00:00:01",
-            ..IFACE
-        };
         let mut l = leftover();
-        l.mac = Some("02:00:00:00:00:01".to_uppercase());
-        assert!(stale_internal_port(&l, upper, false).is_ok());
+        l.mac = Some(MAC.to_uppercase());
+        assert!(stale_internal_port(&l, IFACE, false).is_ok());
     }
 
     #[test]
