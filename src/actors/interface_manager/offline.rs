@@ -24,10 +24,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use futures::TryStreamExt;
-use rtnetlink::packet_route::link::{InfoKind, LinkAttribute, LinkInfo};
-
 use super::procedures::{self, ext_id, Env, ProcedureError};
 use super::store::{InterfaceRecord, Phase, RecordStore, Step};
 use crate::config::Config;
@@ -113,94 +109,6 @@ impl AgentLock {
     }
 }
 
-/// What became of a netdev that sits on the NIC's name while OVS is down.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Orphan {
-    /// It was the internal port's tap, held by no process: deleted.
-    Removed,
-    /// Something else (why): left alone.
-    Kept(String),
-}
-
-/// Removes the internal port's netdev that a dead ovs-vswitchd leaves behind: with the userspace
-/// datapath an internal port is a persistent tap, which keeps the NIC's name (and addresses)
-/// after ovs-vswitchd exits.
-#[async_trait]
-pub trait OrphanPorts: Send + Sync {
-    /// Deletes link `name` only if it is a tap with MAC `mac` and no carrier (no process has it
-    /// open, so no ovs-vswitchd uses it).
-    async fn remove_orphan_tap(&self, name: &str, mac: &str) -> Result<Orphan, String>;
-}
-
-/// [`OrphanPorts`] over rtnetlink.
-pub struct NetlinkOrphans {
-    handle: rtnetlink::Handle,
-}
-
-impl NetlinkOrphans {
-    /// Opens a netlink socket; needs a tokio runtime (the connection task is spawned on it).
-    pub fn new() -> Result<Self, std::io::Error> {
-        let (connection, handle, _) = rtnetlink::new_connection()?;
-        tokio::spawn(connection);
-        Ok(NetlinkOrphans { handle })
-    }
-}
-
-#[async_trait]
-impl OrphanPorts for NetlinkOrphans {
-    async fn remove_orphan_tap(&self, name: &str, mac: &str) -> Result<Orphan, String> {
-        let msg = self
-            .handle
-            .link()
-            .get()
-            .match_name(name.to_string())
-            .execute()
-            .try_next()
-            .await
-            .map_err(|e| format!("look up link {name}: {e}"))?;
-        let Some(msg) = msg else {
-            return Ok(Orphan::Removed);
-        };
-        let (mut is_tap, mut carrier, mut link_mac) = (false, None, None);
-        for attr in &msg.attributes {
-            match attr {
-                LinkAttribute::LinkInfo(infos) => {
-                    is_tap = infos.iter().any(|i| matches!(i, LinkInfo::Kind(InfoKind::Tun)));
-                }
-                LinkAttribute::Carrier(c) => carrier = Some(*c),
-                LinkAttribute::Address(a) => {
-                    link_mac = Some(a.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"))
-                }
-                _ => {}
-            }
-        }
-        if !is_tap {
-            return Ok(Orphan::Kept(format!(
-                "{name} is not a tap (with the kernel datapath the internal port lives in the \
-                 datapath; only OVS can remove it)"
-            )));
-        }
-        if link_mac.as_deref() != Some(&mac.to_ascii_lowercase()) {
-            return Ok(Orphan::Kept(format!(
-                "{name} is a tap with MAC {}, not the internal port's {mac}",
-                link_mac.unwrap_or_default()
-            )));
-        }
-        if carrier != Some(0) {
-            return Ok(Orphan::Kept(format!(
-                "the tap {name} is in use (ovs-vswitchd still runs?)"
-            )));
-        }
-        self.handle
-            .link()
-            .del(msg.header.index)
-            .execute()
-            .await
-            .map_err(|e| format!("delete the orphaned internal port {name}: {e}"))?;
-        Ok(Orphan::Removed)
-    }
-}
-
 /// What `detach-all` did: one line per interface or finding, and whether everything is restored.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Report {
@@ -239,7 +147,7 @@ fn summary(r: &InterfaceRecord) -> String {
 }
 
 /// Restores every interface of `env`'s records and removes our ports from `env.bridge`.
-pub async fn detach_all(env: &Env, orphans: &dyn OrphanPorts) -> Report {
+pub async fn detach_all(env: &Env) -> Report {
     let mut report = Report::default();
     let (mut records, store_errors) = env.store.load_all();
     for e in store_errors {
@@ -258,7 +166,7 @@ pub async fn detach_all(env: &Env, orphans: &dyn OrphanPorts) -> Report {
         Err(e) => {
             report.ovs_unreachable = Some(e.to_string());
             for record in records.values() {
-                restore_kernel_only(env, orphans, record, &e, &mut report).await;
+                restore_kernel_only(env, record, &e, &mut report).await;
             }
             return report;
         }
@@ -362,15 +270,9 @@ pub async fn detach_all(env: &Env, orphans: &dyn OrphanPorts) -> Report {
 
 /// OVSDB is unreachable: puts the NIC back in the kernel (the internal port's netdev is gone with
 /// ovs-vswitchd in the userspace datapath) and keeps the record for the ports.
-async fn restore_kernel_only(
-    env: &Env,
-    orphans: &dyn OrphanPorts,
-    record: &InterfaceRecord,
-    ovs: &OvsdbError,
-    report: &mut Report,
-) {
+async fn restore_kernel_only(env: &Env, record: &InterfaceRecord, ovs: &OvsdbError, report: &mut Report) {
     let name = record.name.as_str();
-    match kernel_restore(env, orphans, record).await {
+    match kernel_restore(env, record).await {
         Ok(()) => report.problems.push(format!(
             "{name}: kernel side restored ({} renamed back to {name}, {}), but OVS is unreachable \
              ({ovs}): its ports {name} and {} may still be on bridge {}. Its record {} is kept: \
@@ -387,11 +289,7 @@ async fn restore_kernel_only(
     }
 }
 
-async fn kernel_restore(
-    env: &Env,
-    orphans: &dyn OrphanPorts,
-    record: &InterfaceRecord,
-) -> Result<(), ProcedureError> {
+async fn kernel_restore(env: &Env, record: &InterfaceRecord) -> Result<(), ProcedureError> {
     let name = record.name.as_str();
     let uplink = record.uplink_name.as_str();
     let host_err = |step: &'static str| {
@@ -410,26 +308,23 @@ async fn kernel_restore(
         .await
         .map_err(host_err("look up uplink"))?
     {
-        if env
+        if let Some(internal) = env
             .host
             .link_by_name(name)
             .await
             .map_err(host_err("look up internal port"))?
-            .is_some()
         {
-            // The internal port still holds the name; its addresses and routes go with it.
-            let invalid = |message: String| ProcedureError::Invalid {
-                iface: name.into(),
-                message,
-            };
-            match orphans.remove_orphan_tap(name, &r.mac).await.map_err(&invalid)? {
-                Orphan::Removed => {}
-                Orphan::Kept(why) => {
-                    return Err(invalid(format!(
+            // The internal port still holds the name; its addresses and routes go with it if it
+            // is the leftover tap of a dead ovs-vswitchd. OVSDB cannot be asked here; a tap
+            // nobody holds (no carrier) is used by no ovs-vswitchd.
+            if let Err(why) = procedures::delete_if_leftover(env, &r, &internal, false).await? {
+                return Err(ProcedureError::Invalid {
+                    iface: name.into(),
+                    message: format!(
                         "the OVS internal port {name} still exists ({why}), so {uplink} cannot be \
                          renamed back"
-                    )))
-                }
+                    ),
+                });
             }
         }
         env.host
@@ -517,7 +412,6 @@ pub fn command(config_path: &Path) -> ExitCode {
     };
     let report = runtime.block_on(async {
         let host = NetlinkHost::new().map_err(|e| format!("cannot open netlink: {e}"))?;
-        let orphans = NetlinkOrphans::new().map_err(|e| format!("cannot open netlink: {e}"))?;
         let env = Env {
             ovsdb: Arc::new(OvsdbClient::new(config.ovsdb_socket())),
             host: Arc::new(host),
@@ -526,7 +420,7 @@ pub fn command(config_path: &Path) -> ExitCode {
             port_wait: PORT_WAIT,
             stale_deleted: Default::default(),
         };
-        Ok::<_, String>(detach_all(&env, &orphans).await)
+        Ok::<_, String>(detach_all(&env).await)
     });
     let report = match report {
         Ok(r) => r,
@@ -580,7 +474,7 @@ mod tests {
 
     use super::*;
     use crate::host::fake::FakeHost;
-    use crate::host::{Address, HostNet, Link, Route};
+    use crate::host::{Address, HostNet, Link, LinkNature, Route, TunNature};
     use crate::messages::EntityRef;
     use crate::ovs::ovsdb::{FakeOvsdb, Ovsdb, PortSpec};
 
@@ -608,27 +502,11 @@ mod tests {
         assert_eq!(text, format!("{} detach-all\n", std::process::id()));
     }
 
-    /// Removes the orphaned tap by name on the fake host (the real one checks kind and carrier).
-    struct FakeOrphans {
-        host: Arc<FakeHost>,
-        removed: Mutex<Vec<String>>,
-    }
-
-    #[async_trait]
-    impl OrphanPorts for FakeOrphans {
-        async fn remove_orphan_tap(&self, name: &str, _mac: &str) -> Result<Orphan, String> {
-            self.removed.lock().expect("lock").push(name.to_string());
-            self.host.remove_link(name);
-            Ok(Orphan::Removed)
-        }
-    }
-
     struct World {
         _dir: tempfile::TempDir,
         env: Env,
         host: Arc<FakeHost>,
         ovsdb: Arc<FakeOvsdb>,
-        orphans: FakeOrphans,
     }
 
     fn address(s: &str) -> Address {
@@ -659,6 +537,19 @@ mod tests {
         }
     }
 
+    /// The netdev datapath's internal port: a persistent tap; `held` while ovs-vswitchd runs.
+    fn internal_tap(held: bool) -> LinkNature {
+        LinkNature {
+            kind: Some("tun".into()),
+            carrier: Some(held),
+            tun: Some(TunNature {
+                tap: true,
+                persist: true,
+            }),
+            ..LinkNature::default()
+        }
+    }
+
     fn world() -> World {
         let dir = tempfile::tempdir().expect("tempdir");
         let host = Arc::new(FakeHost::new());
@@ -673,6 +564,8 @@ mod tests {
         ovsdb.on_port_created(Box::new(move |spec| {
             if spec.iface_type == "internal" {
                 let index = h.add_link(&spec.name, spec.mac.as_deref().unwrap_or(MAC), 1500);
+                // Like the userspace datapath: a persistent tap, held (carrier) by ovs-vswitchd.
+                h.set_nature(&spec.name, internal_tap(true));
                 m.lock().expect("lock").push(index);
             }
         }));
@@ -697,10 +590,6 @@ mod tests {
         World {
             _dir: dir,
             env,
-            orphans: FakeOrphans {
-                host: host.clone(),
-                removed: Mutex::new(Vec::new()),
-            },
             host,
             ovsdb,
         }
@@ -763,7 +652,7 @@ mod tests {
                 .await
                 .expect("port");
         }
-        let report = detach_all(&w.env, &w.orphans).await;
+        let report = detach_all(&w.env).await;
         assert!(report.ok(), "{report:?}");
         assert_eq!(report.done.len(), 3, "{report:?}");
         assert!(report
@@ -777,12 +666,13 @@ mod tests {
         assert_eq!(nic_state(&w).await, before);
         assert!(w.ovsdb.ports("br-int").is_empty());
         assert!(w.env.store.load_all().0.is_empty());
-        assert!(
-            w.orphans.removed.lock().expect("lock").is_empty(),
+        assert_eq!(
+            w.env.stale_deleted.load(std::sync::atomic::Ordering::Relaxed),
+            0,
             "OVS removed its own port"
         );
 
-        let again = detach_all(&w.env, &w.orphans).await;
+        let again = detach_all(&w.env).await;
         assert!(again.nothing_to_do(), "{again:?}");
     }
 
@@ -791,6 +681,8 @@ mod tests {
         let w = world();
         let before = nic_state(&w).await;
         attach(&w).await;
+        // ovs-vswitchd is gone: its tap stays, held by nobody.
+        w.host.set_nature("eth0", internal_tap(false));
         w.ovsdb.fail_next_with(
             "list_ports",
             OvsdbError::Connect {
@@ -798,7 +690,7 @@ mod tests {
                 source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
             },
         );
-        let report = detach_all(&w.env, &w.orphans).await;
+        let report = detach_all(&w.env).await;
         assert!(!report.ok());
         assert!(report
             .ovs_unreachable
@@ -808,7 +700,11 @@ mod tests {
             report.problems[0].starts_with("eth0: kernel side restored"),
             "{report:?}"
         );
-        assert_eq!(*w.orphans.removed.lock().expect("lock"), vec!["eth0".to_string()]);
+        assert_eq!(
+            w.env.stale_deleted.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "the leftover tap was deleted"
+        );
         assert_eq!(nic_state(&w).await, before);
         let (records, _) = w.env.store.load_all();
         let record = records.get("eth0").expect("record kept");
@@ -816,7 +712,7 @@ mod tests {
         assert_eq!(w.ovsdb.ports("br-int").len(), 2, "the ports are still there");
 
         // OVS back: the ports go, the kernel stays as it is.
-        let report = detach_all(&w.env, &w.orphans).await;
+        let report = detach_all(&w.env).await;
         assert!(report.ok(), "{report:?}");
         assert!(
             report.done[0].contains("restored earlier, without OVS"),
@@ -829,19 +725,13 @@ mod tests {
 
     #[tokio::test]
     async fn an_internal_port_that_is_not_an_orphan_blocks_the_kernel_restore() {
-        struct Keep;
-        #[async_trait]
-        impl OrphanPorts for Keep {
-            async fn remove_orphan_tap(&self, name: &str, _: &str) -> Result<Orphan, String> {
-                Ok(Orphan::Kept(format!("the tap {name} is in use")))
-            }
-        }
         let w = world();
         attach(&w).await;
+        // OVSDB unreachable, but the tap is still held (ovs-vswitchd runs): not a leftover.
         w.ovsdb.fail_next("list_ports", "connection refused");
-        let report = detach_all(&w.env, &Keep).await;
+        let report = detach_all(&w.env).await;
         assert!(
-            report.problems[0].contains("the tap eth0 is in use"),
+            report.problems[0].contains("something holds it open"),
             "{report:?}"
         );
         // Nothing changed on the host: still attached.

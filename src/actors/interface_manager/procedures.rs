@@ -561,24 +561,38 @@ async fn delete_stale_internal_port(env: &Env, record: &InterfaceRecord) -> Resu
         Err(OvsdbError::NoBridge(_)) => false,
         Err(e) => return Err(db_err(name, "list ports")(e)),
     };
+    if let Err(keep) = delete_if_leftover(env, record, &link, ovs_has_port).await? {
+        tracing::debug!(iface = %name, "the device with the interface's name is kept: {keep}");
+    }
+    Ok(())
+}
+
+/// Deletes `link` (the device with the interface's name) if [`stale::stale_internal_port`] says
+/// it is a leftover; logs and counts the deletion. `Ok(Err(why))` when it is kept.
+pub(super) async fn delete_if_leftover(
+    env: &Env,
+    record: &InterfaceRecord,
+    link: &Link,
+    ovs_has_port: bool,
+) -> Result<Result<(), stale::Keep>, ProcedureError> {
+    let name = record.name.as_str();
     let iface = stale::Interface {
         name,
         uplink: &record.uplink_name,
         mac: &record.mac,
     };
-    match stale::stale_internal_port(&link, iface, ovs_has_port) {
-        Ok(tap) => {
-            warn!(iface = %name, index = tap.index,
-                "a leftover internal port of a datapath that is gone holds the interface's name (a persistent tap with its MAC that no OVS port and no process uses); deleting it");
-            match env.host.delete_link(tap.index).await {
-                Ok(()) | Err(HostError::NoLink(_)) => {}
-                Err(e) => return Err(host_err(name, "delete the leftover internal port")(e)),
-            }
-            env.stale_deleted.fetch_add(1, Ordering::Relaxed);
-        }
-        Err(keep) => tracing::debug!(iface = %name, "the device with the interface's name is kept: {keep}"),
+    let tap = match stale::stale_internal_port(link, iface, ovs_has_port) {
+        Ok(tap) => tap,
+        Err(keep) => return Ok(Err(keep)),
+    };
+    warn!(iface = %name, index = tap.index,
+        "a leftover internal port of a datapath that is gone holds the interface's name (a persistent tap with its MAC that no OVS port and no process uses); deleting it");
+    match env.host.delete_link(tap.index).await {
+        Ok(()) | Err(HostError::NoLink(_)) => {}
+        Err(e) => return Err(host_err(name, "delete the leftover internal port")(e)),
     }
-    Ok(())
+    env.stale_deleted.fetch_add(1, Ordering::Relaxed);
+    Ok(Ok(()))
 }
 
 /// Rolls back every recorded attach or detach that is unfinished and not tracked as attached
