@@ -325,6 +325,12 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
         let fqdn = antrea_vm_agent::fqdn::FqdnHandle::default();
         let fqdn_config = antrea_vm_agent::fqdn::controller::ControllerConfig {
             min_ttl_secs: config.fqdn_cache_min_ttl,
+            // Names are asked again before they expire: at dnsServerOverride when set (upstream
+            // ignores it on VMs), else at the VM's resolver.
+            dns_server: match &config.dns_server_override {
+                Some(host_port) => antrea_vm_agent::fqdn::resolver::ServerSource::Override(host_port.clone()),
+                None => antrea_vm_agent::fqdn::resolver::ServerSource::ResolvConf("/etc/resolv.conf".into()),
+            },
             state_dir: config.state_dir.clone(),
             // A DNS answer paused while no FQDN session is up is lost (OVS has no one to resume
             // it), so this local socket is retried quickly, not with the actors' backoff: at
