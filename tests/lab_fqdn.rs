@@ -425,16 +425,56 @@ fn fresh_names_connect_at_once_every_time_and_other_names_stay_blocked() {
     );
     assert_eq!(fqdn_flow_count(&lab, &addr4(BLOCKED)), 0);
 
-    // A Drop-to-FQDN rule blocks its name only.
-    write_policy(&lab, "20-drop.yaml", DROP_POLICY);
-    wait_until(Duration::from_secs(20), "the drop rule's flows", || {
-        lab.dump_flows()
+    // A Drop-to-FQDN rule added while its name is cached (the allow rule's wildcard selected it)
+    // drops the cached address from the rule's first moment: its address flow comes in the
+    // rule's own bundle. Every dump showing the rule shows that flow, and the first connection
+    // after it appears (no new DNS query) is dropped.
+    let bad_ip = addr4(BAD);
+    assert_eq!(
+        resolve_connect(&lab, "bad.allowed.test", RecordType::A, false),
+        Ok(bad_ip.parse().unwrap()),
+        "allowed by the wildcard before the drop rule"
+    );
+    let rule_flows = |flows: &[String]| {
+        flows
             .iter()
             .filter(|f| f.contains("conj_id=") && !f.contains("priority=64991"))
             .count()
-            >= 6
+    };
+    let before = rule_flows(&lab.dump_flows());
+    let clause_flows = |flows: &[String]| {
+        flows
+            .iter()
+            .filter(|f| f.contains("ct_state=+trk") && f.contains(&format!("nw_dst={bad_ip} ")))
+            .count()
+    };
+    assert_eq!(
+        clause_flows(&lab.dump_flows()),
+        1,
+        "the allow rule's address flow"
+    );
+    write_policy(&lab, "20-drop.yaml", DROP_POLICY);
+    let mut dumps = 0;
+    wait_until(Duration::from_secs(20), "the drop rule's flows", || {
+        let Ok(flows) = lab.try_dump_flows() else {
+            return false;
+        };
+        dumps += 1;
+        if rule_flows(&flows) <= before {
+            return false;
+        }
+        assert_eq!(
+            clause_flows(&flows),
+            2,
+            "the drop rule is in the switch without its cached address: {flows:#?}"
+        );
+        true
     });
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        connect_from_vm(&lab, bad_ip.parse().unwrap()).is_err(),
+        "the first connection to the cached address after the drop rule is dropped"
+    );
+    eprintln!("the drop rule appeared after {dumps} dumps");
     let bad = resolve_connect(&lab, "bad.allowed.test", RecordType::A, false);
     assert!(
         bad.is_err_and(|e| e.contains("connect")),

@@ -224,6 +224,16 @@ impl FqdnHandle {
         self.records.lock().map(|r| Arc::clone(&r)).unwrap_or_default()
     }
 
+    /// A cache built from [`FqdnHandle::records`] (records expired by now dropped): what the
+    /// flow installer compiles into a new rule's bundle. It may miss the answers of the last
+    /// moments (the view follows each resume); the controller adds those when it takes over the
+    /// rule's placement.
+    pub fn cache_snapshot(&self) -> FqdnCache {
+        let mut cache = FqdnCache::new(0);
+        cache.load(self.records().as_ref().clone(), now_ms());
+        cache
+    }
+
     fn set_records(&self, records: Vec<CacheRecord>) {
         self.stats.cache_size.store(
             records.iter().map(|r| &r.name).collect::<BTreeSet<_>>().len() as u64,
@@ -433,7 +443,14 @@ async fn session(
                 let latest = placements_rx.borrow_and_update().clone();
                 if let Some(p) = latest {
                     state.placements = Some(Placements::new(p.as_ref().clone()));
-                    state.reconcile(switch.as_ref()).await;
+                    // The flow installer's bundle carried the address flows of new or moved
+                    // rules from a snapshot of the cache: read what the switch holds, then
+                    // bring it in line with the cache as it is now.
+                    if state.take_over(switch.as_ref()).await {
+                        state.reconcile(switch.as_ref()).await;
+                    } else {
+                        state.resync = true;
+                    }
                 }
             }
             Some(outcome) = outcomes.recv() => state.requeried(switch.as_ref(), outcome).await,
