@@ -338,7 +338,13 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
             reconnect_min: std::time::Duration::from_millis(50),
             reconnect_max: std::time::Duration::from_secs(1),
         };
-        if let Err(e) = antrea_vm_agent::fqdn::controller::spawn(fqdn.clone(), switch.clone(), fqdn_config) {
+        // Its connection announces a controller id of its own, the one the DNS interception
+        // names: DNS packet-ins go to it only, and the others to the flow installer only.
+        let fqdn_switch: Arc<dyn antrea_vm_agent::ovs::openflow::SwitchConnector> = Arc::new(OfConnector {
+            path: config.openflow_socket(),
+            controller_id: antrea_vm_agent::policy::pipeline::FQDN_CONTROLLER_ID,
+        });
+        if let Err(e) = antrea_vm_agent::fqdn::controller::spawn(fqdn.clone(), fqdn_switch, fqdn_config) {
             return Err(format!("cannot start the FQDN controller thread: {e}"));
         }
         let fqdn_handle = fqdn.clone();

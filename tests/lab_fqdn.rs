@@ -520,6 +520,23 @@ fn fresh_names_connect_at_once_every_time_and_other_names_stay_blocked() {
         ) > before
     });
     assert!(metric(&lab, "antrea_agent_fqdn_cache_size") >= n as u64);
+    // The DNS packet-ins went to the FQDN controller's connection only (its own controller id):
+    // the flow installer's connection, which handles Reject and audit packet-ins, got none.
+    assert!(
+        metric(
+            &lab,
+            "antrea_vm_agent_fqdn_dns_responses_total{outcome=\"received\"}"
+        ) > n as u64
+    );
+    let page = scrape(&lab);
+    assert!(
+        page.contains("antrea_vm_agent_packet_ins_total{outcome=\"notNetworkPolicy\"} 0\n"),
+        "DNS packet-ins seen by the flow installer: {}",
+        page.lines()
+            .filter(|l| l.starts_with("antrea_vm_agent_packet_ins_total"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
 
     // `get fqdncache`: antctl's columns, filtered by a name or wildcard.
     let table = get_fqdncache(&lab, &["keep.allowed.test"]);
