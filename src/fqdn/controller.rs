@@ -17,10 +17,13 @@
 //! `requery.rs`); its answers take the same path as the VM's (cache, then one bundle). The
 //! controller never waits for the worker: names go out and answers come back on unbounded
 //! channels, handled like packet-ins. Expired records leave at their expiry (their flows with
-//! them; established connections keep flowing through the `-new+est` flows). The rule placements come from the flow installer
-//! after each commit ([`FqdnHandle::publish_placements`]); on a change the controller reconciles
-//! all its flows. The cache is saved under `stateDir` and loaded at start, expired records
-//! dropped, so cached names keep working across a restart without a new DNS query.
+//! them; established connections keep flowing through the `-new+est` flows). The rule
+//! placements come from the flow installer after each commit
+//! ([`FqdnHandle::publish_placements`]); the installer's bundle already carried the address
+//! flows of new or moved rules (from a snapshot of the cache), and on a change the controller
+//! re-reads its flows from the switch and reconciles them all. The cache is saved under
+//! `stateDir` and loaded at start, expired records dropped, so cached names keep working across
+//! a restart without a new DNS query.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -753,14 +756,19 @@ impl State {
         if !answers.is_empty() {
             // After the resume, off the held path: the names' next re-query, the API's view
             // and the save.
-            let names: BTreeSet<&str> = answers.iter().map(|a| a.name.as_str()).collect();
+            let names: BTreeSet<&str> = answers
+                .iter()
+                .map(|a| a.name.as_str())
+                .filter(|n| self.cache.contains(n))
+                .collect();
             let names: Vec<String> = names.into_iter().map(str::to_owned).collect();
             self.reschedule(names.iter().map(String::as_str));
             self.send_due();
             if committed_at.is_some() {
                 self.changed();
-            } else {
-                // Expiries moved: saved (and shown) with the next save.
+            } else if !names.is_empty() {
+                // Expiries moved: saved (and shown) with the next save. (Answers for names no
+                // rule selects change nothing.)
                 self.dirty_since.get_or_insert_with(Instant::now);
             }
         }
