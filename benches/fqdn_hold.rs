@@ -30,7 +30,6 @@ mod support;
 
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::Path;
-use std::process::{Child, Stdio};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -133,52 +132,12 @@ fn in_netns<T: Send + 'static>(
     })
 }
 
-struct Dnsmasq(Child);
-
-impl Drop for Dnsmasq {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn start_dnsmasq(lab: &Lab, names: usize) -> Dnsmasq {
     let mut conf = String::new();
     for i in 0..names {
         conf.push_str(&format!("host-record=n{i}.allowed.test,{},600\n", addr4(i)));
     }
-    let conf_path = lab.unique_path("dnsmasq", "conf");
-    std::fs::write(&conf_path, conf).expect("write the dnsmasq config");
-    let child = std::process::Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            lab.ext_ns(),
-            "dnsmasq",
-            "--keep-in-foreground",
-            "--no-resolv",
-            "--no-hosts",
-        ])
-        .arg(format!("--conf-file={}", conf_path.display()))
-        .args([
-            "--port=53",
-            &format!("--listen-address={EXT_IP4}"),
-            "--bind-interfaces",
-            "--user=root",
-            "--pid-file=",
-            "--dns-forward-max=1000",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start dnsmasq (apt-get install dnsmasq-base)");
-    wait_until(Duration::from_secs(10), "dnsmasq listening", || {
-        lab.ext("ss -Hlun 'sport = :53' | grep -q 10.99.0.1")
-            .status
-            .success()
-    });
-    Dnsmasq(child)
+    Dnsmasq::start(lab, &conf, 53, false, &["--dns-forward-max=1000"])
 }
 
 fn start_echo(lab: &Lab) {

@@ -299,6 +299,10 @@ pub struct Config {
     pub api_port: u16,
     /// Lower bound applied to DNS TTLs by the FQDN controller, in seconds (default 0).
     pub fqdn_cache_min_ttl: u32,
+    /// `dnsServerOverride`: where the FQDN controller re-queries names before they expire
+    /// (`host:port`, port 53 added when missing); `None` means the VM's `/etc/resolv.conf`.
+    /// Upstream ignores this key on external Nodes; this agent honours it.
+    pub dns_server_override: Option<String>,
     pub disable_tx_checksum_offload: bool,
     /// Packet-in rate limit per category, packets per second (burst and queue are twice this).
     pub packet_in_rate: u32,
@@ -495,6 +499,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "trafficEncapMode",
     "nodePortLocal",
     "fqdnCacheMinTTL",
+    "dnsServerOverride",
     "disableTXChecksumOffload",
     "packetInRate",
     "standalone",
@@ -585,6 +590,7 @@ fn parse(yaml: &str, base: &Path, source: &str) -> Result<Config, ConfigErrors> 
     let npl = p.section(&top, "nodePortLocal", &["enable"]);
     let npl_enable = p.boolean(&npl, "enable", "nodePortLocal").unwrap_or(false);
     let fqdn_min_ttl_raw = p.integer(&top, "fqdnCacheMinTTL", "");
+    let dns_server_override_raw = p.string(&top, "dnsServerOverride", "");
     let disable_tx_checksum_offload = p.boolean(&top, "disableTXChecksumOffload", "").unwrap_or(false);
     let packet_in_rate_raw = p.integer(&top, "packetInRate", "");
 
@@ -676,6 +682,20 @@ fn parse(yaml: &str, base: &Path, source: &str) -> Result<Config, ConfigErrors> 
             Err(_) => {
                 p.problem("fqdnCacheMinTTL", format!("fqdnCacheMinTTL {v} is too large"));
                 0
+            }
+        },
+    };
+
+    let dns_server_override = match dns_server_override_raw.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(v) => match dns_server_host_port(v) {
+            Ok(hp) => Some(hp),
+            Err(why) => {
+                p.problem(
+                    "dnsServerOverride",
+                    format!("dnsServerOverride {v} is invalid: {why}"),
+                );
+                None
             }
         },
     };
@@ -809,6 +829,7 @@ fn parse(yaml: &str, base: &Path, source: &str) -> Result<Config, ConfigErrors> 
         audit_logging,
         api_port,
         fqdn_cache_min_ttl,
+        dns_server_override,
         disable_tx_checksum_offload,
         packet_in_rate,
         standalone,
@@ -817,6 +838,43 @@ fn parse(yaml: &str, base: &Path, source: &str) -> Result<Config, ConfigErrors> 
         agent_api_socket,
         ignored_keys,
     })
+}
+
+/// `dnsServerOverride` as `host:port`: an IP address or host name, with an optional port (53
+/// when missing, as upstream's `AppendPortIfMissing`); IPv6 with a port needs brackets.
+fn dns_server_host_port(v: &str) -> Result<String, String> {
+    if let Ok(ip) = v.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, 53).to_string());
+    }
+    let (host, port) = match v.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') || (h.starts_with('[') && h.ends_with(']')) => (h, Some(p)),
+        Some(_) => return Err("an IPv6 address with a port needs brackets ([addr]:port)".into()),
+        None => (v, None),
+    };
+    let port = match port {
+        None => 53,
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n > 0 => n,
+            _ => return Err(format!("port {p:?} must be a number between 1 and 65535")),
+        },
+    };
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = bare.parse::<std::net::IpAddr>() {
+        if host.starts_with('[') != ip.is_ipv6() {
+            return Err("only an IPv6 address goes between brackets".into());
+        }
+        return Ok(SocketAddr::new(ip, port).to_string());
+    }
+    let name_ok = !bare.is_empty()
+        && bare.len() <= 253
+        && !host.starts_with('[')
+        && bare.split('.').all(|l| {
+            !l.is_empty() && l.len() <= 63 && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        });
+    if !name_ok {
+        return Err("expected an IP address or a host name, with an optional :port".into());
+    }
+    Ok(format!("{bare}:{port}"))
 }
 
 /// A policy bypass rule as written, before Antrea's checks. Scalars are kept as text (Go's yaml
@@ -1593,6 +1651,42 @@ stateDir: /tmp/state
         assert_eq!(parse_ok(&format!("{MINIMAL}apiPort: 1\n")).api_port, 1);
         let p = only_problem(&format!("{MINIMAL}apiPort: abc\n"));
         assert_eq!(p.message, "expected an integer, got string \"abc\"");
+    }
+
+    #[test]
+    fn dns_server_override_is_host_and_port_with_53_by_default() {
+        assert_eq!(parse_ok(MINIMAL).dns_server_override, None);
+        for (given, kept) in [
+            ("10.0.0.10", "10.0.0.10:53"),
+            ("10.0.0.10:5353", "10.0.0.10:5353"),
+            ("fd00::a", "[fd00::a]:53"),
+            ("[fd00::a]:54", "[fd00::a]:54"),
+            ("dns.example.com", "dns.example.com:53"),
+            ("dns.example.com:5300", "dns.example.com:5300"),
+        ] {
+            let c = parse_ok(&format!("{MINIMAL}dnsServerOverride: \"{given}\"\n"));
+            assert_eq!(c.dns_server_override.as_deref(), Some(kept), "{given}");
+        }
+        assert_eq!(
+            parse_ok(&format!("{MINIMAL}dnsServerOverride: \"\"\n")).dns_server_override,
+            None
+        );
+        for bad in [
+            "10.0.0.10:0",
+            "10.0.0.10:99999",
+            "fd00::a:53:x",
+            "bad name:53",
+            "[10.0.0.1]:53",
+            ":53",
+        ] {
+            let p = only_problem(&format!("{MINIMAL}dnsServerOverride: \"{bad}\"\n"));
+            assert_eq!(p.path, "dnsServerOverride", "{bad}");
+            assert!(
+                p.message
+                    .starts_with(&format!("dnsServerOverride {bad} is invalid: ")),
+                "{p:?}"
+            );
+        }
     }
 
     #[test]

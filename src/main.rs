@@ -325,6 +325,12 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
         let fqdn = antrea_vm_agent::fqdn::FqdnHandle::default();
         let fqdn_config = antrea_vm_agent::fqdn::controller::ControllerConfig {
             min_ttl_secs: config.fqdn_cache_min_ttl,
+            // Names are asked again before they expire: at dnsServerOverride when set (upstream
+            // ignores it on VMs), else at the VM's resolver.
+            dns_server: match &config.dns_server_override {
+                Some(host_port) => antrea_vm_agent::fqdn::resolver::ServerSource::Override(host_port.clone()),
+                None => antrea_vm_agent::fqdn::resolver::ServerSource::ResolvConf("/etc/resolv.conf".into()),
+            },
             state_dir: config.state_dir.clone(),
             // A DNS answer paused while no FQDN session is up is lost (OVS has no one to resume
             // it), so this local socket is retried quickly, not with the actors' backoff: at
@@ -332,7 +338,13 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
             reconnect_min: std::time::Duration::from_millis(50),
             reconnect_max: std::time::Duration::from_secs(1),
         };
-        if let Err(e) = antrea_vm_agent::fqdn::controller::spawn(fqdn.clone(), switch.clone(), fqdn_config) {
+        // Its connection announces a controller id of its own, the one the DNS interception
+        // names: DNS packet-ins go to it only, and the others to the flow installer only.
+        let fqdn_switch: Arc<dyn antrea_vm_agent::ovs::openflow::SwitchConnector> = Arc::new(OfConnector {
+            path: config.openflow_socket(),
+            controller_id: antrea_vm_agent::policy::pipeline::FQDN_CONTROLLER_ID,
+        });
+        if let Err(e) = antrea_vm_agent::fqdn::controller::spawn(fqdn.clone(), fqdn_switch, fqdn_config) {
             return Err(format!("cannot start the FQDN controller thread: {e}"));
         }
         let fqdn_handle = fqdn.clone();

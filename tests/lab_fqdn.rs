@@ -13,7 +13,6 @@ mod support;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -41,7 +40,7 @@ tierPriority: 250
 rules:
 - direction: Out
   to: {ipBlocks: [{cidr: 10.99.0.1/32}, {cidr: \"fd00:99::1/128\"}]}
-  services: [{protocol: UDP, port: 53}, {protocol: TCP, port: 53}]
+  services: [{protocol: UDP, port: 53}, {protocol: TCP, port: 53}, {protocol: UDP, port: 5353}]
   action: Allow
   priority: 0
 - direction: Out
@@ -114,27 +113,15 @@ fn in_netns<T: Send + 'static>(
     })
 }
 
-/// dnsmasq in the outside host: names `n<i>.allowed.test` (TTL 60), `short.allowed.test`
-/// (TTL 2), `bad.allowed.test`, `keep.allowed.test` and `blocked.test`, A and AAAA, over UDP and
-/// TCP on port 53 of the outside host's IPv4 address.
-struct Dnsmasq {
-    child: Child,
-}
-
-impl Drop for Dnsmasq {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Indexes of the special names (beyond the race test's).
 const SHORT: usize = 5000;
 const BAD: usize = 5001;
 const BLOCKED: usize = 5002;
 const KEEP: usize = 5003;
 
-fn start_dnsmasq(lab: &Lab, names: usize) -> Dnsmasq {
+/// The records dnsmasq serves: names `n<i>.allowed.test` (TTL 60), `short.allowed.test`
+/// (TTL 2), `bad.allowed.test`, `keep.allowed.test` and `blocked.test`, A and AAAA.
+fn dns_records(names: usize) -> String {
     let mut conf = String::new();
     for i in 0..names {
         conf.push_str(&format!(
@@ -151,37 +138,7 @@ fn start_dnsmasq(lab: &Lab, names: usize) -> Dnsmasq {
     ] {
         conf.push_str(&format!("host-record={name},{},{},{ttl}\n", addr4(i), addr6(i)));
     }
-    let conf_path = lab.unique_path("dnsmasq", "conf");
-    std::fs::write(&conf_path, conf).expect("write the dnsmasq config");
-    let mut c = std::process::Command::new("ip");
-    c.args([
-        "netns",
-        "exec",
-        lab.ext_ns(),
-        "dnsmasq",
-        "--keep-in-foreground",
-        "--no-resolv",
-        "--no-hosts",
-    ])
-    .arg(format!("--conf-file={}", conf_path.display()))
-    .args([
-        "--port=53",
-        &format!("--listen-address={EXT_IP4}"),
-        "--bind-interfaces",
-        "--user=root",
-        "--pid-file=",
-        "--log-facility=-",
-    ])
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
-    let child = c.spawn().expect("start dnsmasq (apt-get install dnsmasq-base)");
-    wait_until(Duration::from_secs(10), "dnsmasq listening", || {
-        lab.ext("ss -Hlun 'sport = :53' | grep -q 10.99.0.1")
-            .status
-            .success()
-    });
-    Dnsmasq { child }
+    conf
 }
 
 /// An echo server on every address of the outside host (10.100.0.0/16 and fd00:100::/64 are
@@ -353,15 +310,27 @@ fn fqdn_flow_count(lab: &Lab, ip: &str) -> usize {
         .count()
 }
 
-/// The lab with eth0 attached, the policies in place, dnsmasq and the echo server running, and
-/// routes to the name addresses through the outside host.
+/// The lab with eth0 attached, the policies in place, dnsmasq (the VM's resolver in its
+/// `/etc/resolv.conf`) and the echo server running, and routes to the name addresses through
+/// the outside host.
 fn fqdn_lab(names: usize) -> (Lab, AgentProcess, Dnsmasq, PathBuf) {
+    fqdn_lab_with(names, false, "")
+}
+
+/// [`fqdn_lab`] with dnsmasq's query log on or off and `extra_config` appended to the agent's
+/// configuration.
+fn fqdn_lab_with(
+    names: usize,
+    log_queries: bool,
+    extra_config: &str,
+) -> (Lab, AgentProcess, Dnsmasq, PathBuf) {
     let lab = Lab::new();
     write_policy(&lab, "00-atg.yaml", APPLIED_TO);
     write_policy(&lab, "10-allow.yaml", ALLOW_POLICY);
+    lab.set_vm_resolv_conf(&format!("nameserver {EXT_IP4}\n"));
     let config = lab.write_config(&format!(
         "standalone:\n  policyDir: {}\nmetricsServer:\n  bindAddress: \"127.0.0.1:{METRICS_PORT}\"\n\
-         agentAPI:\n  socket: {}\n",
+         agentAPI:\n  socket: {}\n{extra_config}",
         policy_dir(&lab).display(),
         api_socket(&lab).display()
     ));
@@ -382,7 +351,7 @@ fn fqdn_lab(names: usize) -> (Lab, AgentProcess, Dnsmasq, PathBuf) {
     lab.vm_ok(&format!(
         "ip route add 10.100.0.0/16 via {EXT_IP4} dev {NIC} && ip -6 route add fd00:100::/64 via {EXT_IP6} dev {NIC}"
     ));
-    let dns = start_dnsmasq(&lab, names);
+    let dns = Dnsmasq::start(&lab, &dns_records(names), 53, log_queries, &[]);
     start_echo(&lab);
     (lab, agent, dns, config)
 }
@@ -456,16 +425,56 @@ fn fresh_names_connect_at_once_every_time_and_other_names_stay_blocked() {
     );
     assert_eq!(fqdn_flow_count(&lab, &addr4(BLOCKED)), 0);
 
-    // A Drop-to-FQDN rule blocks its name only.
-    write_policy(&lab, "20-drop.yaml", DROP_POLICY);
-    wait_until(Duration::from_secs(20), "the drop rule's flows", || {
-        lab.dump_flows()
+    // A Drop-to-FQDN rule added while its name is cached (the allow rule's wildcard selected it)
+    // drops the cached address from the rule's first moment: its address flow comes in the
+    // rule's own bundle. Every dump showing the rule shows that flow, and the first connection
+    // after it appears (no new DNS query) is dropped.
+    let bad_ip = addr4(BAD);
+    assert_eq!(
+        resolve_connect(&lab, "bad.allowed.test", RecordType::A, false),
+        Ok(bad_ip.parse().unwrap()),
+        "allowed by the wildcard before the drop rule"
+    );
+    let rule_flows = |flows: &[String]| {
+        flows
             .iter()
             .filter(|f| f.contains("conj_id=") && !f.contains("priority=64991"))
             .count()
-            >= 6
+    };
+    let before = rule_flows(&lab.dump_flows());
+    let clause_flows = |flows: &[String]| {
+        flows
+            .iter()
+            .filter(|f| f.contains("ct_state=+trk") && f.contains(&format!("nw_dst={bad_ip} ")))
+            .count()
+    };
+    assert_eq!(
+        clause_flows(&lab.dump_flows()),
+        1,
+        "the allow rule's address flow"
+    );
+    write_policy(&lab, "20-drop.yaml", DROP_POLICY);
+    let mut dumps = 0;
+    wait_until(Duration::from_secs(20), "the drop rule's flows", || {
+        let Ok(flows) = lab.try_dump_flows() else {
+            return false;
+        };
+        dumps += 1;
+        if rule_flows(&flows) <= before {
+            return false;
+        }
+        assert_eq!(
+            clause_flows(&flows),
+            2,
+            "the drop rule is in the switch without its cached address: {flows:#?}"
+        );
+        true
     });
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        connect_from_vm(&lab, bad_ip.parse().unwrap()).is_err(),
+        "the first connection to the cached address after the drop rule is dropped"
+    );
+    eprintln!("the drop rule appeared after {dumps} dumps");
     let bad = resolve_connect(&lab, "bad.allowed.test", RecordType::A, false);
     assert!(
         bad.is_err_and(|e| e.contains("connect")),
@@ -511,6 +520,23 @@ fn fresh_names_connect_at_once_every_time_and_other_names_stay_blocked() {
         ) > before
     });
     assert!(metric(&lab, "antrea_agent_fqdn_cache_size") >= n as u64);
+    // The DNS packet-ins went to the FQDN controller's connection only (its own controller id):
+    // the flow installer's connection, which handles Reject and audit packet-ins, got none.
+    assert!(
+        metric(
+            &lab,
+            "antrea_vm_agent_fqdn_dns_responses_total{outcome=\"received\"}"
+        ) > n as u64
+    );
+    let page = scrape(&lab);
+    assert!(
+        page.contains("antrea_vm_agent_packet_ins_total{outcome=\"notNetworkPolicy\"} 0\n"),
+        "DNS packet-ins seen by the flow installer: {}",
+        page.lines()
+            .filter(|l| l.starts_with("antrea_vm_agent_packet_ins_total"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
 
     // `get fqdncache`: antctl's columns, filtered by a name or wildcard.
     let table = get_fqdncache(&lab, &["keep.allowed.test"]);
@@ -567,11 +593,28 @@ fn fresh_names_connect_at_once_every_time_and_other_names_stay_blocked() {
     drop(agent2);
 }
 
+/// Opens a connection to `ip` from the VM every 200 ms for `duration`; the failures.
+fn keep_connecting(lab: &Lab, ip: IpAddr, duration: Duration) -> Vec<String> {
+    in_netns(lab.vm_ns(), move || {
+        let until = std::time::Instant::now() + duration;
+        let mut failures = Vec::new();
+        while std::time::Instant::now() < until {
+            if let Err(e) = connect(ip) {
+                failures.push(e);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        failures
+    })
+    .join()
+    .expect("client thread")
+}
+
 #[test]
-fn expired_names_lose_their_flows_while_established_connections_keep_flowing() {
-    let (lab, _agent, _dns, _config) = fqdn_lab(1);
+fn names_in_use_are_asked_again_before_they_expire_and_leave_once_dns_stops_answering() {
+    let (lab, _agent, dns, _config) = fqdn_lab_with(1, true, "");
     let ip: IpAddr = addr4(SHORT).parse().unwrap();
-    // Resolve (TTL 2 s) and keep the connection open.
+    // Resolve once (TTL 2 s) and keep the connection open.
     let mut conn = in_netns(lab.vm_ns(), move || {
         let ip = resolve(dns4(), "short.allowed.test", RecordType::A, false)?;
         connect(ip)
@@ -580,8 +623,45 @@ fn expired_names_lose_their_flows_while_established_connections_keep_flowing() {
     .expect("client thread")
     .expect("first connection");
     assert_eq!(fqdn_flow_count(&lab, &ip.to_string()), 1);
+
+    // The VM never asks again, yet for four TTLs every new connection gets through: the agent
+    // re-resolves the name (at the VM's resolver, from its resolv.conf) before each expiry.
+    let failures = keep_connecting(&lab, ip, Duration::from_secs(8));
+    assert!(
+        failures.is_empty(),
+        "connections failed across expiries: {failures:?}"
+    );
+    let asked = dns.queries("A", "short.allowed.test");
+    assert!(
+        asked >= 5,
+        "1 query from the VM and at least 4 re-queries, dnsmasq saw {asked}"
+    );
+    assert!(
+        dns.queries("AAAA", "short.allowed.test") >= 4,
+        "AAAA asked again too"
+    );
+    let answered = metric(&lab, "antrea_vm_agent_fqdn_requeries_total{outcome=\"answered\"}");
+    assert!(answered >= 4, "re-queries answered: {answered}");
+    // The agent's own answers come from port 53 through the VM's interface: intercepted and
+    // held like the VM's (two per re-query, A and AAAA), without deadlocking the agent.
+    let received = metric(
+        &lab,
+        "antrea_vm_agent_fqdn_dns_responses_total{outcome=\"received\"}",
+    );
+    assert!(
+        received > answered,
+        "intercepted {received}, re-queries answered {answered}"
+    );
+    assert_eq!(
+        metric(&lab, "antrea_vm_agent_fqdn_requeries_total{outcome=\"failed\"}"),
+        0
+    );
+
+    // DNS stops answering: the re-queries fail, the name expires and its flow goes, while the
+    // established connection keeps flowing (`-new+est`).
+    drop(dns);
     wait_until(
-        Duration::from_secs(10),
+        Duration::from_secs(15),
         "the expired address's flow removed",
         || fqdn_flow_count(&lab, &ip.to_string()) == 0,
     );
@@ -596,4 +676,32 @@ fn expired_names_lose_their_flows_while_established_connections_keep_flowing() {
             "antrea_agent_fqdn_cache_evictions_total{reason=\"expired\"}"
         ) >= 1
     );
+    assert!(metric(&lab, "antrea_vm_agent_fqdn_requeries_total{outcome=\"failed\"}") >= 1);
+}
+
+#[test]
+fn dns_server_override_receives_the_requeries() {
+    // The VM's resolver is dnsmasq on port 53; the override is a second dnsmasq on port 5353
+    // (its answers are not intercepted: they reach the cache from the re-query worker only).
+    let (lab, _agent, vm_dns, _config) =
+        fqdn_lab_with(1, true, &format!("dnsServerOverride: \"{EXT_IP4}:5353\"\n"));
+    let override_dns = Dnsmasq::start(&lab, &dns_records(1), 5353, true, &[]);
+    let ip: IpAddr = addr4(SHORT).parse().unwrap();
+    assert_eq!(
+        resolve_connect(&lab, "short.allowed.test", RecordType::A, false),
+        Ok(ip)
+    );
+    let failures = keep_connecting(&lab, ip, Duration::from_secs(6));
+    assert!(
+        failures.is_empty(),
+        "connections failed across expiries: {failures:?}"
+    );
+    let at_override = override_dns.queries("A", "short.allowed.test");
+    assert!(at_override >= 3, "re-queries at the override: {at_override}");
+    assert_eq!(
+        vm_dns.queries("A", "short.allowed.test"),
+        1,
+        "the VM's resolver saw the VM's query only"
+    );
+    assert_eq!(fqdn_flow_count(&lab, &ip.to_string()), 1);
 }

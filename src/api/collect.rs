@@ -266,6 +266,20 @@ fn render_fqdn(f: &Value, out: &mut String) {
     }
     header(
         out,
+        "antrea_vm_agent_fqdn_requeries_total",
+        "counter",
+        "Names the agent asked its DNS server again before they expired, by outcome: answered (possibly with no address), failed (no server answered; retried while the name is cached).",
+    );
+    for (outcome, key) in [("answered", "requeriesAnswered"), ("failed", "requeryFailures")] {
+        sample(
+            out,
+            "antrea_vm_agent_fqdn_requeries_total",
+            &[("outcome", outcome)],
+            n(key),
+        );
+    }
+    header(
+        out,
         "antrea_vm_agent_fqdn_flow_commit_failures_total",
         "counter",
         "FQDN flow bundles the switch refused (the DNS response was released anyway).",

@@ -89,6 +89,15 @@ impl Change {
     }
 }
 
+/// Where answers come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A DNS response to the VM (intercepted).
+    Vm,
+    /// An answer to the agent's own re-query.
+    Requery,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct FqdnCache {
     names: BTreeMap<String, NameEntry>,
@@ -171,6 +180,23 @@ impl FqdnCache {
         self.names.values().flat_map(|e| e.ips.values().copied()).min()
     }
 
+    /// The expiry of `name`'s earliest record, if it is cached.
+    pub fn earliest_expiry(&self, name: &str) -> Option<u64> {
+        self.names.get(name).and_then(|e| e.ips.values().copied().min())
+    }
+
+    /// Whether `name` is cached.
+    pub fn contains(&self, name: &str) -> bool {
+        self.names.contains_key(name)
+    }
+
+    /// Every cached name with the expiry of its earliest record.
+    pub fn earliest_expiries(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.names
+            .iter()
+            .filter_map(|(n, e)| e.ips.values().copied().min().map(|x| (n.as_str(), x)))
+    }
+
     /// Names whose earliest record expires before `before_ms` (candidates for a re-query).
     pub fn expiring(&self, before_ms: u64) -> Vec<String> {
         self.names
@@ -183,8 +209,25 @@ impl FqdnCache {
     /// Records a response's answers at `now_ms`. `selectors` are every FQDN selector of the
     /// installed rules (normalized); answers for names none of them matches are not kept.
     pub fn record(&mut self, answers: &[Answer], now_ms: u64, selectors: &[String]) -> Change {
+        self.record_as(answers, now_ms, selectors, Source::Vm)
+    }
+
+    /// Like [`FqdnCache::record`], for answers of the given origin. The agent's own re-queries
+    /// only refresh names still cached (a name evicted while its query was in flight stays out,
+    /// as upstream) and do not make them recently used (else the least recently used order would
+    /// become the order of TTLs, and names the VM no longer asks for would never leave first).
+    pub fn record_as(
+        &mut self,
+        answers: &[Answer],
+        now_ms: u64,
+        selectors: &[String],
+        source: Source,
+    ) -> Change {
         let mut change = Change::default();
         for a in answers {
+            if source == Source::Requery && !self.names.contains_key(&a.name) {
+                continue;
+            }
             let wanted: Vec<&String> = selectors.iter().filter(|s| matches(s, &a.name)).collect();
             if wanted.is_empty() {
                 change.unwanted += 1;
@@ -195,10 +238,16 @@ impl FqdnCache {
             if !self.names.contains_key(&a.name) {
                 self.make_room(&a.name, &wanted, &mut change);
             }
-            self.clock += 1;
-            let clock = self.clock;
-            let entry = self.names.entry(a.name.clone()).or_default();
-            entry.used = clock;
+            let entry = match source {
+                Source::Vm => {
+                    self.clock += 1;
+                    let clock = self.clock;
+                    let entry = self.names.entry(a.name.clone()).or_default();
+                    entry.used = clock;
+                    entry
+                }
+                Source::Requery => self.names.entry(a.name.clone()).or_default(),
+            };
             match entry.ips.get_mut(&a.ip) {
                 Some(exp) => *exp = (*exp).max(expiry),
                 None => {
@@ -367,6 +416,37 @@ mod tests {
         );
         assert_eq!(c.len(), 1);
         assert_eq!(c.next_expiry(), Some(61_000));
+    }
+
+    #[test]
+    fn requery_answers_refresh_cached_names_only_and_keep_their_recency() {
+        let mut c = FqdnCache::with_limits(0, 2, 10);
+        let s = sel(&["*.x.test"]);
+        c.record(&[a("old.x.test", "10.0.0.1", 10)], 0, &s);
+        c.record(&[a("new.x.test", "10.0.0.2", 10)], 1, &s);
+        // The re-query of old.x.test gives a new address and a later expiry...
+        let ch = c.record_as(
+            &[a("old.x.test", "10.0.0.3", 10), a("gone.x.test", "10.0.0.4", 10)],
+            5_000,
+            &s,
+            Source::Requery,
+        );
+        assert_eq!(
+            ch.added,
+            vec![("old.x.test".to_string(), "10.0.0.3".parse().unwrap())]
+        );
+        assert!(
+            !c.contains("gone.x.test"),
+            "not cached before: not added by a re-query"
+        );
+        assert_eq!(c.earliest_expiry("old.x.test"), Some(10_000));
+        assert_eq!(c.earliest_expiries().count(), 2);
+        // ...but it is still the least recently used name.
+        let ch = c.record(&[a("third.x.test", "10.0.0.5", 10)], 6_000, &s);
+        assert_eq!(
+            ch.evicted,
+            vec![("old.x.test".to_string(), EvictionReason::CacheFull)]
+        );
     }
 
     #[test]

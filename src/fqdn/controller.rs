@@ -12,11 +12,18 @@
 //!    logged and counted, and the response is still resumed (the flows are retried at the
 //!    next reconcile).
 //!
-//! Expired records leave at their expiry (their flows with them; established connections keep
-//! flowing through the `-new+est` flows). The rule placements come from the flow installer
-//! after each commit ([`FqdnHandle::publish_placements`]); on a change the controller reconciles
-//! all its flows. The cache is saved under `stateDir` and loaded at start, expired records
-//! dropped, so cached names keep working across a restart without a new DNS query.
+//! Names in the cache (every one is selected by a rule) are asked again before their first
+//! record expires, by the re-query worker on a thread of its own (`resolver.rs`, scheduled by
+//! `requery.rs`); its answers take the same path as the VM's (cache, then one bundle). The
+//! controller never waits for the worker: names go out and answers come back on unbounded
+//! channels, handled like packet-ins. Expired records leave at their expiry (their flows with
+//! them; established connections keep flowing through the `-new+est` flows). The rule
+//! placements come from the flow installer after each commit
+//! ([`FqdnHandle::publish_placements`]); the installer's bundle already carried the address
+//! flows of new or moved rules (from a snapshot of the cache), and on a change the controller
+//! re-reads its flows from the switch and reconciles them all. The cache is saved under
+//! `stateDir` and loaded at start, expired records dropped, so cached names keep working across
+//! a restart without a new DNS query.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -26,12 +33,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
-use super::cache::{CacheRecord, Change, EvictionReason, FqdnCache};
+use super::cache::{CacheRecord, Change, EvictionReason, FqdnCache, Source};
 use super::dns::{self, Payload, TcpReassembly};
 use super::flows::{self, Placements};
+use super::requery::Schedule;
+use super::resolver::{self, Outcome, OwnPorts, ServerSource};
 use crate::ovs::openflow::{Event, FlowFilter, PacketIn, Switch, SwitchConnector};
 use crate::policy::compiler::FqdnPlacement;
 use crate::policy::flowset::{self, FlowSet};
@@ -58,6 +67,12 @@ pub struct FqdnStats {
     pub cache_size: AtomicU64,
     pub evictions: [AtomicU64; 4],
     pub session_restarts: AtomicU64,
+    /// Names handed to the re-query worker.
+    pub requeries: AtomicU64,
+    /// Re-queries the server answered (possibly with no address).
+    pub requeries_answered: AtomicU64,
+    /// Re-queries no server answered (retried with a doubling delay while the name is cached).
+    pub requery_failures: AtomicU64,
     /// Recent holds of responses that needed new flows.
     holds: Mutex<std::collections::VecDeque<Hold>>,
     holds_total: AtomicU64,
@@ -79,6 +94,9 @@ pub struct FqdnCounts {
     /// By reason: expired, cache_full, selector_full, unselected.
     pub evictions: std::collections::BTreeMap<String, u64>,
     pub session_restarts: u64,
+    pub requeries: u64,
+    pub requeries_answered: u64,
+    pub requery_failures: u64,
     /// Responses that needed new flows (each one's hold is sampled).
     pub holds_total: u64,
 }
@@ -115,6 +133,9 @@ impl FqdnStats {
                 .map(|(i, r)| (r.as_str().to_owned(), g(&self.evictions[i])))
                 .collect(),
             session_restarts: g(&self.session_restarts),
+            requeries: g(&self.requeries),
+            requeries_answered: g(&self.requeries_answered),
+            requery_failures: g(&self.requery_failures),
             holds_total: g(&self.holds_total),
         }
     }
@@ -206,6 +227,16 @@ impl FqdnHandle {
         self.records.lock().map(|r| Arc::clone(&r)).unwrap_or_default()
     }
 
+    /// A cache built from [`FqdnHandle::records`] (records expired by now dropped): what the
+    /// flow installer compiles into a new rule's bundle. It may miss the answers of the last
+    /// moments (the view follows each resume); the controller adds those when it takes over the
+    /// rule's placement.
+    pub fn cache_snapshot(&self) -> FqdnCache {
+        let mut cache = FqdnCache::new(0);
+        cache.load(self.records().as_ref().clone(), now_ms());
+        cache
+    }
+
     fn set_records(&self, records: Vec<CacheRecord>) {
         self.stats.cache_size.store(
             records.iter().map(|r| &r.name).collect::<BTreeSet<_>>().len() as u64,
@@ -221,6 +252,8 @@ impl FqdnHandle {
 #[derive(Clone)]
 pub struct ControllerConfig {
     pub min_ttl_secs: u32,
+    /// Where names are asked again before they expire.
+    pub dns_server: ServerSource,
     pub state_dir: PathBuf,
     pub reconnect_min: Duration,
     pub reconnect_max: Duration,
@@ -240,6 +273,12 @@ struct State {
     /// The FQDN flows the switch holds (as far as the controller knows).
     installed: FlowSet,
     tcp: TcpReassembly,
+    /// When each cached name is asked again.
+    schedule: Schedule,
+    /// Names to the re-query worker.
+    requests: mpsc::UnboundedSender<String>,
+    /// The re-query worker's local ports (its answers do not make names recently used).
+    own_ports: OwnPorts,
     dirty_since: Option<Instant>,
     /// A bundle failed: what the switch holds is unknown until the next take-over.
     resync: bool,
@@ -254,6 +293,7 @@ pub fn spawn(
     connector: Arc<dyn SwitchConnector>,
     config: ControllerConfig,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let link = spawn_requery(config.dns_server.clone())?;
     std::thread::Builder::new()
         .name("fqdn-controller".into())
         .spawn(move || {
@@ -264,12 +304,37 @@ pub fn spawn(
                     return;
                 }
             };
-            rt.block_on(run(handle, connector, config));
+            rt.block_on(run(handle, connector, config, link));
         })
 }
 
+/// The controller's end of the re-query worker.
+pub struct RequeryLink {
+    pub requests: mpsc::UnboundedSender<String>,
+    pub outcomes: mpsc::UnboundedReceiver<Outcome>,
+    pub own_ports: OwnPorts,
+}
+
+/// Starts the re-query worker on a thread of its own; returns the controller's end.
+pub fn spawn_requery(source: ServerSource) -> std::io::Result<RequeryLink> {
+    let (requests, requests_rx) = mpsc::unbounded_channel();
+    let (outcomes_tx, outcomes) = mpsc::unbounded_channel();
+    let own_ports = OwnPorts::default();
+    resolver::spawn(source, requests_rx, outcomes_tx, own_ports.clone())?;
+    Ok(RequeryLink {
+        requests,
+        outcomes,
+        own_ports,
+    })
+}
+
 /// The controller loop (for tests: run it on any runtime).
-pub async fn run(handle: FqdnHandle, connector: Arc<dyn SwitchConnector>, config: ControllerConfig) {
+pub async fn run(
+    handle: FqdnHandle,
+    connector: Arc<dyn SwitchConnector>,
+    config: ControllerConfig,
+    link: RequeryLink,
+) {
     let mut cache = FqdnCache::new(config.min_ttl_secs);
     let path = config.state_dir.join(CACHE_FILE);
     match load(&path) {
@@ -281,11 +346,20 @@ pub async fn run(handle: FqdnHandle, connector: Arc<dyn SwitchConnector>, config
         Err(e) => warn!("FQDN cache not loaded: {e}"),
     }
     handle.set_records(cache.records());
+    let mut schedule = Schedule::new();
+    let now = now_ms();
+    for (name, expiry) in cache.earliest_expiries() {
+        schedule.expires(name, now, expiry);
+    }
+    let outcomes = Arc::new(tokio::sync::Mutex::new(link.outcomes));
     let state = Arc::new(tokio::sync::Mutex::new(State {
         cache,
         placements: None,
         installed: FlowSet::new(),
         tcp: TcpReassembly::new(),
+        schedule,
+        requests: link.requests,
+        own_ports: link.own_ports,
         dirty_since: None,
         resync: false,
         config: config.clone(),
@@ -303,7 +377,12 @@ pub async fn run(handle: FqdnHandle, connector: Arc<dyn SwitchConnector>, config
             }
         };
         delay = config.reconnect_min;
-        let session = tokio::spawn(session(switch, Arc::clone(&state), handle.clone()));
+        let session = tokio::spawn(session(
+            switch,
+            Arc::clone(&state),
+            Arc::clone(&outcomes),
+            handle.clone(),
+        ));
         match session.await {
             Ok(()) => debug!("FQDN controller: OpenFlow session ended; reconnecting"),
             Err(e) => {
@@ -333,12 +412,18 @@ fn save(path: &Path, records: &[CacheRecord]) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
-async fn session(switch: Arc<dyn Switch>, state: Arc<tokio::sync::Mutex<State>>, handle: FqdnHandle) {
+async fn session(
+    switch: Arc<dyn Switch>,
+    state: Arc<tokio::sync::Mutex<State>>,
+    outcomes: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Outcome>>>,
+    handle: FqdnHandle,
+) {
     let mut sub = switch.subscribe();
     let mut placements_rx = handle.placements.subscribe();
     let mut repairs_rx = handle.repairs.subscribe();
     repairs_rx.mark_unchanged();
     let mut state = state.lock().await;
+    let mut outcomes = outcomes.lock().await;
     // Take over what the switch holds of our flows (an earlier run's, or nothing).
     if !state.take_over(switch.as_ref()).await {
         return;
@@ -361,9 +446,17 @@ async fn session(switch: Arc<dyn Switch>, state: Arc<tokio::sync::Mutex<State>>,
                 let latest = placements_rx.borrow_and_update().clone();
                 if let Some(p) = latest {
                     state.placements = Some(Placements::new(p.as_ref().clone()));
-                    state.reconcile(switch.as_ref()).await;
+                    // The flow installer's bundle carried the address flows of new or moved
+                    // rules from a snapshot of the cache: read what the switch holds, then
+                    // bring it in line with the cache as it is now.
+                    if state.take_over(switch.as_ref()).await {
+                        state.reconcile(switch.as_ref()).await;
+                    } else {
+                        state.resync = true;
+                    }
                 }
             }
+            Some(outcome) = outcomes.recv() => state.requeried(switch.as_ref(), outcome).await,
             changed = repairs_rx.changed() => {
                 if changed.is_err() {
                     return;
@@ -416,6 +509,11 @@ impl State {
         if self.resync {
             wake = wake.min(now + SAVE_DELAY);
         }
+        if self.placements.is_some() {
+            if let Some(due) = self.schedule.next_due() {
+                wake = wake.min(now + Duration::from_millis(due.saturating_sub(now_wall)));
+            }
+        }
         wake
     }
 
@@ -427,18 +525,112 @@ impl State {
         let change = self.cache.expire(now_ms());
         if !change.removed.is_empty() {
             self.handle.stats.count_change(&change);
+            self.forget_evicted(&change);
             let ips: BTreeSet<IpAddr> = change.removed.iter().map(|(_, ip)| *ip).collect();
             debug!(records = change.removed.len(), "FQDN records expired");
             self.apply(switch, ips).await;
             self.changed();
         }
+        self.send_due();
         if self.dirty_since.is_some_and(|t| t.elapsed() >= SAVE_DELAY) {
             self.dirty_since = None;
             let path = self.config.state_dir.join(CACHE_FILE);
-            if let Err(e) = save(&path, &self.cache.records()) {
+            let records = self.cache.records();
+            if let Err(e) = save(&path, &records) {
                 warn!("cannot save the FQDN cache: {e}");
             }
+            self.handle.set_records(records);
         }
+    }
+
+    /// Names that left the cache are not asked again.
+    fn forget_evicted(&mut self, change: &Change) {
+        for (name, _) in &change.evicted {
+            self.schedule.remove(name);
+        }
+    }
+
+    /// (Re)schedules the cached names among `names` from their earliest expiry.
+    fn reschedule<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
+        let now = now_ms();
+        for name in names {
+            if let Some(expiry) = self.cache.earliest_expiry(name) {
+                self.schedule.expires(name, now, expiry);
+            }
+        }
+    }
+
+    /// Hands the names due to the re-query worker (only while rules are known: a name is
+    /// asked again because a rule selects it).
+    fn send_due(&mut self) {
+        if self.placements.is_none() {
+            return;
+        }
+        for name in self.schedule.take_due(now_ms()) {
+            if !self.cache.contains(&name) {
+                self.schedule.remove(&name);
+                continue;
+            }
+            bump(&self.handle.stats.requeries);
+            if self.requests.send(name.clone()).is_err() {
+                // The worker is gone (it only stops with the process): let the name expire.
+                self.schedule.remove(&name);
+            }
+        }
+    }
+
+    /// An answer (or a failure) of the re-query worker: the same path as an intercepted
+    /// answer, without a packet to release.
+    async fn requeried(&mut self, switch: &dyn Switch, outcome: Outcome) {
+        let now = now_ms();
+        match outcome.answers {
+            Ok(answers) => {
+                bump(&self.handle.stats.requeries_answered);
+                let selectors = self
+                    .placements
+                    .as_ref()
+                    .map(|p| p.selectors().to_vec())
+                    .unwrap_or_default();
+                let change = self
+                    .cache
+                    .record_as(&answers, outcome.received_ms, &selectors, Source::Requery);
+                self.handle.stats.count_change(&change);
+                if !change.is_empty() {
+                    let ips: BTreeSet<IpAddr> = change
+                        .added
+                        .iter()
+                        .chain(&change.removed)
+                        .map(|(_, ip)| *ip)
+                        .collect();
+                    self.apply(switch, ips).await;
+                }
+                self.forget_evicted(&change);
+                let expiry = self.cache.earliest_expiry(&outcome.name);
+                self.schedule.done(&outcome.name, true, now, expiry);
+                let aliases: BTreeSet<&str> = answers
+                    .iter()
+                    .map(|a| a.name.as_str())
+                    .filter(|n| *n != outcome.name)
+                    .collect();
+                self.reschedule(aliases);
+                if change.is_empty() {
+                    // Expiries moved: saved (and shown) with the next save, not at every
+                    // re-query (the view is O(cache)).
+                    self.dirty_since.get_or_insert_with(Instant::now);
+                } else {
+                    self.changed();
+                }
+            }
+            Err(e) => {
+                let n = bump(&self.handle.stats.requery_failures);
+                if n.is_power_of_two() {
+                    warn!(count = n, name = %outcome.name, "FQDN re-query failed (retried while the name is cached): {e}");
+                }
+                let expiry = self.cache.earliest_expiry(&outcome.name);
+                self.schedule.done(&outcome.name, false, now, expiry);
+            }
+        }
+        self.send_due();
     }
 
     fn changed(&mut self) {
@@ -479,6 +671,7 @@ impl State {
         let change = self.cache.retain_selected(&selectors);
         if !change.evicted.is_empty() {
             self.handle.stats.count_change(&change);
+            self.forget_evicted(&change);
             self.changed();
         }
         let Some(placements) = &self.placements else {
@@ -515,19 +708,19 @@ impl State {
         let paused_at = Instant::now();
         bump(&self.handle.stats.responses);
         let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.answers_of(&pi)));
-        let answers = match parsed {
+        let (answers, source) = match parsed {
             Ok(Ok(a)) => a,
             Ok(Err(e)) => {
                 let n = bump(&self.handle.stats.malformed);
                 if n.is_power_of_two() {
                     warn!(count = n, "DNS response passed through unparsed: {e}");
                 }
-                Vec::new()
+                (Vec::new(), Source::Vm)
             }
             Err(_) => {
                 bump(&self.handle.stats.malformed);
                 warn!("DNS response parsing panicked (a bug); passed through");
-                Vec::new()
+                (Vec::new(), Source::Vm)
             }
         };
         let mut committed_at = None;
@@ -537,8 +730,9 @@ impl State {
                 .as_ref()
                 .map(|p| p.selectors().to_vec())
                 .unwrap_or_default();
-            let change = self.cache.record(&answers, now_ms(), &selectors);
+            let change = self.cache.record_as(&answers, now_ms(), &selectors, source);
             self.handle.stats.count_change(&change);
+            self.forget_evicted(&change);
             if !change.added.is_empty() || !change.removed.is_empty() {
                 let ips: BTreeSet<IpAddr> = change
                     .added
@@ -558,12 +752,30 @@ impl State {
         }
         if let Some(committed) = committed_at {
             self.handle.stats.record_hold(committed, paused_at.elapsed());
-            // The API's view and the save: after the resume, off the held path.
-            self.changed();
+        }
+        if !answers.is_empty() {
+            // After the resume, off the held path: the names' next re-query, the API's view
+            // and the save.
+            let names: BTreeSet<&str> = answers
+                .iter()
+                .map(|a| a.name.as_str())
+                .filter(|n| self.cache.contains(n))
+                .collect();
+            let names: Vec<String> = names.into_iter().map(str::to_owned).collect();
+            self.reschedule(names.iter().map(String::as_str));
+            self.send_due();
+            if committed_at.is_some() {
+                self.changed();
+            } else if !names.is_empty() {
+                // Expiries moved: saved (and shown) with the next save. (Answers for names no
+                // rule selects change nothing.)
+                self.dirty_since.get_or_insert_with(Instant::now);
+            }
         }
     }
 
-    fn answers_of(&mut self, pi: &PacketIn) -> Result<Vec<dns::Answer>, dns::DnsError> {
+    /// The answers of a packet-in, and whether they answer the VM or the agent's own re-query.
+    fn answers_of(&mut self, pi: &PacketIn) -> Result<(Vec<dns::Answer>, Source), dns::DnsError> {
         if (pi.packet.len() as u32) < pi.total_len {
             return Err(dns::DnsError::Truncated {
                 got: pi.packet.len(),
@@ -571,7 +783,7 @@ impl State {
             });
         }
         match dns::payload(&pi.packet)? {
-            Payload::Udp(bytes) => dns::answers(bytes),
+            Payload::Udp { data, dst_port } => Ok((dns::answers(data)?, self.source_of(dst_port))),
             Payload::Tcp { key, seq, data, end } => {
                 let seg = self.tcp.push(key, seq, data, end);
                 if seg.dropped {
@@ -581,8 +793,16 @@ impl State {
                 for m in seg.messages {
                     all.extend(dns::answers(&m)?);
                 }
-                Ok(all)
+                Ok((all, self.source_of(key.dst_port)))
             }
+        }
+    }
+
+    fn source_of(&self, dst_port: u16) -> Source {
+        if self.own_ports.contains(dst_port) {
+            Source::Requery
+        } else {
+            Source::Vm
         }
     }
 }

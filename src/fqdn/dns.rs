@@ -44,8 +44,8 @@ pub struct FlowKey {
 /// The DNS bytes an intercepted frame carries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Payload<'a> {
-    /// One whole DNS message.
-    Udp(&'a [u8]),
+    /// One whole DNS message, and the port it goes to.
+    Udp { data: &'a [u8], dst_port: u16 },
     /// A TCP segment of a DNS stream (length-prefixed messages, RFC 1035 §4.2.2).
     Tcp {
         key: FlowKey,
@@ -76,7 +76,10 @@ pub fn payload(frame: &[u8]) -> Result<Payload<'_>, DnsError> {
                     format!("length {len} of {} bytes", l4.len()),
                 ));
             }
-            Ok(Payload::Udp(&l4[8..len]))
+            Ok(Payload::Udp {
+                data: &l4[8..len],
+                dst_port: u16::from_be_bytes([l4[2], l4[3]]),
+            })
         }
         proto::TCP => {
             let tcp = TcpSlice::from_slice(l4).map_err(|e| DnsError::Transport("TCP", e.to_string()))?;

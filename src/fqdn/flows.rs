@@ -108,6 +108,37 @@ pub fn desired(placements: &Placements, cache: &FqdnCache) -> FlowSet {
     flowset::flow_set(flows)
 }
 
+/// The FQDN clause flows a rule bundle must carry so that a new or moved rule never exists
+/// without the addresses already cached for its names: for every (table, priority) holding a
+/// placement that is not in `committed` (the placements the switch's rule flows match), every
+/// clause flow of that group under `placements`, from `cache` (a snapshot). Adds only: flows of
+/// groups that lost rules are left to the FQDN controller, which re-reads the switch when the
+/// placements change and removes what no rule wants.
+pub fn flows_for_new_placements(
+    committed: &[FqdnPlacement],
+    placements: &[FqdnPlacement],
+    cache: &FqdnCache,
+) -> Vec<FlowMod> {
+    let old: BTreeSet<&FqdnPlacement> = committed.iter().collect();
+    let groups: BTreeSet<(u8, u16)> = placements
+        .iter()
+        .filter(|p| !old.contains(p))
+        .map(|p| (p.table, p.priority))
+        .collect();
+    if groups.is_empty() || cache.is_empty() {
+        return Vec::new();
+    }
+    let affected: Vec<FqdnPlacement> = placements
+        .iter()
+        .filter(|p| groups.contains(&(p.table, p.priority)))
+        .cloned()
+        .collect();
+    desired(&Placements::new(affected), cache)
+        .into_values()
+        .map(FlowMod::add)
+        .collect()
+}
+
 /// The flow_mods that bring the flows of `ips` (addresses whose names changed) in line with the
 /// cache, applied to `installed` (which is updated as if they were committed; the caller keeps
 /// a copy if it must undo). Costs the rules times the addresses, not the whole cache.
@@ -191,6 +222,44 @@ mod tests {
         let mods = delta_for_ips(&placements, &cache, &ips, &mut installed);
         assert_eq!(mods.len(), 2);
         assert!(installed.is_empty());
+    }
+
+    #[test]
+    fn a_new_or_moved_rule_carries_its_cached_addresses_and_its_group_s() {
+        let allow = placement(5, 100, &["*.a.test"]);
+        let other = placement(6, 90, &["*.b.test"]);
+        let mut cache = FqdnCache::new(0);
+        let selectors = vec!["*.a.test".to_string(), "*.b.test".to_string()];
+        cache.record(
+            &[answer("x.a.test", "10.0.0.1"), answer("y.b.test", "10.0.0.2")],
+            0,
+            &selectors,
+        );
+        let committed = vec![allow.clone(), other.clone()];
+        // Nothing new: nothing to carry.
+        assert!(flows_for_new_placements(&committed, &committed, &cache).is_empty());
+        // A drop rule sharing the allow rule's priority: the shared flow with both conjunctions.
+        let drop = placement(7, 100, &["x.a.test"]);
+        let now = vec![allow.clone(), other.clone(), drop.clone()];
+        let mods = flows_for_new_placements(&committed, &now, &cache);
+        let expected: Vec<FlowMod> = desired(&Placements::new(vec![allow.clone(), drop.clone()]), &cache)
+            .into_values()
+            .map(FlowMod::add)
+            .collect();
+        assert_eq!(mods, expected);
+        assert_eq!(mods.len(), 1);
+        // The other rule moved to a new priority: its flows at the new one.
+        let moved = placement(6, 95, &["*.b.test"]);
+        let mods = flows_for_new_placements(&committed, &[allow.clone(), moved.clone()], &cache);
+        assert_eq!(
+            mods,
+            desired(&Placements::new(vec![moved]), &cache)
+                .into_values()
+                .map(FlowMod::add)
+                .collect::<Vec<_>>()
+        );
+        // At start nothing is committed: every rule's flows.
+        assert_eq!(flows_for_new_placements(&[], &committed, &cache).len(), 2);
     }
 
     #[test]

@@ -8,12 +8,16 @@
 //! | `dns.rs` | DNS responses in packet-in frames: UDP, TCP reassembly, answers and CNAME chains (pure) |
 //! | `cache.rs` | name → addresses with expiry, limits and LRU eviction, save/load (pure) |
 //! | `flows.rs` | the FQDN clause flows and their incremental delta (pure) |
+//! | `requery.rs` | when each cached name is asked again, before it expires (pure) |
+//! | `resolver.rs` | the re-query worker: its own thread, the server from `dnsServerOverride` or `/etc/resolv.conf` |
 //! | `controller.rs` | the runtime: its own thread and OpenFlow connection, pause → commit → resume |
 
 pub mod cache;
 pub mod controller;
 pub mod dns;
 pub mod flows;
+pub mod requery;
+pub mod resolver;
 pub mod selector;
 
 pub use controller::{FqdnCounts, FqdnHandle, FqdnStats, Hold};

@@ -145,6 +145,12 @@ pub const METER_DNS: u32 = 258;
 /// The controller id the agent announces and embeds in `controller(...)` actions. Fixed (upstream
 /// picks a random one per process) so flows are identical across restarts and replace in place.
 pub const CONTROLLER_ID: u16 = 32776;
+/// The controller id of the FQDN controller's own connection, named by the DNS interception's
+/// `controller(...)` action. OVS sends a packet-in to every connection announcing the action's
+/// id: with one id for both connections each would get every packet-in (the flow installer the
+/// paused DNS responses, the FQDN controller the Reject and audit ones), twice the traffic on
+/// the management socket and DNS packet-ins counted by the installer's responder.
+pub const FQDN_CONTROLLER_ID: u16 = 32777;
 
 /// IP families the pipeline handles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -397,7 +403,7 @@ pub fn dns_intercept_flows(opts: PipelineOptions) -> Vec<Flow> {
     let mut flows = vec![action
         .action(Action::Controller(ControllerAction {
             max_len: 0xffff,
-            controller_id: CONTROLLER_ID,
+            controller_id: FQDN_CONTROLLER_ID,
             reason: 0,
             userdata: vec![PACKET_IN_CATEGORY_DNS],
             pause: true,

@@ -183,6 +183,15 @@ impl Lab {
         self.dir.join(format!("{stem}-{n}.{ext}"))
     }
 
+    /// The VM's `/etc/resolv.conf` as the processes started in it see it (the agent included):
+    /// `ip netns exec` bind-mounts `/etc/netns/<vm namespace>/resolv.conf` over it. Removed with
+    /// the lab.
+    pub fn set_vm_resolv_conf(&self, text: &str) {
+        let dir = PathBuf::from("/etc/netns").join(&self.vm_ns);
+        std::fs::create_dir_all(&dir).expect("create /etc/netns/<vm namespace>");
+        std::fs::write(dir.join("resolv.conf"), text).expect("write the VM's resolv.conf");
+    }
+
     // === commands in the namespaces ===
 
     /// Runs `sh -c cmd` in the VM namespace (bounded by 60 s) and returns its output.
@@ -839,6 +848,7 @@ impl Drop for Lab {
                 kill_process(pid, "KILL", Duration::from_secs(1));
             }
         }
+        let _ = std::fs::remove_dir_all(PathBuf::from("/etc/netns").join(&self.vm_ns));
         for ns in [&self.vm_ns, &self.ext_ns] {
             let _ = cmd("ip")
                 .args(["netns", "del", ns])

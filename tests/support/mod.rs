@@ -8,6 +8,7 @@
 #![allow(dead_code, unused_imports)]
 
 mod agent;
+mod dnsmasq;
 pub mod emulator;
 mod lab;
 mod probe;
@@ -15,6 +16,7 @@ mod traffic;
 mod util;
 
 pub use agent::{agent_binary, AgentProcess};
+pub use dnsmasq::Dnsmasq;
 pub use lab::*;
 pub use probe::{ConnProbe, Recovery};
 pub use traffic::{PingFlood, PingResult};

@@ -23,6 +23,7 @@ use serde_json::json;
 use tracing::{debug, error, info, warn};
 
 use super::{common_handlers, Deps, Lifeline, Peers};
+use crate::fqdn;
 use crate::memory;
 use crate::messages::{
     ActorKind, ActorStatus, AttachedInterface, InterfacesChanged, RulesChanged, StatusQuery,
@@ -30,7 +31,7 @@ use crate::messages::{
 use crate::ovs::openflow::{FlowFilter, FlowMod, OfError, Switch};
 use crate::packetin::{self, AuditLog, PacketInContext, PacketInStats};
 use crate::policy::compiler::{
-    same_rules, CompileOptions, Compiler, ConjunctionPublisher, SharedConjunctions, Update,
+    same_rules, CompileOptions, Compiler, ConjunctionPublisher, FqdnPlacement, SharedConjunctions, Update,
 };
 use crate::policy::flowset::{self, FlowSet};
 use crate::policy::pipeline::{self, PipelineOptions, ROUND_MASK};
@@ -117,6 +118,9 @@ pub struct FlowInstaller {
     /// The flows installed besides the NetworkPolicy flows (those are the compiler's, see
     /// [`FlowInstaller::installed_flows`]): init flows, bypass rules, cross-connects.
     installed: FlowSet,
+    /// The FQDN rule placements the switch's rule flows match (committed), to tell which rules
+    /// a bundle adds or moves: those carry the address flows of their cached names.
+    fqdn_committed: Vec<FqdnPlacement>,
     /// The switch's flows may have drifted (what was seen): the next sync takes over and repairs.
     pending_audit: Option<drift::Found>,
     reconnect_delay: Duration,
@@ -154,6 +158,7 @@ impl FlowInstaller {
             rules_changed_at: None,
             realization: Default::default(),
             installed: FlowSet::new(),
+            fqdn_committed: Vec::new(),
             pending_audit: None,
             reconnect_delay,
             connecting: false,
@@ -410,14 +415,26 @@ impl Handler<Sync> for FlowInstaller {
         // flows by the compiler's delta.
         let audit = self.pending_audit.take();
         let take_over_all = first || update.full || self.policy_resync || audit.is_some();
-        let (known_mods, wanted) = if take_over_all {
+        // A rule with FQDN peers that this bundle adds or moves carries the address flows of
+        // the names already cached (a snapshot of the FQDN cache), so it never exists without
+        // them: a Drop-to-FQDN rule drops its cached addresses from its first packet. The FQDN
+        // controller then re-reads the switch and takes over from there.
+        let placements = self.compiler.fqdn_placements();
+        let fqdn_mods = if placements.is_empty() {
+            Vec::new()
+        } else {
+            let committed: &[FqdnPlacement] = if take_over_all { &[] } else { &self.fqdn_committed };
+            fqdn::flows::flows_for_new_placements(committed, &placements, &self.deps.fqdn.cache_snapshot())
+        };
+        let (known_mods, wanted, take_over_extra) = if take_over_all {
             let mut all = desired.clone();
             all.extend(self.compiler.flows(round));
-            (None, all)
+            (None, all, fqdn_mods)
         } else {
             let mut mods = flowset::diff(&self.installed, &desired);
             mods.extend(update.mods);
-            (Some(mods), FlowSet::new())
+            mods.extend(fqdn_mods);
+            (Some(mods), FlowSet::new(), Vec::new())
         };
         // From here until a commit, what the switch holds is not known to match the compiler.
         self.policy_resync = true;
@@ -426,7 +443,8 @@ impl Handler<Sync> for FlowInstaller {
             // A rule change that needs no flow change is realized already.
             self.policy_resync = false;
             self.rules_changed_at = None;
-            self.deps.fqdn.publish_placements(self.compiler.fqdn_placements());
+            self.fqdn_committed = placements.clone();
+            self.deps.fqdn.publish_placements(placements);
             self.notify_realized(view);
             return noop();
         }
@@ -454,7 +472,11 @@ impl Handler<Sync> for FlowInstaller {
             }
             let mods = match known_mods {
                 Some(mods) => mods,
-                None => take_over(switch.as_ref(), wanted, round, previous_round).await,
+                None => {
+                    let mut mods = take_over(switch.as_ref(), wanted, round, previous_round).await;
+                    mods.extend(take_over_extra);
+                    mods
+                }
             };
             let count = mods.len();
             if !mods.is_empty() {
@@ -519,8 +541,9 @@ impl Handler<Sync> for FlowInstaller {
                     if let Some(ms) = realization_ms {
                         stats::observe_realization(&act.deps.metrics, ms);
                     }
-                    // The FQDN controller adds its address flows to the rules as placed now.
-                    act.deps.fqdn.publish_placements(act.compiler.fqdn_placements());
+                    // The FQDN controller takes over the address flows of the rules as placed now.
+                    act.fqdn_committed = placements.clone();
+                    act.deps.fqdn.publish_placements(placements);
                     act.notify_realized(view);
                     act.installed = desired;
                     act.policy_resync = false;

@@ -61,8 +61,12 @@ fn a_and_aaaa_answers_through_a_cname_chain() {
         ],
     );
     let frame = udp_frame(&msg);
-    let Payload::Udp(bytes) = payload(&frame).unwrap() else {
-        panic!("not UDP")
+    let Payload::Udp {
+        data: bytes,
+        dst_port: 40000,
+    } = payload(&frame).unwrap()
+    else {
+        panic!("not UDP to port 40000")
     };
     let got = answers(bytes).unwrap();
     let names: Vec<(&str, String, u32)> = got

@@ -55,6 +55,8 @@ pub const COOKIE_DEFAULT: u64 = 0x1000000000000;
 pub const COOKIE_NP: u64 = 0x1020000000000;
 pub const COOKIE_ENC: u64 = 0x1080000000000;
 pub const CTRL_ID: u16 = 32776;
+/// The FQDN controller's connection (its own id, so DNS packet-ins reach it only).
+pub const FQDN_CTRL_ID: u16 = 32777;
 /// The G4 pair (no such ports on the test bridge, so they print as numbers).
 pub const HOST_PORT: u32 = 20;
 pub const UPLINK_PORT: u32 = 21;
@@ -77,9 +79,13 @@ fn ct(commit: bool, table: u8, zone: u16, exec: Vec<Action>) -> Action {
 }
 
 fn controller(userdata: Vec<u8>, pause: bool) -> Action {
+    controller_to(CTRL_ID, userdata, pause)
+}
+
+fn controller_to(controller_id: u16, userdata: Vec<u8>, pause: bool) -> Action {
     Action::Controller(ControllerAction {
         max_len: 65535,
-        controller_id: CTRL_ID,
+        controller_id,
         reason: 0,
         userdata,
         pause,
@@ -306,7 +312,7 @@ pub fn policy_flows(logging: bool) -> Vec<Flow> {
         Flow::new(T_AP_INGRESS, 64991, Match::new().conj_id(1))
             .cookie(c)
             .action(Action::Meter(258))
-            .action(controller(vec![2], true))
+            .action(controller_to(FQDN_CTRL_ID, vec![2], true))
             .goto(T_INGRESS_METRIC),
     );
     for v6 in [false, true] {
@@ -820,7 +826,7 @@ pub const REFERENCE: &[&str] = &[
     "cookie=0x1080000000000, table=IngressSecurityClassifier, priority=200,ct_state=+new+trk,ip,nw_src=1.1.1.1 actions=goto_table:IngressMetric",
     "cookie=0x1080000000000, table=EgressSecurityClassifier, priority=200,ct_state=+new+trk,icmp,nw_dst=8.8.8.0/24 actions=goto_table:EgressMetric",
     // G7 (meters on) and the derived FQDN destination flow
-    "cookie=0x1020000000000, table=AntreaPolicyIngressRule, priority=64991,conj_id=1 actions=meter:258,controller(id=32776,reason=no_match,userdata=02,max_len=65535),goto_table:IngressMetric",
+    "cookie=0x1020000000000, table=AntreaPolicyIngressRule, priority=64991,conj_id=1 actions=meter:258,controller(id=32777,reason=no_match,userdata=02,max_len=65535),goto_table:IngressMetric",
     "cookie=0x1020000000000, table=AntreaPolicyIngressRule, priority=64991,ct_state=+rpl+trk,udp,tp_src=53 actions=conjunction(1,1/2)",
     "cookie=0x1020000000000, table=AntreaPolicyIngressRule, priority=64991,ct_state=+rpl+trk,tcp,tp_src=53 actions=conjunction(1,1/2)",
     "cookie=0x1020000000000, table=AntreaPolicyIngressRule, priority=64991,reg1=0x14 actions=conjunction(1,2/2)",
