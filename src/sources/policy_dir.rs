@@ -278,7 +278,8 @@ impl DirContent {
     }
 }
 
-fn is_policy_file(name: &str) -> bool {
+/// A policy file name: `*.yaml`, `*.yml` or `*.json`, not hidden.
+pub(crate) fn is_policy_file(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
     !name.starts_with('.')
         && (lower.ends_with(".yaml") || lower.ends_with(".yml") || lower.ends_with(".json"))
@@ -358,7 +359,8 @@ fn parse_documents(path: &Path, text: &str, limits: &InputLimits) -> Result<Vec<
     Ok(out)
 }
 
-fn flatten(doc: Value, out: &mut Vec<Value>) {
+/// Arrays and `...List` objects flattened into their items; empty documents dropped.
+pub(crate) fn flatten(doc: Value, out: &mut Vec<Value>) {
     match doc {
         Value::Null => {}
         Value::Array(items) => items.into_iter().for_each(|i| flatten(i, out)),
