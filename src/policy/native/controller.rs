@@ -235,6 +235,10 @@ pub fn translate(inputs: &Inputs) -> Translation {
         }
     }
     c.entities = inputs.local_entities.iter().chain(inventory.iter()).collect();
+    // Sorted once: a group's members come out in this order, by index.
+    c.entities.sort_by(|a, b| {
+        (a.namespace.as_str(), a.name.as_str()).cmp(&(b.namespace.as_str(), b.name.as_str()))
+    });
     // Every namespace that holds an entity exists, labelled with its name as the apiserver does.
     for e in &c.entities {
         c.namespace_labels.entry(e.namespace.clone()).or_default();
@@ -446,7 +450,11 @@ impl<'a> Controller<'a> {
                         ..Default::default()
                     }
                 } else {
-                    self.peer(namespace, peers, &at)?
+                    self.peer(
+                        namespace,
+                        peers,
+                        &format!("{at}.{}", if direction == "In" { "from" } else { "to" }),
+                    )?
                 };
                 let name = if rule.name.is_empty() {
                     generated_rule_name(prefix, rule)
@@ -571,7 +579,7 @@ impl<'a> Controller<'a> {
         }
         let mut out = cp::NetworkPolicyPeer::default();
         for (i, peer) in peers.iter().enumerate() {
-            let here = format!("{at}.peers[{i}]");
+            let here = format!("{at}[{i}]");
             if let Some(ipb) = &peer.ip_block {
                 out.ip_blocks
                     .push(ip_block(ipb).map_err(|e| format!("{here}.ipBlock: {e}"))?);
@@ -643,47 +651,50 @@ impl<'a> Controller<'a> {
     /// The members of a group: ExternalEntities (with IPs for an AddressGroup, only this
     /// agent's for an AppliedToGroup), sorted.
     fn members(&self, source: &Source, address_group: bool) -> Vec<cp::GroupMember> {
-        let mut selected: BTreeSet<(&str, &str)> = BTreeSet::new();
+        let mut selected: BTreeSet<usize> = BTreeSet::new();
         self.select(source, 1, &mut selected);
-        self.entities
-            .iter()
-            .filter(|e| selected.contains(&(e.namespace.as_str(), e.name.as_str())))
+        selected
+            .into_iter()
+            .filter_map(|i| self.entities.get(i))
             .filter(|e| address_group || e.local)
-            .map(|e| {
-                let member = cp::GroupMember {
-                    external_entity: Some(cp::ObjectReference {
-                        name: e.name.clone(),
-                        namespace: e.namespace.clone(),
-                    }),
-                    ips: if address_group {
-                        e.ips.iter().map(|ip| cp::IpAddress::from_ip(*ip)).collect()
-                    } else {
-                        Vec::new()
-                    },
-                    ports: e.ports.clone(),
-                    ..Default::default()
-                };
-                ((e.namespace.as_str(), e.name.as_str()), member)
+            .map(|e| cp::GroupMember {
+                external_entity: Some(cp::ObjectReference {
+                    name: e.name.clone(),
+                    namespace: e.namespace.clone(),
+                }),
+                ips: if address_group {
+                    e.ips.iter().map(|ip| cp::IpAddress::from_ip(*ip)).collect()
+                } else {
+                    Vec::new()
+                },
+                ports: e.ports.clone(),
+                ..Default::default()
             })
-            .collect::<BTreeMap<_, _>>()
-            .into_values()
             .collect()
     }
 
-    fn select<'s>(&'s self, source: &Source, level: usize, out: &mut BTreeSet<(&'s str, &'s str)>) {
+    /// Adds the indices (in `entities`) of what `source` selects to `out`.
+    fn select(&self, source: &Source, level: usize, out: &mut BTreeSet<usize>) {
         match source {
             Source::Selector { scope, entities } => {
-                for e in &self.entities {
-                    let in_scope = match scope {
-                        Scope::All => true,
-                        Scope::Namespace(ns) => &e.namespace == ns,
-                        Scope::Namespaces(sel) => self
-                            .namespace_labels
-                            .get(&e.namespace)
-                            .is_some_and(|labels| sel.matches(labels)),
-                    };
+                // The namespaces in scope, decided once per group rather than per entity.
+                let namespaces: Option<BTreeSet<&str>> = match scope {
+                    Scope::All => None,
+                    Scope::Namespace(ns) => Some([ns.as_str()].into()),
+                    Scope::Namespaces(sel) => Some(
+                        self.namespace_labels
+                            .iter()
+                            .filter(|(_, labels)| sel.matches(labels))
+                            .map(|(name, _)| name.as_str())
+                            .collect(),
+                    ),
+                };
+                for (i, e) in self.entities.iter().enumerate() {
+                    let in_scope = namespaces
+                        .as_ref()
+                        .is_none_or(|set| set.contains(e.namespace.as_str()));
                     if in_scope && entities.matches(&e.labels) {
-                        out.insert((e.namespace.as_str(), e.name.as_str()));
+                        out.insert(i);
                     }
                 }
             }

@@ -541,6 +541,6 @@ spec: {priority: 1, appliedTo: [{externalEntitySelector: {}}], ingress: [{action
     assert_eq!(t.network_policies[0].metadata.name, "good");
     assert_eq!(
         t.errors,
-        ["test.yaml: ClusterNetworkPolicy bad: spec.ingress[0].peers[0].group: ClusterGroup nosuch does not exist"]
+        ["test.yaml: ClusterNetworkPolicy bad: spec.ingress[0].from[0].group: ClusterGroup nosuch does not exist"]
     );
 }
