@@ -38,12 +38,12 @@ fn entity(i: usize, app: usize) -> Value {
 }
 
 fn policy(i: usize) -> Value {
-    let rule = json!({"action": if i % 3 == 0 { "Drop" } else { "Allow" },
+    let rule = json!({"action": if i.is_multiple_of(3) { "Drop" } else { "Allow" },
                       "ports": [{"protocol": "TCP", "port": 1000 + (i % 1000)}],
                       "from": [{"externalEntitySelector": {"matchLabels": {"app": format!("a{}", i % APPS)}},
                                 "namespaceSelector": {}},
                                {"ipBlock": {"cidr": format!("192.168.{}.0/24", i % 256)}}]});
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "NetworkPolicy",
                "metadata": {"name": format!("annp{i}"), "namespace": "vm-ns"},
                "spec": {"priority": 1 + (i % 100), "appliedTo": [{"externalEntitySelector": {"matchLabels": {"role": "db"}}}],
