@@ -19,13 +19,14 @@ use antrea_vm_agent::api::handlers::ApiState;
 use antrea_vm_agent::api::metrics::AgentMetrics;
 use antrea_vm_agent::api::server::{self as api_server, ServerOptions};
 use antrea_vm_agent::cli::klog::{LogArgs, RotatingFile};
+use antrea_vm_agent::cli::translate::{to_yaml, translate_paths};
 use antrea_vm_agent::cli::{run_get, GetArgs, OutputFormat, Resource};
 use antrea_vm_agent::config::{node_name, Config};
 use antrea_vm_agent::host::netlink::NetlinkHost;
 use antrea_vm_agent::ovs::openflow::conn::OfConnector;
 use antrea_vm_agent::ovs::ovsdb::client::OvsdbClient;
 use antrea_vm_agent::policy::pipeline::CONTROLLER_ID;
-use antrea_vm_agent::policy::state_file::compile_state;
+use antrea_vm_agent::policy::state_file::compile_state_with;
 use antrea_vm_agent::sources;
 
 /// The top of `--help` and of the man page: what the agent does and where its files live.
@@ -85,6 +86,24 @@ enum Command {
         /// `addressGroups` and `appliedToGroups`.
         #[arg(long)]
         state: PathBuf,
+        /// Antrea-native policy files or directories (as `standalone.policyDir` holds), translated
+        /// by the local controller and added to the state's objects.
+        #[arg(long)]
+        policies: Vec<PathBuf>,
+        /// The ExternalNode file whose ExternalEntities (and labels) the policies apply to.
+        #[arg(long)]
+        external_node: Option<PathBuf>,
+    },
+    /// Translate Antrea-native policies (crd.antrea.io NetworkPolicy, ClusterNetworkPolicy, Tier,
+    /// ClusterGroup, Group, ExternalEntity; v1 Namespace) into the controlplane objects the
+    /// local controller produces, printed as YAML. Exit status 1 when any object is refused.
+    Translate {
+        /// Policy files or directories.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// The ExternalNode file whose ExternalEntities the AppliedToGroups hold.
+        #[arg(long)]
+        external_node: Option<PathBuf>,
     },
     /// Restore every interface the agent attached, with no agent running (refused while one
     /// runs): NIC renamed back with its MAC, MTU, addresses and routes; its OVS ports deleted.
@@ -136,7 +155,12 @@ fn main() -> ExitCode {
     match command {
         Command::CheckConfig { config } => check_config(&config),
         Command::Run { config, log } => run(&config, &log),
-        Command::Compile { state } => compile(&state),
+        Command::Compile {
+            state,
+            policies,
+            external_node,
+        } => compile(&state, &policies, external_node.as_deref()),
+        Command::Translate { paths, external_node } => translate(&paths, external_node.as_deref()),
         Command::DetachAll { config } => offline::command(&config),
         Command::GenDocs { out } => gen_docs(&out),
         Command::Get {
@@ -180,7 +204,33 @@ fn gen_docs(out: &Path) -> ExitCode {
     }
 }
 
-fn compile(path: &Path) -> ExitCode {
+fn translate(paths: &[PathBuf], external_node: Option<&Path>) -> ExitCode {
+    let translated = translate_paths(paths, external_node);
+    let errors = translated.all_errors();
+    for e in &errors {
+        eprintln!("error: {e}");
+    }
+    if translated.controlplane_objects > 0 {
+        eprintln!(
+            "note: {} controlplane objects in the input are already in that form and are not printed",
+            translated.controlplane_objects
+        );
+    }
+    match to_yaml(&translated.translation.objects()) {
+        Ok(text) => print!("{text}"),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    if errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn compile(path: &Path, policies: &[PathBuf], external_node: Option<&Path>) -> ExitCode {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) => {
@@ -188,7 +238,19 @@ fn compile(path: &Path) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match compile_state(&text) {
+    let mut extra = Vec::new();
+    if !policies.is_empty() {
+        let translated = translate_paths(policies, external_node);
+        let errors = translated.all_errors();
+        if !errors.is_empty() {
+            for e in &errors {
+                eprintln!("error: {e}");
+            }
+            return ExitCode::FAILURE;
+        }
+        extra = translated.translation.objects();
+    }
+    match compile_state_with(&text, extra) {
         Ok(out) => {
             for w in &out.warnings {
                 eprintln!("warning: {w}");

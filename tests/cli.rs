@@ -201,3 +201,115 @@ fn bad_flags_and_feature_gates_are_named() {
     let out = Command::new(BIN).output().expect("run");
     assert!(String::from_utf8_lossy(&out.stderr).contains("--config is required"));
 }
+
+/// `translate` prints the local controller's controlplane objects for the issue's seed example
+/// and fails naming the file, object and field of a refused policy; `compile --policies` turns
+/// the same input into flows.
+#[test]
+fn translate_and_compile_read_antrea_native_policies() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    write(
+        &policies,
+        "annp.yaml",
+        "apiVersion: crd.antrea.io/v1beta1
+kind: NetworkPolicy
+metadata: {name: annp1, namespace: vm-ns}
+spec:
+  priority: 9000.0
+  appliedTo:
+  - externalEntitySelector: {matchLabels: {role: db}}
+  ingress:
+  - action: Reject
+    ports: [{protocol: TCP, port: 22}]
+    from:
+    - externalEntitySelector: {matchLabels: {role: front}}
+    - ipBlock: {cidr: 172.16.100.5/32}
+",
+    );
+    write(
+        &policies,
+        "inventory.yaml",
+        "apiVersion: crd.antrea.io/v1alpha2
+kind: ExternalEntity
+metadata: {name: front1, namespace: vm-ns, labels: {role: front}}
+spec: {endpoints: [{ip: 172.16.100.4}]}
+",
+    );
+    let node = write(
+        dir.path(),
+        "en.yaml",
+        "apiVersion: crd.antrea.io/v1alpha1
+kind: ExternalNode
+metadata: {name: vm1, namespace: vm-ns, labels: {role: db}}
+spec: {interfaces: [{name: eth0, ips: [10.99.0.2]}]}
+",
+    );
+    let out = Command::new(BIN)
+        .arg("translate")
+        .arg(&policies)
+        .arg("--external-node")
+        .arg(&node)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let docs: Vec<serde_json::Value> = serde_norway::Deserializer::from_str(&stdout)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["AppliedToGroup", "AddressGroup", "NetworkPolicy"]);
+    assert_eq!(docs[0]["groupMembers"][0]["externalEntity"]["name"], "vm1-3e616");
+    assert_eq!(docs[2]["sourceRef"]["name"], "annp1");
+    assert_eq!(docs[2]["rules"][0]["action"], "Reject");
+
+    let state = write(
+        dir.path(),
+        "state.yaml",
+        "interfaces:\n- {name: eth0, ofport: 1, uplinkOfport: 2, ips: [10.99.0.2], \
+         externalEntity: {namespace: vm-ns, name: vm1-3e616}}\n",
+    );
+    let out = Command::new(BIN)
+        .args(["compile", "--state"])
+        .arg(&state)
+        .arg("--policies")
+        .arg(&policies)
+        .arg("--external-node")
+        .arg(&node)
+        .output()
+        .unwrap();
+    let flows = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        flows.contains("ip,nw_src=172.16.100.4 actions=conjunction("),
+        "{flows}"
+    );
+    assert!(
+        flows.contains("ip,nw_src=172.16.100.5 actions=conjunction("),
+        "{flows}"
+    );
+
+    write(
+        &policies,
+        "bad.yaml",
+        "apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: bad}
+spec: {priority: 1, appliedTo: [{externalEntitySelector: {}}], ingress: [{action: Allow, ports: [{port: 9, endPort: 8}]}]}
+",
+    );
+    let out = Command::new(BIN)
+        .arg("translate")
+        .arg(&policies)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("bad.yaml: object 1: ClusterNetworkPolicy bad: spec.ingress[0].ports: `endPort` should be greater than or equal to `port`"),
+        "{stderr}"
+    );
+    // The other policy is still printed.
+    assert!(String::from_utf8_lossy(&out.stdout).contains("name: annp1"));
+}

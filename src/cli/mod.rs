@@ -9,5 +9,6 @@ pub mod docs;
 pub mod get;
 pub mod klog;
 pub mod output;
+pub mod translate;
 
 pub use get::{run_get, GetArgs, GetError, OutputFormat, Resource};

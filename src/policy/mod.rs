@@ -4,6 +4,7 @@
 pub mod compiler;
 pub mod controlplane;
 pub mod flowset;
+pub mod native;
 pub mod pipeline;
 pub mod priority;
 pub mod refuse;

@@ -87,6 +87,12 @@ pub struct CompiledState {
 
 /// Compiles a state document (YAML or JSON text).
 pub fn compile_state(text: &str) -> Result<CompiledState, StateError> {
+    compile_state_with(text, Vec::new())
+}
+
+/// Compiles a state document with `extra` controlplane objects (e.g. the local controller's
+/// translation of Antrea-native policies) added to its own.
+pub fn compile_state_with(text: &str, extra: Vec<ControlplaneObject>) -> Result<CompiledState, StateError> {
     let doc: StateDoc = serde_norway::from_str(text).map_err(|e| StateError {
         problems: vec![format!("state: {e}")],
     })?;
@@ -110,6 +116,16 @@ pub fn compile_state(text: &str) -> Result<CompiledState, StateError> {
             if let Err(e) = loaded {
                 problems.push(format!("{key}[{i}]: {e}"));
             }
+        }
+    }
+    for object in extra {
+        let name = format!("{} {}", object.kind(), object.metadata().name);
+        let loaded = object
+            .validate()
+            .map_err(|e| e.to_string())
+            .and_then(|v| store.apply(v).map_err(|e| e.to_string()));
+        if let Err(e) = loaded {
+            problems.push(format!("translated {name}: {e}"));
         }
     }
     if !problems.is_empty() {

@@ -10,6 +10,7 @@ pub mod file;
 pub mod kube_external_node;
 #[cfg(test)]
 pub(crate) mod mutations;
+pub mod native_policies;
 pub mod policy_dir;
 pub mod select;
 

@@ -26,8 +26,12 @@ use serde_json::Value;
 
 use super::bounded::{parse_values, read_regular_file, FileRead};
 use super::dir_watch::DirWatch;
+use super::native_policies::{
+    native_key, native_raw_key, read_node_text, translate_into, LocalNode, NativeKey,
+};
 use crate::config::InputLimits;
 use crate::policy::controlplane::{ControlplaneObject, Group, Kind, Policy, ValidObject};
+use crate::policy::native::{decode as decode_native, is_native, NativeObject};
 
 /// The safety-net poll period while inotify events arrive (a network filesystem may deliver
 /// none); without inotify the source polls every `interval`.
@@ -76,6 +80,8 @@ pub struct PolicyDirSource {
     pub dir: PathBuf,
     pub interval: Duration,
     pub limits: InputLimits,
+    /// The ExternalNode file, whose ExternalEntities Antrea-native policies apply to.
+    pub external_node_file: Option<PathBuf>,
 }
 
 impl PolicyDirSource {
@@ -84,7 +90,14 @@ impl PolicyDirSource {
             dir: dir.into(),
             interval,
             limits: InputLimits::default(),
+            external_node_file: None,
         }
+    }
+
+    /// The same source, deriving the local ExternalEntities from `path` (read on every pass).
+    pub fn with_external_node_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.external_node_file = Some(path.into());
+        self
     }
 
     /// The same source with other reading limits.
@@ -112,11 +125,12 @@ impl PolicyDirSource {
                     st.watch.wait(interval.max(WATCHED_POLL), interval).await;
                 }
                 st.watch.arm();
-                let content = read_content(&st.source.dir, &st.source.limits).await;
-                let fingerprint = content.fingerprint();
+                let (content, node_text) = read_content(&st.source, &st.source.limits).await;
+                let fingerprint = (content.fingerprint(), node_text.clone());
                 if st.last_fingerprint.as_ref() == Some(&fingerprint) {
                     continue;
                 }
+                st.loader.node.update(node_text, &st.source.limits);
                 let snapshot = build_off_thread(&mut st, content).await;
                 st.last_fingerprint = Some(fingerprint);
                 if !st
@@ -188,7 +202,8 @@ struct StreamState {
     source: PolicyDirSource,
     watch: DirWatch,
     loader: Loader,
-    last_fingerprint: Option<DirFingerprint>,
+    /// The directory's fingerprint and the ExternalNode file's text (small).
+    last_fingerprint: Option<(DirFingerprint, Option<Result<String, String>>)>,
     /// Cheap to keep: the policies in it are shared with the loader.
     last_snapshot: Option<PolicySnapshot>,
     /// The last pass read a large input: the next one hands free memory back too.
@@ -263,7 +278,8 @@ impl DirContent {
     }
 }
 
-fn is_policy_file(name: &str) -> bool {
+/// A policy file name: `*.yaml`, `*.yml` or `*.json`, not hidden.
+pub(crate) fn is_policy_file(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
     !name.starts_with('.')
         && (lower.ends_with(".yaml") || lower.ends_with(".yml") || lower.ends_with(".json"))
@@ -271,12 +287,26 @@ fn is_policy_file(name: &str) -> bool {
 
 /// Reads the directory on the blocking pool, in one task (a task per file would cost more than
 /// reading thousands of small files).
-async fn read_content(dir: &Path, limits: &InputLimits) -> DirContent {
-    let owned = dir.to_path_buf();
-    let max_bytes = limits.max_file_bytes;
-    tokio::task::spawn_blocking(move || read_content_blocking(&owned, max_bytes))
-        .await
-        .unwrap_or_else(|e| DirContent::Unreadable(format!("reading the directory failed: {e}")))
+async fn read_content(
+    source: &PolicyDirSource,
+    limits: &InputLimits,
+) -> (DirContent, Option<Result<String, String>>) {
+    let owned = source.dir.clone();
+    let node_file = source.external_node_file.clone();
+    let limits = limits.clone();
+    tokio::task::spawn_blocking(move || {
+        (
+            read_content_blocking(&owned, limits.max_file_bytes),
+            read_node_text(node_file.as_ref(), &limits),
+        )
+    })
+    .await
+    .unwrap_or_else(|e| {
+        (
+            DirContent::Unreadable(format!("reading the directory failed: {e}")),
+            None,
+        )
+    })
 }
 
 /// Reads every policy file of `dir`: only regular files (symlinks followed), at most
@@ -329,7 +359,8 @@ fn parse_documents(path: &Path, text: &str, limits: &InputLimits) -> Result<Vec<
     Ok(out)
 }
 
-fn flatten(doc: Value, out: &mut Vec<Value>) {
+/// Arrays and `...List` objects flattened into their items; empty documents dropped.
+pub(crate) fn flatten(doc: Value, out: &mut Vec<Value>) {
     match doc {
         Value::Null => {}
         Value::Array(items) => items.into_iter().for_each(|i| flatten(i, out)),
@@ -373,6 +404,8 @@ struct LoadedFile {
     /// The text it was loaded from (`None`: the file could not be read).
     text: Option<TextFingerprint>,
     objects: Vec<ValidObject>,
+    /// Its Antrea-native objects, for the local controller.
+    native: Vec<NativeObject>,
     /// The problems found in it, reported again as long as the text stays the same.
     errors: Vec<String>,
 }
@@ -383,6 +416,8 @@ struct LoadedFile {
 struct Loader {
     files: BTreeMap<PathBuf, LoadedFile>,
     enforced: BTreeMap<ObjectKey, ValidObject>,
+    /// The local ExternalNode's ExternalEntities, for the local controller.
+    node: LocalNode,
 }
 
 impl Loader {
@@ -419,10 +454,12 @@ impl Loader {
                         old
                     } else {
                         let mut file_errors = Vec::new();
-                        let objects = load_file(path, text, old.objects, limits, &mut file_errors);
+                        let (objects, native) =
+                            load_file(path, text, (old.objects, old.native), limits, &mut file_errors);
                         LoadedFile {
                             text: fingerprint,
                             objects,
+                            native,
                             errors: file_errors,
                         }
                     };
@@ -479,6 +516,14 @@ impl Loader {
             enforced.insert(key, object);
         }
         self.enforced = enforced;
+        let natives: Vec<(&Path, &NativeObject)> = self
+            .files
+            .iter()
+            .flat_map(|(path, f)| f.native.iter().map(move |o| (path.as_path(), o)))
+            .collect();
+        if !natives.is_empty() {
+            translate_into(&natives, self.node.entities(), &mut snapshot, &mut errors);
+        }
         snapshot.network_policies.sort_by(|a, b| a.name.cmp(&b.name));
         snapshot.address_groups.sort_by(|a, b| a.name.cmp(&b.name));
         snapshot.applied_to_groups.sort_by(|a, b| a.name.cmp(&b.name));
@@ -505,12 +550,12 @@ impl Loader {
 fn load_file(
     path: &Path,
     text: &Result<FileText, String>,
-    old: Vec<ValidObject>,
+    old: (Vec<ValidObject>, Vec<NativeObject>),
     limits: &InputLimits,
     errors: &mut Vec<String>,
-) -> Vec<ValidObject> {
-    let keep_all = |why: String, errors: &mut Vec<String>, old: Vec<ValidObject>| {
-        let kept = match old.len() {
+) -> (Vec<ValidObject>, Vec<NativeObject>) {
+    let keep_all = |why: String, errors: &mut Vec<String>, old: (Vec<ValidObject>, Vec<NativeObject>)| {
+        let kept = match old.0.len() + old.1.len() {
             0 => String::new(),
             1 => "; keeping the object last loaded from it".to_owned(),
             n => format!("; keeping the {n} objects last loaded from it"),
@@ -528,16 +573,43 @@ fn load_file(
     };
     // A file emptied (truncated, half-saved, a failed copy) never means "no policies": only
     // deleting it, or removing some objects from a file that still holds others, removes them.
-    if docs.is_empty() && !old.is_empty() {
+    if docs.is_empty() && !(old.0.is_empty() && old.1.is_empty()) {
         return keep_all(
             "holds no objects (delete the file to remove its objects)".to_string(),
             errors,
             old,
         );
     }
+    let (old, old_native) = old;
     let mut out = Vec::with_capacity(docs.len());
+    let mut native_out = Vec::new();
     let mut unreported = 0usize;
     for (i, doc) in docs.into_iter().enumerate() {
+        if is_native(&doc) {
+            let key = native_raw_key(&doc);
+            match decode_native(doc) {
+                Ok(object) => native_out.push(object),
+                Err(msg) => {
+                    let previous = key.and_then(|k| old_native.iter().find(|o| native_key(o) == k));
+                    let kept = if previous.is_some() {
+                        "; keeping its last valid version"
+                    } else {
+                        ""
+                    };
+                    if errors.len() < MAX_OBJECT_ERRORS_PER_FILE {
+                        errors.push(format!(
+                            "policy file {}: object {}: {msg}{kept}",
+                            path.display(),
+                            i + 1
+                        ));
+                    } else {
+                        unreported += 1;
+                    }
+                    native_out.extend(previous.cloned());
+                }
+            }
+            continue;
+        }
         let key = raw_key(&doc);
         let loaded = ControlplaneObject::from_value(doc)
             .map_err(|e| e.to_string())
@@ -614,8 +686,22 @@ fn load_file(
             ));
             out.extend(missing);
         }
+        let present: std::collections::BTreeSet<NativeKey> = native_out.iter().map(native_key).collect();
+        let missing: Vec<NativeObject> = old_native
+            .into_iter()
+            .filter(|o| !present.contains(&native_key(o)))
+            .collect();
+        if !missing.is_empty() {
+            let names: Vec<String> = missing.iter().map(NativeObject::describe).collect();
+            errors.push(format!(
+                "policy file {}: keeping {} as last loaded until the file loads without errors",
+                path.display(),
+                names.join(", ")
+            ));
+            native_out.extend(missing);
+        }
     }
-    out
+    (out, native_out)
 }
 
 #[cfg(test)]
@@ -967,6 +1053,82 @@ groupMembers: [{externalEntity: {name: vm1, namespace: vm-ns}}]
             s.errors,
             ["policy directory /p does not exist: no policies loaded"]
         );
+    }
+
+    const ANNP: &str = "\
+apiVersion: crd.antrea.io/v1beta1
+kind: NetworkPolicy
+metadata: {name: annp1, namespace: vm-ns, uid: annp1-uid}
+spec:
+  priority: 9000.0
+  appliedTo:
+  - externalEntitySelector: {matchLabels: {role: db}}
+  ingress:
+  - action: Reject
+    ports: [{protocol: TCP, port: 22}]
+    from:
+    - externalEntitySelector: {matchLabels: {role: front}}
+    - ipBlock: {cidr: 172.16.100.5/32}
+";
+    const FRONT: &str = "\
+apiVersion: crd.antrea.io/v1alpha2
+kind: ExternalEntity
+metadata: {name: front1, namespace: vm-ns, labels: {role: front}}
+spec: {endpoints: [{ip: 172.16.100.4}]}
+";
+
+    #[test]
+    fn antrea_native_objects_are_translated_next_to_controlplane_ones() {
+        let mut l = Loader::default();
+        l.node.update(
+            Some(Ok("apiVersion: crd.antrea.io/v1alpha1\nkind: ExternalNode\n\
+                     metadata: {name: vm1, namespace: vm-ns, labels: {role: db}}\n\
+                     spec: {interfaces: [{name: eth0, ips: [10.99.0.2]}]}\n"
+                .into())),
+            &InputLimits::default(),
+        );
+        let s = build(
+            &mut l,
+            &[("a.yaml", NP), ("annp.yaml", ANNP), ("inventory.yaml", FRONT)],
+        );
+        assert_eq!(s.errors, Vec::<String>::new());
+        let (policies, ags, atgs) = names(&s);
+        assert_eq!(policies, vec!["annp1-uid", "web"]);
+        assert_eq!(ags.len(), 1);
+        assert_eq!(atgs.len(), 1);
+        let atg = &s.applied_to_groups[0];
+        let member = atg.members.values().next().unwrap();
+        assert_eq!(
+            member.entity,
+            crate::policy::controlplane::MemberRef::ExternalEntity {
+                namespace: "vm-ns".into(),
+                name: crate::k8s::external_node::external_entity_name("vm1", "eth0"),
+            }
+        );
+
+        // A broken edit keeps the last valid version, naming the field; a label change in the
+        // inventory takes the host out of the group.
+        let broken = ANNP.replace("action: Reject", "action: Deny");
+        let moved = FRONT.replace("role: front", "role: other");
+        let s = build(
+            &mut l,
+            &[("a.yaml", NP), ("annp.yaml", &broken), ("inventory.yaml", &moved)],
+        );
+        assert_eq!(s.errors.len(), 1, "{:#?}", s.errors);
+        assert!(
+            s.errors[0].starts_with(
+                "policy file /p/annp.yaml: object 1: NetworkPolicy vm-ns/annp1: spec.ingress[0].action: \
+                 Unsupported value: \"Deny\""
+            ) && s.errors[0].ends_with("; keeping its last valid version"),
+            "{}",
+            s.errors[0]
+        );
+        assert_eq!(s.network_policies.len(), 2);
+        assert!(s.address_groups[0].members.is_empty());
+
+        // Deleting the file deletes the policy.
+        let s = build(&mut l, &[("a.yaml", NP), ("inventory.yaml", &moved)]);
+        assert_eq!(names(&s).0, vec!["web"]);
     }
 
     #[test]

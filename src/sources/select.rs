@@ -40,7 +40,9 @@ pub fn select(config: &Config, node_name: &str) -> Result<Selected, String> {
             ),
             policies: standalone.policy_dir.clone().map(|dir| {
                 Arc::new(
-                    PolicyDirSource::new(dir, STANDALONE_POLL).with_limits(standalone.input_limits.clone()),
+                    PolicyDirSource::new(dir, STANDALONE_POLL)
+                        .with_limits(standalone.input_limits.clone())
+                        .with_external_node_file(&standalone.external_node_file),
                 ) as Arc<dyn PolicySource>
             }),
             cluster: None,

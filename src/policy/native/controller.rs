@@ -1,0 +1,848 @@
+//! The local controller: Antrea-native policies, groups, tiers and the ExternalEntity inventory
+//! in, controlplane NetworkPolicy/AddressGroup/AppliedToGroup out, with antrea-controller's
+//! semantics (read from its `pkg/controller/networkpolicy`): default tiers and their
+//! priorities, per-rule appliedTo, rule priorities by position, generated rule names, match-all
+//! peers for empty `from`/`to`, groups named by the UUID of their normalized selector (or by the
+//! ClusterGroup/Group key), and ClusterGroup/Group ipBlocks folded into the rule's peer.
+//!
+//! Pure: no I/O. Every group is resolved once per translation, however many policies use it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use super::objects::{check_ip_block, NativeKind, NativeObject};
+use super::selector::Selector;
+use super::types::{AppliedTo, IpBlock, LabelSelector, Meta, Peer, PolicySpec, Rule};
+use crate::k8s::external_node::{external_entity_name, ExternalNodeObject};
+use crate::policy::controlplane::types as cp;
+
+/// antrea-controller's namespace for the UUIDs it derives from names.
+const UUID_NAMESPACE: [u8; 16] = [
+    0xe4, 0xf2, 0x4a, 0x48, 0xca, 0x1f, 0x4d, 0x5b, 0x81, 0x9c, 0xea, 0x76, 0x32, 0xb2, 0x21, 0x15,
+];
+
+/// The tiers that always exist, with their priorities.
+pub const DEFAULT_TIERS: [(&str, i32); 6] = [
+    ("emergency", 50),
+    ("securityops", 100),
+    ("networkops", 150),
+    ("platform", 200),
+    ("application", 250),
+    ("baseline", 253),
+];
+
+/// The tier of a policy that names none.
+const DEFAULT_TIER_PRIORITY: i32 = 250;
+
+/// Antrea's limit on the number of tiers.
+const MAX_TIERS: usize = 20;
+
+/// `uuid.NewV5(namespace, name)`.
+pub fn uuid_v5(name: &str) -> String {
+    let mut hasher = sha1_smol::Sha1::new();
+    hasher.update(&UUID_NAMESPACE);
+    hasher.update(name.as_bytes());
+    let digest = hasher.digest().bytes();
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&digest[..16]);
+    b[6] = (b[6] & 0x0f) | 0x50;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+/// The name antrea-controller's mutating webhook gives an unnamed rule:
+/// `<ingress|egress>-<action>-<first 7 hex digits of sha1(the rule's JSON)>`.
+pub fn generated_rule_name(direction: &str, rule: &Rule) -> String {
+    let json = serde_json::to_vec(rule).unwrap_or_default();
+    let digest = sha1_smol::Sha1::from(&json).digest().to_string();
+    let action = rule.action.as_deref().unwrap_or("allow").to_ascii_lowercase();
+    format!("{direction}-{action}-{}", &digest[..7])
+}
+
+/// An ExternalEntity: from the inventory, or derived from the local ExternalNode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entity {
+    pub namespace: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub ips: Vec<IpAddr>,
+    pub ports: Vec<cp::NamedPort>,
+    /// Derived from this agent's ExternalNode: the only members an AppliedToGroup carries (the
+    /// controller sends an agent only its own members).
+    pub local: bool,
+}
+
+/// The ExternalEntities antrea-controller derives from an ExternalNode: one per interface,
+/// named by [`external_entity_name`], in the ExternalNode's namespace, with its labels and the
+/// interface's IPs.
+pub fn local_entities(node: &ExternalNodeObject) -> Vec<Entity> {
+    let Some(spec) = &node.spec else {
+        return Vec::new();
+    };
+    spec.interfaces
+        .iter()
+        .map(|iface| Entity {
+            namespace: node.metadata.namespace.clone(),
+            name: external_entity_name(&node.metadata.name, &iface.name),
+            labels: node.metadata.labels.clone(),
+            ips: iface.ips.iter().filter_map(|ip| ip.parse().ok()).collect(),
+            ports: Vec::new(),
+            local: true,
+        })
+        .collect()
+}
+
+/// Everything the local controller reads; `origin` of each object (e.g. its file) names it in
+/// errors.
+#[derive(Clone, Debug, Default)]
+pub struct Inputs {
+    pub objects: Vec<(String, NativeObject)>,
+    pub local_entities: Vec<Entity>,
+}
+
+/// The controlplane objects, sorted by name, and one line per problem.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Translation {
+    pub network_policies: Vec<cp::NetworkPolicy>,
+    pub address_groups: Vec<cp::AddressGroup>,
+    pub applied_to_groups: Vec<cp::AppliedToGroup>,
+    pub errors: Vec<String>,
+}
+
+impl Translation {
+    /// Every object, as antrea-controller would send them.
+    pub fn objects(&self) -> Vec<cp::ControlplaneObject> {
+        let mut out: Vec<cp::ControlplaneObject> = Vec::new();
+        out.extend(
+            self.applied_to_groups
+                .iter()
+                .cloned()
+                .map(cp::ControlplaneObject::AppliedToGroup),
+        );
+        out.extend(
+            self.address_groups
+                .iter()
+                .cloned()
+                .map(cp::ControlplaneObject::AddressGroup),
+        );
+        out.extend(
+            self.network_policies
+                .iter()
+                .cloned()
+                .map(|p| cp::ControlplaneObject::NetworkPolicy(Box::new(p))),
+        );
+        out
+    }
+}
+
+/// Where a selector looks for ExternalEntities.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Scope {
+    All,
+    Namespace(String),
+    Namespaces(Selector),
+}
+
+/// What a group's members come from.
+#[derive(Clone, Debug)]
+enum Source {
+    /// `externalEntitySelector` within a scope.
+    Selector { scope: Scope, entities: Selector },
+    /// A ClusterGroup (`namespace` empty) or Group, by key.
+    Named { namespace: String, name: String },
+}
+
+/// A ClusterGroup or Group, checked against the others.
+struct GroupDef<'a> {
+    origin: &'a str,
+    meta: &'a Meta,
+    kind: NativeKind,
+    spec: &'a super::types::GroupSpec,
+}
+
+struct Controller<'a> {
+    entities: Vec<&'a Entity>,
+    namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
+    tiers: BTreeMap<String, i32>,
+    /// Keyed like antrea-controller: `name` for a ClusterGroup, `namespace/name` for a Group.
+    groups: BTreeMap<String, GroupDef<'a>>,
+    /// The groups the policies use, by controlplane name.
+    address_groups: BTreeMap<String, Source>,
+    applied_to_groups: BTreeMap<String, Source>,
+    errors: Vec<String>,
+}
+
+/// Translates `inputs`. An object that cannot be translated is left out with an error naming
+/// it; the others are translated.
+pub fn translate(inputs: &Inputs) -> Translation {
+    let mut c = Controller {
+        entities: Vec::new(),
+        namespace_labels: BTreeMap::new(),
+        tiers: DEFAULT_TIERS.iter().map(|(n, p)| (n.to_string(), *p)).collect(),
+        groups: BTreeMap::new(),
+        address_groups: BTreeMap::new(),
+        applied_to_groups: BTreeMap::new(),
+        errors: Vec::new(),
+    };
+    let local: BTreeSet<(&str, &str)> = inputs
+        .local_entities
+        .iter()
+        .map(|e| (e.namespace.as_str(), e.name.as_str()))
+        .collect();
+    let mut inventory: Vec<Entity> = Vec::new();
+    for (origin, object) in &inputs.objects {
+        match object {
+            NativeObject::ExternalEntity { meta, spec, ips } => {
+                if local.contains(&(meta.namespace.as_str(), meta.name.as_str())) {
+                    c.errors.push(format!(
+                        "{origin}: {}: has the name of an ExternalEntity of this agent's ExternalNode; \
+                         the one derived from the ExternalNode is used",
+                        object.describe()
+                    ));
+                    continue;
+                }
+                inventory.push(Entity {
+                    namespace: meta.namespace.clone(),
+                    name: meta.name.clone(),
+                    labels: meta.labels.clone(),
+                    ips: ips.clone(),
+                    ports: spec
+                        .ports
+                        .iter()
+                        .map(|p| cp::NamedPort {
+                            port: p.port,
+                            name: p.name.clone(),
+                            protocol: p.protocol.clone(),
+                        })
+                        .collect(),
+                    local: false,
+                });
+            }
+            NativeObject::Namespace { meta } => {
+                c.namespace_labels.insert(meta.name.clone(), meta.labels.clone());
+            }
+            _ => {}
+        }
+    }
+    c.entities = inputs.local_entities.iter().chain(inventory.iter()).collect();
+    // Sorted once: a group's members come out in this order, by index.
+    c.entities.sort_by(|a, b| {
+        (a.namespace.as_str(), a.name.as_str()).cmp(&(b.namespace.as_str(), b.name.as_str()))
+    });
+    // Every namespace that holds an entity exists, labelled with its name as the apiserver does.
+    for e in &c.entities {
+        c.namespace_labels.entry(e.namespace.clone()).or_default();
+    }
+    for (name, labels) in c.namespace_labels.iter_mut() {
+        labels.insert("kubernetes.io/metadata.name".into(), name.clone());
+    }
+    c.read_tiers(inputs);
+    c.read_groups(inputs);
+
+    let mut policies = Vec::new();
+    for (origin, object) in &inputs.objects {
+        if let NativeObject::Policy { kind, meta, spec } = object {
+            match c.policy(*kind, meta, spec) {
+                Ok(p) => policies.push(p),
+                Err(e) => c.errors.push(format!("{origin}: {}: {e}", object.describe())),
+            }
+        }
+    }
+    policies.sort_by(|a: &cp::NetworkPolicy, b| a.metadata.name.cmp(&b.metadata.name));
+    let address_groups = c
+        .address_groups
+        .iter()
+        .map(|(name, source)| cp::AddressGroup {
+            metadata: cp::ObjectMeta {
+                name: name.clone(),
+                ..Default::default()
+            },
+            group_members: c.members(source, true),
+            ..Default::default()
+        })
+        .collect();
+    let applied_to_groups = c
+        .applied_to_groups
+        .iter()
+        .map(|(name, source)| cp::AppliedToGroup {
+            metadata: cp::ObjectMeta {
+                name: name.clone(),
+                ..Default::default()
+            },
+            group_members: c.members(source, false),
+            ..Default::default()
+        })
+        .collect();
+    Translation {
+        network_policies: policies,
+        address_groups,
+        applied_to_groups,
+        errors: c.errors,
+    }
+}
+
+impl<'a> Controller<'a> {
+    fn read_tiers(&mut self, inputs: &'a Inputs) {
+        let mut by_priority: BTreeMap<i32, Vec<(&str, &str)>> = BTreeMap::new();
+        for (name, priority) in DEFAULT_TIERS {
+            by_priority.entry(priority).or_default().push(("", name));
+        }
+        for (origin, object) in &inputs.objects {
+            if let NativeObject::Tier { meta, spec } = object {
+                if DEFAULT_TIERS.iter().any(|(n, _)| *n == meta.name) {
+                    // A default tier's own object (as `kubectl get tier -o yaml` prints it) is
+                    // accepted when it says what the tier is.
+                    if self.tiers.get(&meta.name) != Some(&spec.priority) {
+                        self.errors.push(format!(
+                            "{origin}: Tier {}: spec.priority: the default tier {} has priority {}, \
+                             which cannot change",
+                            meta.name,
+                            meta.name,
+                            self.tiers.get(&meta.name).copied().unwrap_or_default()
+                        ));
+                    }
+                    continue;
+                }
+                by_priority
+                    .entry(spec.priority)
+                    .or_default()
+                    .push((origin, &meta.name));
+            }
+        }
+        let mut user_tiers = 0usize;
+        for (priority, tiers) in by_priority {
+            let default_here = tiers.iter().any(|(o, _)| o.is_empty());
+            for (origin, name) in &tiers {
+                if origin.is_empty() {
+                    continue;
+                }
+                if default_here || tiers.len() > 1 {
+                    self.errors.push(format!(
+                        "{origin}: Tier {name}: spec.priority: tier {name} priority {priority} overlaps \
+                         with existing Tier; policies in it are not translated"
+                    ));
+                    continue;
+                }
+                user_tiers += 1;
+                if user_tiers + DEFAULT_TIERS.len() > MAX_TIERS {
+                    self.errors.push(format!(
+                        "{origin}: Tier {name}: maximum number of Tiers supported: {MAX_TIERS}"
+                    ));
+                    continue;
+                }
+                self.tiers.insert(name.to_string(), priority);
+            }
+        }
+    }
+
+    fn read_groups(&mut self, inputs: &'a Inputs) {
+        for (origin, object) in &inputs.objects {
+            if let NativeObject::Group { kind, meta, spec } = object {
+                let key = group_key(&meta.namespace, &meta.name);
+                self.groups.insert(
+                    key,
+                    GroupDef {
+                        origin,
+                        meta,
+                        kind: *kind,
+                        spec,
+                    },
+                );
+            }
+        }
+        // The webhook's checks between groups: a child must not have children itself.
+        let mut problems = Vec::new();
+        for group in self.groups.values() {
+            for child in &group.spec.child_groups {
+                let child_key = group_key(&group.meta.namespace, child);
+                if let Some(c) = self.groups.get(&child_key) {
+                    if !c.spec.child_groups.is_empty() {
+                        let what = if group.kind == NativeKind::ClusterGroup {
+                            format!("cannot set ClusterGroup {child} as childGroup, who has {} childGroups itself", c.spec.child_groups.len())
+                        } else {
+                            format!(
+                                "cannot set Group {}/{child} as childGroup, who has {} childGroups itself",
+                                group.meta.namespace,
+                                c.spec.child_groups.len()
+                            )
+                        };
+                        problems.push(format!(
+                            "{}: {} {}: spec.childGroups: {what}; that child contributes no members",
+                            group.origin,
+                            group.kind,
+                            group_key(&group.meta.namespace, &group.meta.name)
+                        ));
+                    }
+                }
+            }
+        }
+        self.errors.extend(problems);
+    }
+
+    fn tier_priority(&self, tier: &str) -> Result<i32, String> {
+        if tier.is_empty() {
+            return Ok(DEFAULT_TIER_PRIORITY);
+        }
+        // Antrea lowercases the names of the static tiers of old releases.
+        let lower = tier.to_ascii_lowercase();
+        let name = if DEFAULT_TIERS.iter().any(|(n, _)| *n == lower) {
+            lower.as_str()
+        } else {
+            tier
+        };
+        self.tiers
+            .get(name)
+            .copied()
+            .ok_or_else(|| format!("spec.tier: tier {tier} does not exist"))
+    }
+
+    fn policy(
+        &mut self,
+        kind: NativeKind,
+        meta: &Meta,
+        spec: &PolicySpec,
+    ) -> Result<cp::NetworkPolicy, String> {
+        let tier_priority = self.tier_priority(&spec.tier)?;
+        let cluster = kind == NativeKind::ClusterNetworkPolicy;
+        // Selectors without a namespaceSelector look in the policy's namespace (none for an ACNP:
+        // every namespace).
+        let namespace = if cluster { "" } else { meta.namespace.as_str() };
+        let uid = if meta.uid.is_empty() {
+            uuid_v5(&format!("{kind}/{}/{}", meta.namespace, meta.name))
+        } else {
+            meta.uid.clone()
+        };
+        let applied_to_per_rule = spec.applied_to.is_empty();
+        let mut all_atgs = BTreeSet::new();
+        let spec_atgs = self.applied_to(namespace, &spec.applied_to, "spec.appliedTo")?;
+        all_atgs.extend(spec_atgs.iter().cloned());
+        let mut rules = Vec::new();
+        for (direction, list, prefix) in [("In", &spec.ingress, "ingress"), ("Out", &spec.egress, "egress")] {
+            for (idx, rule) in list.iter().enumerate() {
+                let at = format!("spec.{prefix}[{idx}]");
+                let atgs = self.applied_to(namespace, &rule.applied_to, &format!("{at}.appliedTo"))?;
+                all_atgs.extend(atgs.iter().cloned());
+                let peers = if direction == "In" { &rule.from } else { &rule.to };
+                let peer = if !rule.to_services.is_empty() {
+                    cp::NetworkPolicyPeer {
+                        to_services: rule
+                            .to_services
+                            .iter()
+                            .map(|s| cp::ServiceReference {
+                                name: s.name.clone(),
+                                namespace: if s.namespace.is_empty() {
+                                    meta.namespace.clone()
+                                } else {
+                                    s.namespace.clone()
+                                },
+                            })
+                            .collect(),
+                        ..Default::default()
+                    }
+                } else {
+                    self.peer(
+                        namespace,
+                        peers,
+                        &format!("{at}.{}", if direction == "In" { "from" } else { "to" }),
+                    )?
+                };
+                let name = if rule.name.is_empty() {
+                    generated_rule_name(prefix, rule)
+                } else {
+                    rule.name.clone()
+                };
+                let mut out = cp::NetworkPolicyRule {
+                    direction: direction.into(),
+                    services: services(rule),
+                    priority: idx as i32,
+                    action: rule.action.clone(),
+                    enable_logging: rule.enable_logging,
+                    applied_to_groups: atgs,
+                    name,
+                    l7_protocols: rule
+                        .l7_protocols
+                        .iter()
+                        .map(|l| cp::L7Protocol {
+                            http: l.http.as_ref().map(|h| cp::HttpProtocol {
+                                host: h.host.clone(),
+                                method: h.method.clone(),
+                                path: h.path.clone(),
+                            }),
+                            tls: l.tls.as_ref().map(|t| cp::TlsProtocol { sni: t.sni.clone() }),
+                        })
+                        .collect(),
+                    log_label: rule.log_label.clone(),
+                    ..Default::default()
+                };
+                if direction == "In" {
+                    out.from = peer;
+                } else {
+                    out.to = peer;
+                }
+                rules.push(out);
+            }
+        }
+        Ok(cp::NetworkPolicy {
+            metadata: cp::ObjectMeta {
+                name: uid.clone(),
+                uid: uid.clone(),
+                generation: meta.generation,
+                ..Default::default()
+            },
+            rules,
+            // With appliedTo per rule, the policy-level list only tells the span, which the
+            // agent does not read: antrea-controller leaves it out of what it sends.
+            applied_to_groups: if applied_to_per_rule {
+                Vec::new()
+            } else {
+                all_atgs.into_iter().collect()
+            },
+            priority: Some(spec.priority),
+            tier_priority: Some(tier_priority),
+            source_ref: Some(cp::NetworkPolicyReference {
+                policy_type: if cluster {
+                    "AntreaClusterNetworkPolicy".into()
+                } else {
+                    "AntreaNetworkPolicy".into()
+                },
+                namespace: if cluster {
+                    String::new()
+                } else {
+                    meta.namespace.clone()
+                },
+                name: meta.name.clone(),
+                uid,
+            }),
+            ..Default::default()
+        })
+    }
+
+    /// The AppliedToGroup names of an appliedTo list (objects checks left only
+    /// externalEntitySelector, namespaceSelector with it, and group).
+    fn applied_to(&mut self, namespace: &str, list: &[AppliedTo], at: &str) -> Result<Vec<String>, String> {
+        let mut names = Vec::new();
+        for (i, a) in list.iter().enumerate() {
+            if !a.group.is_empty() {
+                let key = group_key(namespace, &a.group);
+                let Some(group) = self.groups.get(&key) else {
+                    return Err(format!(
+                        "{at}[{i}].group: {} {key} does not exist",
+                        group_kind(namespace)
+                    ));
+                };
+                if group.spec.ip_block.is_some() || !group.spec.ip_blocks.is_empty() {
+                    // antrea-controller ignores it as appliedTo; refusing says so.
+                    return Err(format!(
+                        "{at}[{i}].group: {} {key} has ipBlocks and cannot be used as appliedTo",
+                        group_kind(namespace)
+                    ));
+                }
+                self.applied_to_groups.insert(
+                    key.clone(),
+                    Source::Named {
+                        namespace: namespace.to_string(),
+                        name: a.group.clone(),
+                    },
+                );
+                names.push(key);
+                continue;
+            }
+            let (name, source) = selector_group(
+                namespace,
+                a.namespace_selector.as_ref(),
+                a.external_entity_selector.as_ref(),
+            )
+            .map_err(|e| format!("{at}[{i}]: {e}"))?;
+            self.applied_to_groups.insert(name.clone(), source);
+            names.push(name);
+        }
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    /// `toAntreaPeerForCRD`: an empty list is every address; otherwise AddressGroups for
+    /// selectors and groups, ipBlocks (a group's included), FQDNs.
+    fn peer(&mut self, namespace: &str, peers: &[Peer], at: &str) -> Result<cp::NetworkPolicyPeer, String> {
+        if peers.is_empty() {
+            return Ok(match_all_peer());
+        }
+        let mut out = cp::NetworkPolicyPeer::default();
+        for (i, peer) in peers.iter().enumerate() {
+            let here = format!("{at}[{i}]");
+            if let Some(ipb) = &peer.ip_block {
+                out.ip_blocks
+                    .push(ip_block(ipb).map_err(|e| format!("{here}.ipBlock: {e}"))?);
+            } else if !peer.group.is_empty() {
+                let key = group_key(namespace, &peer.group);
+                let Some(group) = self.groups.get(&key) else {
+                    return Err(format!(
+                        "{here}.group: {} {key} does not exist",
+                        group_kind(namespace)
+                    ));
+                };
+                let (has_selectors, blocks) = self.group_for_rule(group, 1);
+                out.ip_blocks.extend(blocks);
+                if has_selectors {
+                    self.address_groups.insert(
+                        key.clone(),
+                        Source::Named {
+                            namespace: namespace.to_string(),
+                            name: peer.group.clone(),
+                        },
+                    );
+                    out.address_groups.push(key);
+                }
+            } else if !peer.fqdn.is_empty() {
+                out.fqdns.push(peer.fqdn.clone());
+            } else {
+                let (name, source) = selector_group(
+                    namespace,
+                    peer.namespace_selector.as_ref(),
+                    peer.external_entity_selector.as_ref(),
+                )
+                .map_err(|e| format!("{here}: {e}"))?;
+                self.address_groups.insert(name.clone(), source);
+                out.address_groups.push(name);
+            }
+        }
+        Ok(out)
+    }
+
+    /// `processInternalGroupForRule`: whether the group selects entities (needs an
+    /// AddressGroup), and the ipBlocks it (or its children) holds.
+    fn group_for_rule(&self, group: &GroupDef, level: usize) -> (bool, Vec<cp::IpBlock>) {
+        if level > 2 {
+            return (false, Vec::new());
+        }
+        let spec = group.spec;
+        let blocks: Vec<&IpBlock> = spec.ip_block.iter().chain(&spec.ip_blocks).collect();
+        if !blocks.is_empty() {
+            return (
+                false,
+                blocks.into_iter().filter_map(|b| ip_block(b).ok()).collect(),
+            );
+        }
+        if spec.child_groups.is_empty() {
+            return (true, Vec::new());
+        }
+        let mut selects = false;
+        let mut out = Vec::new();
+        for child in &spec.child_groups {
+            if let Some(c) = self.groups.get(&group_key(&group.meta.namespace, child)) {
+                let (s, b) = self.group_for_rule(c, level + 1);
+                selects |= s;
+                out.extend(b);
+            }
+        }
+        (selects, out)
+    }
+
+    /// The members of a group: ExternalEntities (with IPs for an AddressGroup, only this
+    /// agent's for an AppliedToGroup), sorted.
+    fn members(&self, source: &Source, address_group: bool) -> Vec<cp::GroupMember> {
+        let mut selected: BTreeSet<usize> = BTreeSet::new();
+        self.select(source, 1, &mut selected);
+        selected
+            .into_iter()
+            .filter_map(|i| self.entities.get(i))
+            .filter(|e| address_group || e.local)
+            .map(|e| cp::GroupMember {
+                external_entity: Some(cp::ObjectReference {
+                    name: e.name.clone(),
+                    namespace: e.namespace.clone(),
+                }),
+                ips: if address_group {
+                    e.ips.iter().map(|ip| cp::IpAddress::from_ip(*ip)).collect()
+                } else {
+                    Vec::new()
+                },
+                ports: e.ports.clone(),
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    /// Adds the indices (in `entities`) of what `source` selects to `out`.
+    fn select(&self, source: &Source, level: usize, out: &mut BTreeSet<usize>) {
+        match source {
+            Source::Selector { scope, entities } => {
+                // The namespaces in scope, decided once per group rather than per entity.
+                let namespaces: Option<BTreeSet<&str>> = match scope {
+                    Scope::All => None,
+                    Scope::Namespace(ns) => Some([ns.as_str()].into()),
+                    Scope::Namespaces(sel) => Some(
+                        self.namespace_labels
+                            .iter()
+                            .filter(|(_, labels)| sel.matches(labels))
+                            .map(|(name, _)| name.as_str())
+                            .collect(),
+                    ),
+                };
+                for (i, e) in self.entities.iter().enumerate() {
+                    let in_scope = namespaces
+                        .as_ref()
+                        .is_none_or(|set| set.contains(e.namespace.as_str()));
+                    if in_scope && entities.matches(&e.labels) {
+                        out.insert(i);
+                    }
+                }
+            }
+            Source::Named { namespace, name } => {
+                let Some(group) = self.groups.get(&group_key(namespace, name)) else {
+                    return;
+                };
+                if level > 2 {
+                    return;
+                }
+                let spec = group.spec;
+                if let Some(ee) = &spec.external_entity_selector {
+                    // Checked when decoded.
+                    let Ok(entities) = Selector::parse(ee) else { return };
+                    let scope = match &spec.namespace_selector {
+                        Some(ns) => match Selector::parse(ns) {
+                            Ok(s) => Scope::Namespaces(s),
+                            Err(_) => return,
+                        },
+                        None if group.kind == NativeKind::Group => {
+                            Scope::Namespace(group.meta.namespace.clone())
+                        }
+                        None => Scope::All,
+                    };
+                    self.select(&Source::Selector { scope, entities }, level, out);
+                }
+                for child in &spec.child_groups {
+                    self.select(
+                        &Source::Named {
+                            namespace: group.meta.namespace.clone(),
+                            name: child.clone(),
+                        },
+                        level + 1,
+                        out,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Antrea's key of a ClusterGroup (`name`) or Group (`namespace/name`).
+fn group_key(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() {
+        name.to_string()
+    } else {
+        format!("{namespace}/{name}")
+    }
+}
+
+fn group_kind(namespace: &str) -> &'static str {
+    if namespace.is_empty() {
+        "ClusterGroup"
+    } else {
+        "Group"
+    }
+}
+
+/// The group of a selector peer or appliedTo, named as antrea-controller names it: the UUID of
+/// its normalized selector text (`GenerateNormalizedName`).
+fn selector_group(
+    namespace: &str,
+    namespace_selector: Option<&LabelSelector>,
+    entity_selector: Option<&LabelSelector>,
+) -> Result<(String, Source), String> {
+    let Some(ee) = entity_selector else {
+        return Err(
+            "externalEntitySelector is required (standalone mode selects ExternalEntities only)".into(),
+        );
+    };
+    let entities = Selector::parse(ee).map_err(|e| format!("externalEntitySelector: {e}"))?;
+    let mut parts = Vec::new();
+    let scope = match namespace_selector {
+        Some(ns) => {
+            let sel = Selector::parse(ns).map_err(|e| format!("namespaceSelector: {e}"))?;
+            parts.push(format!("namespaceSelector={}", sel.text()));
+            Scope::Namespaces(sel)
+        }
+        None if namespace.is_empty() => Scope::All,
+        None => {
+            parts.push(format!("namespace={namespace}"));
+            Scope::Namespace(namespace.to_string())
+        }
+    };
+    parts.push(format!("eeSelector={}", entities.text()));
+    parts.sort();
+    let name = uuid_v5(&parts.join(" And "));
+    Ok((name, Source::Selector { scope, entities }))
+}
+
+/// `matchAllPeer`: 0.0.0.0/0 and ::/0.
+fn match_all_peer() -> cp::NetworkPolicyPeer {
+    let any = |net: &str| cp::IpBlock {
+        cidr: cp::IpNetWire::from_net(net.parse().unwrap_or_else(|_| IpNet::default())),
+        except: Vec::new(),
+    };
+    cp::NetworkPolicyPeer {
+        ip_blocks: vec![any("0.0.0.0/0"), any("::/0")],
+        ..Default::default()
+    }
+}
+
+fn ip_block(ipb: &IpBlock) -> Result<cp::IpBlock, String> {
+    let cidr = check_ip_block(ipb)?;
+    let except = ipb
+        .except
+        .iter()
+        .filter_map(|e| e.parse::<IpNet>().ok())
+        .map(cp::IpNetWire::from_net)
+        .collect();
+    Ok(cp::IpBlock {
+        // As written (the controller keeps the address of `10.0.0.1/8`); the agent clears host bits.
+        cidr: cp::IpNetWire::from_net(cidr),
+        except,
+    })
+}
+
+/// `toAntreaServicesForCRD`: ports (protocol defaults to TCP), then ICMP/IGMP matches.
+fn services(rule: &Rule) -> Vec<cp::Service> {
+    let mut out: Vec<cp::Service> = rule
+        .ports
+        .iter()
+        .map(|p| cp::Service {
+            protocol: Some(p.protocol.clone().unwrap_or_else(|| "TCP".into())),
+            port: p.port.clone(),
+            end_port: p.end_port,
+            src_port: p.source_port,
+            src_end_port: p.source_end_port,
+            ..Default::default()
+        })
+        .collect();
+    for p in &rule.protocols {
+        if let Some(icmp) = &p.icmp {
+            out.push(cp::Service {
+                protocol: Some("ICMP".into()),
+                icmp_type: icmp.icmp_type,
+                icmp_code: icmp.icmp_code,
+                ..Default::default()
+            });
+        }
+        if let Some(igmp) = &p.igmp {
+            out.push(cp::Service {
+                protocol: Some("IGMP".into()),
+                igmp_type: igmp.igmp_type,
+                group_address: igmp.group_address.clone(),
+                ..Default::default()
+            });
+        }
+    }
+    out
+}

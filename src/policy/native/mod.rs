@@ -1,0 +1,16 @@
+//! Standalone mode's local controller: what antrea-controller does for Antrea-native policies,
+//! done on the VM with no cluster. Objects of `crd.antrea.io` (NetworkPolicy,
+//! ClusterNetworkPolicy, Tier, ClusterGroup, Group, ExternalEntity) and core Namespaces are
+//! decoded and checked (`objects`, `types`, `selector`), then translated into the controlplane
+//! objects the agent enforces (`controller`). Pure: no I/O.
+
+pub mod controller;
+pub mod objects;
+pub mod selector;
+pub mod types;
+
+pub use controller::{local_entities, translate, Entity, Inputs, Translation};
+pub use objects::{decode, is_native, NativeKind, NativeObject};
+
+#[cfg(test)]
+mod tests;
