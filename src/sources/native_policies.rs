@@ -72,11 +72,15 @@ pub fn read_node_text(path: Option<&PathBuf>, limits: &InputLimits) -> Option<Re
 }
 
 /// Translates the directory's Antrea-native objects and adds the result to `snapshot`. An
-/// object defined in two files is a conflict: neither definition is used. A translated
-/// object whose name a hand-written controlplane object already has is left out.
+/// object defined in two files is a conflict: the version translated before the conflict stays
+/// in force (a second copy of a policy must never remove the first one's enforcement), and
+/// when there was none, no definition is used until only one is left. `enforced` holds the
+/// definition used per object and is updated. A translated object whose name a hand-written
+/// controlplane object already has is left out.
 pub fn translate_into(
     natives: &[(&Path, &NativeObject)],
     local: &[Entity],
+    enforced: &mut BTreeMap<NativeKey, NativeObject>,
     snapshot: &mut PolicySnapshot,
     errors: &mut Vec<String>,
 ) {
@@ -88,21 +92,38 @@ pub fn translate_into(
         objects: Vec::with_capacity(by_key.len()),
         local_entities: local.to_vec(),
     };
-    for definitions in by_key.into_values() {
+    let mut now_enforced = BTreeMap::new();
+    for (key, definitions) in by_key {
         if let [(path, object)] = definitions.as_slice() {
             inputs
                 .objects
                 .push((format!("policy file {}", path.display()), (*object).clone()));
+            now_enforced.insert(key, (*object).clone());
             continue;
         }
         let files: Vec<String> = definitions.iter().map(|(p, _)| p.display().to_string()).collect();
+        let kept = enforced.remove(&key);
+        let outcome = if kept.is_some() {
+            "keeping the version enforced before the conflict"
+        } else {
+            "none of the definitions is used"
+        };
         errors.push(format!(
-            "policy files {}: {} is defined more than once: a conflict; none of the definitions \
-             is used until only one is left",
+            "policy files {}: {} is defined more than once: a conflict; {outcome} until only one \
+             is left",
             files.join(", "),
             definitions[0].1.describe()
         ));
+        if let Some(object) = kept {
+            let origin = format!(
+                "policy files {} (the version enforced before the conflict)",
+                files.join(", ")
+            );
+            inputs.objects.push((origin, object.clone()));
+            now_enforced.insert(key, object);
+        }
     }
+    *enforced = now_enforced;
     let translation = native::translate(&inputs);
     errors.extend(translation.errors.iter().cloned());
     let taken_policies: std::collections::BTreeSet<String> =

@@ -416,6 +416,8 @@ struct LoadedFile {
 struct Loader {
     files: BTreeMap<PathBuf, LoadedFile>,
     enforced: BTreeMap<ObjectKey, ValidObject>,
+    /// Per Antrea-native object, the definition last translated (kept through a conflict).
+    native_enforced: BTreeMap<NativeKey, NativeObject>,
     /// The local ExternalNode's ExternalEntities, for the local controller.
     node: LocalNode,
 }
@@ -521,8 +523,16 @@ impl Loader {
             .iter()
             .flat_map(|(path, f)| f.native.iter().map(move |o| (path.as_path(), o)))
             .collect();
-        if !natives.is_empty() {
-            translate_into(&natives, self.node.entities(), &mut snapshot, &mut errors);
+        if natives.is_empty() {
+            self.native_enforced.clear();
+        } else {
+            translate_into(
+                &natives,
+                self.node.entities(),
+                &mut self.native_enforced,
+                &mut snapshot,
+                &mut errors,
+            );
         }
         snapshot.network_policies.sort_by(|a, b| a.name.cmp(&b.name));
         snapshot.address_groups.sort_by(|a, b| a.name.cmp(&b.name));
@@ -1129,6 +1139,68 @@ spec: {endpoints: [{ip: 172.16.100.4}]}
         // Deleting the file deletes the policy.
         let s = build(&mut l, &[("a.yaml", NP), ("inventory.yaml", &moved)]);
         assert_eq!(names(&s).0, vec!["web"]);
+    }
+
+    #[test]
+    fn an_antrea_native_policy_defined_twice_keeps_the_version_enforced_before() {
+        let mut l = Loader::default();
+        l.node.update(
+            Some(Ok("apiVersion: crd.antrea.io/v1alpha1\nkind: ExternalNode\n\
+                     metadata: {name: vm1, namespace: vm-ns, labels: {role: db}}\n\
+                     spec: {interfaces: [{name: eth0, ips: [10.99.0.2]}]}\n"
+                .into())),
+            &InputLimits::default(),
+        );
+        let s = build(&mut l, &[("annp.yaml", ANNP), ("inventory.yaml", FRONT)]);
+        assert_eq!(s.errors, Vec::<String>::new());
+        assert_eq!(names(&s).0, vec!["annp1-uid"]);
+        let before = s.network_policies[0].clone();
+
+        // A copy with another port lands in a second file: the first stays enforced as it was.
+        let copy = ANNP.replace("port: 22", "port: 2222");
+        let s = build(
+            &mut l,
+            &[
+                ("annp.yaml", ANNP),
+                ("copy.yaml", &copy),
+                ("inventory.yaml", FRONT),
+            ],
+        );
+        assert_eq!(s.errors.len(), 1, "{:#?}", s.errors);
+        assert!(
+            s.errors[0].contains("is defined more than once: a conflict; keeping the version enforced"),
+            "{}",
+            s.errors[0]
+        );
+        assert_eq!(s.network_policies, vec![before.clone()]);
+
+        // Editing one of the two copies changes nothing while the conflict lasts.
+        let edited = ANNP.replace("port: 22", "port: 2200");
+        let s = build(
+            &mut l,
+            &[
+                ("annp.yaml", &edited),
+                ("copy.yaml", &copy),
+                ("inventory.yaml", FRONT),
+            ],
+        );
+        assert_eq!(s.network_policies, vec![before]);
+
+        // One definition left: it is used.
+        let s = build(&mut l, &[("copy.yaml", &copy), ("inventory.yaml", FRONT)]);
+        assert_eq!(s.errors, Vec::<String>::new());
+        let rule_ports = format!("{:?}", s.network_policies[0].rules);
+        assert!(rule_ports.contains("2222"), "{rule_ports}");
+
+        // Two new definitions of a name never enforced: neither is used, and it is said.
+        let mut fresh = Loader::default();
+        let s = build(&mut fresh, &[("annp.yaml", ANNP), ("copy.yaml", &copy)]);
+        assert!(s.network_policies.is_empty());
+        assert!(
+            s.errors[0].contains("none of the definitions is used"),
+            "{}",
+            s.errors[0]
+        );
     }
 
     #[test]
