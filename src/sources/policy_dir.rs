@@ -556,6 +556,33 @@ impl Loader {
     }
 }
 
+/// Reports the `index`th object of a file as rejected (saying whether its last valid version
+/// stays), up to [`MAX_OBJECT_ERRORS_PER_FILE`]: a file of 100,000 bad objects is one problem,
+/// not 100,000 log lines; the rest are only counted in `unreported`.
+fn report_bad_object(
+    errors: &mut Vec<String>,
+    unreported: &mut usize,
+    path: &Path,
+    index: usize,
+    msg: &str,
+    kept_previous: bool,
+) {
+    if errors.len() >= MAX_OBJECT_ERRORS_PER_FILE {
+        *unreported += 1;
+        return;
+    }
+    let kept = if kept_previous {
+        "; keeping its last valid version"
+    } else {
+        ""
+    };
+    errors.push(format!(
+        "policy file {}: object {}: {msg}{kept}",
+        path.display(),
+        index + 1
+    ));
+}
+
 /// The objects of one file; `old` is what was last loaded from it.
 fn load_file(
     path: &Path,
@@ -601,20 +628,7 @@ fn load_file(
                 Ok(object) => native_out.push(object),
                 Err(msg) => {
                     let previous = key.and_then(|k| old_native.iter().find(|o| native_key(o) == k));
-                    let kept = if previous.is_some() {
-                        "; keeping its last valid version"
-                    } else {
-                        ""
-                    };
-                    if errors.len() < MAX_OBJECT_ERRORS_PER_FILE {
-                        errors.push(format!(
-                            "policy file {}: object {}: {msg}{kept}",
-                            path.display(),
-                            i + 1
-                        ));
-                    } else {
-                        unreported += 1;
-                    }
+                    report_bad_object(errors, &mut unreported, path, i, &msg, previous.is_some());
                     native_out.extend(previous.cloned());
                 }
             }
@@ -645,21 +659,7 @@ fn load_file(
             Ok(object) => out.push(object),
             Err(msg) => {
                 let previous = key.and_then(|k| old.iter().find(|o| key_of(o) == k));
-                let kept = if previous.is_some() {
-                    "; keeping its last valid version"
-                } else {
-                    ""
-                };
-                // A file of 100,000 bad objects is one problem, not 100,000 log lines.
-                if errors.len() < MAX_OBJECT_ERRORS_PER_FILE {
-                    errors.push(format!(
-                        "policy file {}: object {}: {msg}{kept}",
-                        path.display(),
-                        i + 1
-                    ));
-                } else {
-                    unreported += 1;
-                }
+                report_bad_object(errors, &mut unreported, path, i, &msg, previous.is_some());
                 out.extend(previous.cloned());
             }
         }
