@@ -2,7 +2,7 @@
 //! operations, realization latency, restarts). Metrics computed at scrape time (per-rule counters,
 //! policy counts, flow counts) are collected by the HTTP server from actor snapshots.
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
 
 /// The `kind` label values of `antrea_vm_agent_datapath_repairs_total`.
 pub const DATAPATH_REPAIR_KINDS: [&str; 4] = ["flows", "bridge", "port", "stale_device"];
@@ -29,6 +29,9 @@ pub struct AgentMetrics {
     /// `antrea_vm_agent_state_write_errors_total`: writes of the interface records under
     /// `stateDir` that failed (full, read-only or failing filesystem).
     pub state_write_errors: IntCounterVec,
+    /// `antrea_vm_agent_rules_not_installed`: accepted rules the flow installer could not
+    /// install (no OpenFlow priority left in their table); their traffic is not policed by them.
+    pub rules_not_installed: IntGauge,
 }
 
 impl std::fmt::Debug for AgentMetrics {
@@ -63,7 +66,16 @@ impl AgentMetrics {
                 .unwrap_or_else(|e| panic!("metric {name} registered twice: {e}"));
             h
         };
+        let rules_not_installed = IntGauge::new(
+            "antrea_vm_agent_rules_not_installed",
+            "Number of NetworkPolicy rules applied to this VM that have no flows because their table ran out of OpenFlow priorities.",
+        )
+        .unwrap_or_else(|e| panic!("metric antrea_vm_agent_rules_not_installed is malformed: {e}"));
+        registry
+            .register(Box::new(rules_not_installed.clone()))
+            .unwrap_or_else(|e| panic!("metric antrea_vm_agent_rules_not_installed registered twice: {e}"));
         let metrics = AgentMetrics {
+            rules_not_installed,
             ovs_flow_ops: counter(
                 "antrea_agent_ovs_flow_ops_count",
                 "Number of OVS flow operations, partitioned by operation type (add, modify and delete).",

@@ -68,9 +68,13 @@ use crate::ovs::openflow::{
     ct_state, eth_type, ip_proto, Action, CtAction, CtStateMatch, CtZone, Flow, FlowMod, FlowModCommand,
     Masked, Match, SetField,
 };
-use crate::policy::flowset::{self, FlowSet};
+use crate::policy::flowset::FlowSet;
 use crate::policy::pipeline::{self, cookie, table, CookieCategory, Family, CT_ZONE_V4, CT_ZONE_V6};
 use crate::policy::priority::{Priority, PriorityAssigner, PriorityError, TablePriorities};
+mod plan;
+use plan::Group;
+pub use plan::{CountChanges, DeltaChunks, FlowDelta, FlowPlan, PlacedRule, PlanChunks, CHUNK_RULES};
+
 use crate::policy::rule::{
     is_egress_table, rule_table, CompiledRuleInput, Direction, Peer, PolicyRef, Protocol, RuleAction, RuleId,
     Service,
@@ -327,9 +331,9 @@ struct Pass {
     priority_updates: BTreeMap<u8, BTreeMap<u16, u16>>,
     released_any: bool,
     failed_now: usize,
-    /// Flows of the touched groups before and after, sorted by identity (if asked for).
-    before: Vec<Flow>,
-    after: Vec<Flow>,
+    /// The placed rules of the touched groups before and after (if asked for).
+    before: Vec<Group>,
+    after: Vec<Group>,
 }
 
 /// (tier, policy priority) of a priority: the rules of one policy.
@@ -502,7 +506,7 @@ impl Compiler {
     /// [`CompileOutput::skipped`]; the others are unaffected.
     pub fn compile(&mut self, rules: &[CompiledRuleInput], round: u16) -> CompileOutput {
         let rules: Vec<Arc<CompiledRuleInput>> = rules.iter().cloned().map(Arc::new).collect();
-        let pass = self.apply(&rules, round, false);
+        let pass = self.apply(&rules, false);
         CompileOutput {
             flows: self.flows(round),
             conjunctions: self.live.clone(),
@@ -522,34 +526,75 @@ impl Compiler {
     /// nothing; only the flows of changed rules (and of rules whose OpenFlow priority moved)
     /// are rebuilt.
     pub fn update(&mut self, rules: &[Arc<CompiledRuleInput>], round: u16) -> Update {
-        let pass = self.apply(rules, round, true);
-        let mods = self.diff_flows(pass.before, pass.after);
-        Update {
-            mods,
+        let (mut up, delta) = self.update_delta(rules, round, true);
+        up.mods = self.materialize(delta);
+        up
+    }
+
+    /// [`Compiler::update`] without building any flow: the change as a [`FlowDelta`] (empty
+    /// unless `want_delta`) whose flow_mods are built chunk by chunk when sent; apply its
+    /// [`plan::DeltaChunks::count_changes`] afterwards. A caller that resyncs every flow anyway
+    /// (a take-over) passes `want_delta = false` and builds [`Compiler::plan`] instead.
+    pub fn update_delta(
+        &mut self,
+        rules: &[Arc<CompiledRuleInput>],
+        round: u16,
+        want_delta: bool,
+    ) -> (Update, FlowDelta) {
+        let pass = self.apply(rules, want_delta);
+        let delta = FlowDelta::new(pass.before, pass.after, round, self.opts);
+        let up = Update {
+            mods: Vec::new(),
             full: false,
             skipped: pass.skipped,
             priority_updates: pass.priority_updates,
             released_any: pass.released_any,
             failed_now: pass.failed_now,
-        }
+        };
+        (up, delta)
     }
 
     /// [`Compiler::update`], but if some rule finds no priority, a fresh compiler (one batch
     /// registration, as at start-up) is tried; if it places more rules it replaces this one and
     /// the result is [`Update::full`]. See [`Compiler::compile_or_rebuild`].
     pub fn update_or_rebuild(&mut self, rules: &[Arc<CompiledRuleInput>], round: u16) -> Update {
-        let up = self.update(rules, round);
+        let (mut up, delta) = self.update_delta_or_rebuild(rules, round, true);
+        if !up.full {
+            up.mods = self.materialize(delta);
+        }
+        up
+    }
+
+    /// All flow_mods of `delta` (adds first), with the flow counts applied.
+    fn materialize(&mut self, delta: FlowDelta) -> Vec<FlowMod> {
+        let mut chunks = delta.into_chunks(CHUNK_RULES);
+        let mut mods: Vec<FlowMod> = chunks.by_ref().flatten().collect();
+        self.adjust_flow_counts(chunks.count_changes());
+        // Adds first, then deletes: nothing else is needed inside an atomic bundle.
+        mods.sort_by_key(|m| m.command != FlowModCommand::Add);
+        mods
+    }
+
+    /// [`Compiler::update_or_rebuild`] as [`Compiler::update_delta`]: the delta is empty when
+    /// the result is [`Update::full`].
+    pub fn update_delta_or_rebuild(
+        &mut self,
+        rules: &[Arc<CompiledRuleInput>],
+        round: u16,
+        want_delta: bool,
+    ) -> (Update, FlowDelta) {
+        let (up, delta) = self.update_delta(rules, round, want_delta);
         if up.failed_now == 0 {
             // Rules still waiting for room since an earlier pass were compared with a fresh
             // compiler then; nothing new to try.
-            return up;
+            return (up, delta);
         }
         let unplaced = up.skipped.iter().filter(|s| is_priority_skip(s)).count();
         let mut fresh = Compiler::new(self.opts);
-        let pass = fresh.apply(rules, round, false);
+        let pass = fresh.apply(rules, false);
         let fresh_unplaced = pass.skipped.iter().filter(|s| is_priority_skip(s)).count();
         if fresh_unplaced >= unplaced {
-            return up;
+            return (up, delta);
         }
         tracing::warn!(
             unplaced,
@@ -557,14 +602,15 @@ impl Compiler {
             "rule priorities ran out of room incrementally; compiling every rule from scratch"
         );
         *self = fresh;
-        Update {
+        let up = Update {
             mods: Vec::new(),
             full: true,
             skipped: pass.skipped,
             priority_updates: pass.priority_updates,
             released_any: false,
             failed_now: 0,
-        }
+        };
+        (up, FlowDelta::default())
     }
 
     /// Every NetworkPolicy flow of the current rule set, keyed by identity.
@@ -591,49 +637,9 @@ impl Compiler {
         flows.into_iter().map(|f| (f.key(), f)).collect()
     }
 
-    /// The flow_mods from `before` to `after` (both sorted by identity, see [`build_sorted`]),
-    /// keeping the flow counts per table.
-    fn diff_flows(&mut self, before: Vec<Flow>, after: Vec<Flow>) -> Vec<FlowMod> {
-        let mut mods = Vec::new();
-        let mut old = before.into_iter().peekable();
-        let mut new = after.into_iter().peekable();
-        loop {
-            let order = match (old.peek(), new.peek()) {
-                (None, None) => break,
-                (Some(_), None) => std::cmp::Ordering::Less,
-                (None, Some(_)) => std::cmp::Ordering::Greater,
-                (Some(o), Some(n)) => identity(o).cmp(&identity(n)),
-            };
-            match order {
-                std::cmp::Ordering::Less => {
-                    if let Some(o) = old.next() {
-                        *self.flow_counts.entry(o.table).or_insert(1) -= 1;
-                        mods.push(FlowMod::delete_strict(o));
-                    }
-                }
-                std::cmp::Ordering::Greater => {
-                    if let Some(n) = new.next() {
-                        *self.flow_counts.entry(n.table).or_insert(0) += 1;
-                        mods.push(FlowMod::add(n));
-                    }
-                }
-                std::cmp::Ordering::Equal => {
-                    if let (Some(o), Some(n)) = (old.next(), new.next()) {
-                        if !flowset::same_but_round(&o, &n) {
-                            mods.push(FlowMod::add(n));
-                        }
-                    }
-                }
-            }
-        }
-        // Adds first, then deletes: nothing else is needed inside an atomic bundle.
-        mods.sort_by_key(|m| m.command != FlowModCommand::Add);
-        mods
-    }
-
     /// Moves the compiler's state to the rule set `rules`; with `delta`, also returns the flows
     /// of every touched group before and after.
-    fn apply(&mut self, rules: &[Arc<CompiledRuleInput>], round: u16, delta: bool) -> Pass {
+    fn apply(&mut self, rules: &[Arc<CompiledRuleInput>], delta: bool) -> Pass {
         let mut pass = Pass::default();
 
         // 1. Accept rules in RuleId order (the first of duplicates wins).
@@ -883,7 +889,7 @@ impl Compiler {
 
         // 7. The touched groups' flows before the change.
         if delta {
-            pass.before = self.group_flows(&dirty, round);
+            pass.before = self.group_rules(&dirty);
         }
 
         // 8. Apply: removed rules release their ids, the others take their new places.
@@ -949,7 +955,7 @@ impl Compiler {
 
         // 9. The touched groups' flows after the change.
         if delta {
-            pass.after = self.group_flows(&dirty, round);
+            pass.after = self.group_rules(&dirty);
         }
         pass
     }
@@ -991,25 +997,48 @@ impl Compiler {
         }
     }
 
-    /// The flows of the placed rules of `groups`, sorted by identity.
-    fn group_flows(&self, groups: &BTreeSet<(u8, u16)>, round: u16) -> Vec<Flow> {
-        let mut resolved: Vec<ResolvedRule<'_>> = Vec::new();
-        for key in groups {
-            for c in self.groups.get(key).into_iter().flatten() {
-                let Some(h) = self.placed.get(c).and_then(|id| self.held.get(id)) else {
-                    continue;
-                };
-                if let Some((conj_id, priority)) = h.placed {
-                    resolved.push(ResolvedRule {
-                        rule: &h.rule,
-                        conj_id,
-                        table: h.table,
-                        priority,
-                    });
-                }
-            }
+    /// The placed rules of each of `groups` (an entry for every key, maybe without rules).
+    fn group_rules<'k>(&self, groups: impl IntoIterator<Item = &'k (u8, u16)>) -> Vec<Group> {
+        groups
+            .into_iter()
+            .map(|key| {
+                let rules = self
+                    .groups
+                    .get(key)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| self.placed.get(c).and_then(|id| self.held.get(id)))
+                    .filter_map(|h| {
+                        h.placed.map(|(conj_id, priority)| PlacedRule {
+                            rule: Arc::clone(&h.rule),
+                            conj_id,
+                            table: h.table,
+                            priority,
+                        })
+                    })
+                    .collect();
+                (*key, rules)
+            })
+            .collect()
+    }
+
+    /// Where every placed rule is, to build all NetworkPolicy flows chunk by chunk (a
+    /// take-over); [`Compiler::set_flow_counts`] with the counts once built.
+    pub fn plan(&self, round: u16) -> FlowPlan {
+        FlowPlan::new(self.group_rules(self.groups.keys()), round, self.opts)
+    }
+
+    /// The flow counts per table, after all flows of [`Compiler::plan`] were built.
+    pub fn set_flow_counts(&mut self, counts: BTreeMap<u8, usize>) {
+        self.flow_counts = counts;
+    }
+
+    /// Applies the flow count changes of a streamed [`FlowDelta`].
+    pub fn adjust_flow_counts(&mut self, changes: &CountChanges) {
+        for (&t, &by) in changes {
+            let n = self.flow_counts.entry(t).or_insert(0);
+            *n = n.saturating_add_signed(by);
         }
-        build_sorted(&resolved, round, &self.opts)
     }
 }
 

@@ -127,6 +127,20 @@ pub struct PriorityAssigner {
     by_priority: BTreeMap<Priority, u16>,
     /// OpenFlow priority → registered priority (Antrea's `ofPriorityMap`).
     by_of: BTreeMap<u16, Priority>,
+    /// Upstream's placement gave up in this table once: later registrations go straight to the
+    /// compact placement (retrying upstream's search first costs a copy of both maps and a
+    /// failing search per registration, quadratic over thousands of policies). Cleared when
+    /// the table empties.
+    compact: bool,
+}
+
+/// The OpenFlow priorities that changed (original → updated).
+fn moved(updates: &BTreeMap<Priority, PriorityUpdate>) -> BTreeMap<u16, u16> {
+    updates
+        .values()
+        .filter(|u| u.original != u.updated)
+        .map(|u| (u.original, u.updated))
+        .collect()
 }
 
 /// Original and new OpenFlow priority of a registered priority that had to move.
@@ -151,6 +165,7 @@ impl PriorityAssigner {
             top,
             by_priority: BTreeMap::new(),
             by_of: BTreeMap::new(),
+            compact: false,
         }
     }
 
@@ -236,24 +251,29 @@ impl PriorityAssigner {
                 available,
             });
         }
-        let snapshot = (self.by_priority.clone(), self.by_of.clone());
         let mut updates: BTreeMap<Priority, PriorityUpdate> = BTreeMap::new();
+        if self.compact {
+            self.insert_compact(&new, &mut updates);
+            return Ok(moved(&updates));
+        }
+        let snapshot = (self.by_priority.clone(), self.by_of.clone());
         let mut start = 0;
         for end in 1..=new.len() {
             if end == new.len() || !new[end].is_consecutive(&new[end - 1]) {
-                if let Err(e) = self.insert_consecutive(&new[start..end], &mut updates) {
+                if self.insert_consecutive(&new[start..end], &mut updates).is_err() {
+                    // Upstream's placement gave up although the table has room (checked
+                    // above): start over from the snapshot with the compact placement.
                     self.by_priority = snapshot.0;
                     self.by_of = snapshot.1;
-                    return Err(e);
+                    updates.clear();
+                    self.compact = true;
+                    self.insert_compact(&new, &mut updates);
+                    break;
                 }
                 start = end;
             }
         }
-        Ok(updates
-            .values()
-            .filter(|u| u.original != u.updated)
-            .map(|u| (u.original, u.updated))
-            .collect())
+        Ok(moved(&updates))
     }
 
     /// Forgets the priority that holds OpenFlow priority `of` (no-op if none does).
@@ -261,12 +281,102 @@ impl PriorityAssigner {
         if let Some(p) = self.by_of.remove(&of) {
             self.by_priority.remove(&p);
         }
+        self.compact &= !self.by_priority.is_empty();
     }
 
     /// Forgets a priority (no-op if it is not registered).
     pub fn release_priority(&mut self, p: &Priority) {
         if let Some(of) = self.by_priority.remove(p) {
             self.by_of.remove(&of);
+        }
+        self.compact &= !self.by_priority.is_empty();
+    }
+
+    /// The fallback where upstream's placement runs out (this agent's addition): its first
+    /// guesses can crowd one end of the range (a tier's guesses sit 200 apart, so thousands of
+    /// policies in one tier all guess the bottom) and its reassignment search then finds no
+    /// window, although the table has room. `new` is sorted, unregistered, and fits with the
+    /// registered ones (the caller checked).
+    ///
+    /// One pass over all priorities in precedence order: each run of new priorities is spread
+    /// evenly over the gap up to the next registered priority, which keeps its slot unless the
+    /// run needs more room (then it moves up just enough) or the priorities after it would not
+    /// fit below the top (then it moves down just enough). Precedence order is OpenFlow order,
+    /// registered priorities move only where the new ones need their room, and an empty table
+    /// gets its priorities spread over the whole range, leaving room between neighbours.
+    fn insert_compact(&mut self, new: &[Priority], updates: &mut BTreeMap<Priority, PriorityUpdate>) {
+        let total = self.by_priority.len() + new.len();
+        let top = i64::from(self.top);
+        // (priority, current slot) in precedence order: registered and new merged.
+        let mut all: Vec<(Priority, Option<u16>)> = Vec::with_capacity(total);
+        {
+            let mut old = self.by_priority.iter().peekable();
+            let mut add = new.iter().peekable();
+            loop {
+                let take_old = match (old.peek(), add.peek()) {
+                    (None, None) => break,
+                    (Some(_), None) => true,
+                    (None, Some(_)) => false,
+                    (Some((o, _)), Some(n)) => *o < *n,
+                };
+                if take_old {
+                    if let Some((p, &of)) = old.next() {
+                        all.push((*p, Some(of)));
+                    }
+                } else if let Some(p) = add.next() {
+                    all.push((*p, None));
+                }
+            }
+        }
+        // (priority, new slot, current slot).
+        let mut placed: Vec<(Priority, u16, Option<u16>)> = Vec::with_capacity(total);
+        let mut cur = i64::from(self.bottom) - 1;
+        let mut run: Vec<Priority> = Vec::new();
+        let spread =
+            |run: &mut Vec<Priority>, cur: i64, next: i64, placed: &mut Vec<(Priority, u16, Option<u16>)>| {
+                // `next - cur - 1 >= run.len()` slots between `cur` and `next`.
+                let k = run.len() as i64;
+                let gap = next - cur - 1;
+                for (i, p) in run.drain(..).enumerate() {
+                    let of = cur + (i as i64 + 1) * (gap + 1) / (k + 1);
+                    placed.push((p, of as u16, None));
+                }
+            };
+        for (i, (p, slot)) in all.iter().enumerate() {
+            let Some(slot) = slot else {
+                run.push(*p);
+                continue;
+            };
+            let after = (total - i - 1) as i64;
+            let k = run.len() as i64;
+            let of = i64::from(*slot).max(cur + k + 1).min(top - after);
+            spread(&mut run, cur, of, &mut placed);
+            placed.push((*p, of as u16, Some(*slot)));
+            cur = of;
+        }
+        spread(&mut run, cur, top + 1, &mut placed);
+        // Moved priorities leave their slots first, so no slot is taken twice meanwhile.
+        for (p, of, current) in &placed {
+            if let Some(old) = *current {
+                if old != *of {
+                    self.by_of.remove(&old);
+                    updates.entry(*p).or_insert(PriorityUpdate {
+                        original: old,
+                        updated: old,
+                    });
+                }
+            }
+        }
+        for (p, of, current) in placed {
+            if current == Some(of) {
+                // Kept its slot: nothing to write (most priorities, most of the time).
+                continue;
+            }
+            self.by_priority.insert(p, of);
+            self.by_of.insert(of, p);
+            if let Some(u) = updates.get_mut(&p) {
+                u.updated = of;
+            }
         }
     }
 
@@ -935,6 +1045,38 @@ mod tests {
         // Precedence order is OpenFlow order.
         let ofs: Vec<u16> = pa.registered().map(|(_, of)| of).collect();
         assert!(ofs.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    /// 3,000 policies of 5 rules in one tier, whole-number priorities: upstream's guesses all
+    /// sit at the bottom and its placement runs out (at about 11,000 rules with 10,000 such
+    /// policies); the compact placement gives every rule a slot in precedence order, a later
+    /// policy moves few others, and the table fills up to its last slot.
+    #[test]
+    fn rules_in_one_tier_all_placed_until_the_table_is_full() {
+        let zone = |i: i32| (0..5).map(move |r| p(250, f64::from(1 + i), r));
+        let all: Vec<Priority> = (0..3_000).flat_map(zone).collect();
+        let mut pa = PriorityAssigner::new(false);
+        pa.register(&all).expect("15,000 priorities fit 100..=65000");
+        assert_eq!(pa.len(), 15_000);
+        let ofs: Vec<u16> = pa.registered().map(|(_, of)| of).collect();
+        assert!(ofs.windows(2).all(|w| w[0] < w[1]));
+        // A new policy in the middle, one rule at a time as later changes register.
+        let extra: Vec<Priority> = (0..5).map(|r| p(250, 1500.5, r)).collect();
+        let moves = pa.register(&extra).expect("room left");
+        assert!(moves.len() < 50, "{} priorities moved", moves.len());
+        let ofs: Vec<u16> = pa.registered().map(|(_, of)| of).collect();
+        assert!(ofs.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(pa.by_of.len(), pa.by_priority.len());
+        // Filling the table up to the last slot, then one too many.
+        let rest = usize::from(POLICY_TOP_PRIORITY - POLICY_BOTTOM_PRIORITY) + 1 - pa.len();
+        let filler: Vec<Priority> = (0..rest as i32).map(|r| p(251, 1.0, r)).collect();
+        pa.register(&filler).expect("exactly fills the table");
+        let ofs: Vec<u16> = pa.registered().map(|(_, of)| of).collect();
+        assert!(ofs.windows(2).all(|w| w[0] < w[1]));
+        assert!(matches!(
+            pa.register(&[p(252, 1.0, 0)]),
+            Err(PriorityError::Overflow { .. })
+        ));
     }
 
     #[test]

@@ -28,19 +28,21 @@ use crate::memory;
 use crate::messages::{
     ActorKind, ActorStatus, AttachedInterface, InterfacesChanged, RulesChanged, StatusQuery,
 };
-use crate::ovs::openflow::{FlowFilter, FlowMod, OfError, Switch};
+use crate::ovs::openflow::{OfError, Switch};
 use crate::packetin::{self, AuditLog, PacketInContext, PacketInStats};
 use crate::policy::compiler::{
-    same_rules, CompileOptions, Compiler, ConjunctionPublisher, FqdnPlacement, SharedConjunctions, Update,
+    same_rules, CompileError, CompileOptions, Compiler, ConjunctionPublisher, FlowDelta, FqdnPlacement,
+    SharedConjunctions, SkippedRule, Update,
 };
 use crate::policy::flowset::{self, FlowSet};
-use crate::policy::pipeline::{self, PipelineOptions, ROUND_MASK};
-use crate::policy::rule::CompiledRuleInput;
+use crate::policy::pipeline::{self, PipelineOptions};
+use crate::policy::rule::{CompiledRuleInput, RuleId};
 
 mod drift;
 /// Read-only queries for the agent API (`GetFlowDump`).
 pub mod query;
 mod stats;
+mod stream;
 pub use stats::{
     dump_metric_flows, metric_sample, rule_stats_for, rule_stats_from_flows, GetLastRealized, MetricSample,
     StatsError,
@@ -118,11 +120,13 @@ pub struct FlowInstaller {
     /// The flows installed besides the NetworkPolicy flows (those are the compiler's, see
     /// [`FlowInstaller::installed_flows`]): init flows, bypass rules, cross-connects.
     installed: FlowSet,
+    /// The switch's flows may have drifted (what was seen): the next sync takes over and repairs.
+    pending_audit: Option<drift::Found>,
     /// The FQDN rule placements the switch's rule flows match (committed), to tell which rules
     /// a bundle adds or moves: those carry the address flows of their cached names.
     fqdn_committed: Vec<FqdnPlacement>,
-    /// The switch's flows may have drifted (what was seen): the next sync takes over and repairs.
-    pending_audit: Option<drift::Found>,
+    /// Accepted rules the compiler could not place, and why (logged when they change).
+    not_installed: BTreeMap<RuleId, String>,
     reconnect_delay: Duration,
     connecting: bool,
     last_error: Option<String>,
@@ -158,8 +162,9 @@ impl FlowInstaller {
             rules_changed_at: None,
             realization: Default::default(),
             installed: FlowSet::new(),
-            fqdn_committed: Vec::new(),
             pending_audit: None,
+            fqdn_committed: Vec::new(),
+            not_installed: BTreeMap::new(),
             reconnect_delay,
             connecting: false,
             last_error: None,
@@ -185,7 +190,15 @@ impl FlowInstaller {
     /// NetworkPolicy flows change (the compiler moves to the current rule view); `None` while
     /// the interfaces or the rules are unknown (the switch then keeps what it has: fail closed,
     /// no gap).
-    fn desired(&mut self, round: u16, meters: bool) -> Option<(FlowSet, Update)> {
+    ///
+    /// With `want_delta`, the NetworkPolicy change comes as a [`FlowDelta`] (built when sent);
+    /// without, the caller takes over all flows from [`Compiler::plan`].
+    fn desired(
+        &mut self,
+        round: u16,
+        meters: bool,
+        want_delta: bool,
+    ) -> Option<(FlowSet, Update, FlowDelta)> {
         let (Some(interfaces), Some(rules)) = (self.interfaces.as_ref(), self.rules.as_ref()) else {
             return None;
         };
@@ -201,15 +214,50 @@ impl FlowInstaller {
             interfaces,
             &dns_ports,
         );
-        let update = self.compiler.update_or_rebuild(rules, round);
-        for skipped in &update.skipped {
-            warn!("rule {:?} not installed: {:?}", skipped.id, skipped.reason);
-        }
+        let (update, delta) = self.compiler.update_delta_or_rebuild(rules, round, want_delta);
+        self.report_not_installed(&update.skipped);
         // Rules removed a moment ago stay known, so their late packet-ins still name them.
         self.conjunctions_tx
             .send_replace(self.publisher.publish(&mut self.compiler));
         self.reclaim_pending |= update.released_any;
-        Some((flows, update))
+        Some((flows, update, delta))
+    }
+
+    /// Logs the rules that became uninstallable (once each, not per sync) and those that are
+    /// installed again, and keeps the `antrea_vm_agent_rules_not_installed` gauge.
+    fn report_not_installed(&mut self, skipped: &[SkippedRule]) {
+        let now: BTreeMap<RuleId, String> = skipped
+            .iter()
+            .filter(|s| matches!(s.reason, CompileError::Priority(_)))
+            .map(|s| (s.id.clone(), s.reason.to_string()))
+            .collect();
+        let new: Vec<_> = now
+            .iter()
+            .filter(|(id, _)| !self.not_installed.contains_key(*id))
+            .collect();
+        if !new.is_empty() {
+            let shown: Vec<String> = new
+                .iter()
+                .take(5)
+                .map(|(id, why)| format!("{}/{:?}[{}]: {why}", id.policy_uid, id.direction, id.index))
+                .collect();
+            warn!(
+                count = new.len(),
+                total = now.len(),
+                first = ?shown,
+                "NetworkPolicy rules not installed (they have no flows)"
+            );
+        }
+        let back = self
+            .not_installed
+            .keys()
+            .filter(|id| !now.contains_key(*id))
+            .count();
+        if back > 0 {
+            info!(count = back, "NetworkPolicy rules installed again or gone");
+        }
+        self.deps.metrics.rules_not_installed.set(now.len() as i64);
+        self.not_installed = now;
     }
 
     /// Every flow the installer believes the switch holds (NetworkPolicy flows once synced).
@@ -239,28 +287,6 @@ impl FlowInstaller {
             *counts.entry(name).or_insert(0) += n;
         }
         counts
-    }
-}
-
-/// The flow_mods that turn what the switch holds into `desired`: a diff against a dump of the
-/// switch's flows (unchanged flows keep their counters), or, if the switch cannot be dumped,
-/// Antrea's round protocol in one atomic bundle. Flows with round 0 in their cookie are not the
-/// agent's (e.g. added by hand) and are left alone.
-async fn take_over(switch: &dyn Switch, desired: FlowSet, round: u16, previous: Option<u16>) -> Vec<FlowMod> {
-    match switch.dump_flows(FlowFilter::all()).await {
-        Ok(stats) => {
-            let current = flowset::flow_set(
-                stats
-                    .into_iter()
-                    .map(|s| s.flow)
-                    .filter(|f| f.cookie & ROUND_MASK != 0),
-            );
-            flowset::diff_into(&current, desired)
-        }
-        Err(e) => {
-            warn!("cannot dump the switch's flows ({e}); replacing them all in one bundle instead");
-            flowset::full_resync(desired, round, previous)
-        }
     }
 }
 
@@ -401,20 +427,21 @@ impl Handler<Sync> for FlowInstaller {
         let Some((round, meters)) = self.session.as_ref().map(|s| (s.round, s.meters)) else {
             return noop();
         };
-        let Some((desired, update)) = self.desired(round, meters) else {
+        let first = !self.session.as_ref().is_some_and(|s| s.synced);
+        // The first sync of a connection takes over what the switch holds (an earlier run's
+        // flows, or nothing after an OVS restart), and so does the sync after the NetworkPolicy
+        // flows got out of step or drifted; later ones diff against what we installed, the
+        // NetworkPolicy flows by the compiler's delta. A take-over needs no delta.
+        let will_take_over = first || self.policy_resync || self.pending_audit.is_some();
+        let Some((desired, update, delta)) = self.desired(round, meters, !will_take_over) else {
             debug!("waiting for the interface and rule views before syncing");
             return noop();
         };
         let Some(session) = &self.session else {
             return noop();
         };
-        let first = !session.synced;
-        // The first sync of a connection takes over what the switch holds (an earlier run's
-        // flows, or nothing after an OVS restart), and so does the sync after the NetworkPolicy
-        // flows got out of step; later ones diff against what we installed, the NetworkPolicy
-        // flows by the compiler's delta.
         let audit = self.pending_audit.take();
-        let take_over_all = first || update.full || self.policy_resync || audit.is_some();
+        let take_over_all = will_take_over || update.full;
         // A rule with FQDN peers that this bundle adds or moves carries the address flows of
         // the names already cached (a snapshot of the FQDN cache), so it never exists without
         // them: a Drop-to-FQDN rule drops its cached addresses from its first packet. The FQDN
@@ -426,32 +453,38 @@ impl Handler<Sync> for FlowInstaller {
             let committed: &[FqdnPlacement] = if take_over_all { &[] } else { &self.fqdn_committed };
             fqdn::flows::flows_for_new_placements(committed, &placements, &self.deps.fqdn.cache_snapshot())
         };
-        let (known_mods, wanted, take_over_extra) = if take_over_all {
-            let mut all = desired.clone();
-            all.extend(self.compiler.flows(round));
-            (None, all, fqdn_mods)
+        let outgoing = if take_over_all {
+            drop(delta);
+            stream::Outgoing::TakeOver {
+                base: desired.clone(),
+                plan: self.compiler.plan(round),
+                round,
+                previous: session.previous_round,
+                extra: fqdn_mods,
+            }
         } else {
-            let mut mods = flowset::diff(&self.installed, &desired);
-            mods.extend(update.mods);
-            mods.extend(fqdn_mods);
-            (Some(mods), FlowSet::new(), Vec::new())
+            let base = flowset::diff(&self.installed, &desired);
+            if base.is_empty() && delta.is_empty() && fqdn_mods.is_empty() {
+                // A rule change that needs no flow change is realized already.
+                self.rules_changed_at = None;
+                self.fqdn_committed = placements.clone();
+                self.deps.fqdn.publish_placements(placements);
+                let view = self.realization.current();
+                self.notify_realized(view);
+                return noop();
+            }
+            stream::Outgoing::Change {
+                base,
+                delta,
+                extra: fqdn_mods,
+            }
         };
         // From here until a commit, what the switch holds is not known to match the compiler.
         self.policy_resync = true;
         let view = self.realization.current();
-        if known_mods.as_ref().is_some_and(Vec::is_empty) {
-            // A rule change that needs no flow change is realized already.
-            self.policy_resync = false;
-            self.rules_changed_at = None;
-            self.fqdn_committed = placements.clone();
-            self.deps.fqdn.publish_placements(placements);
-            self.notify_realized(view);
-            return noop();
-        }
         let switch = session.switch.clone();
         let epoch = session.epoch;
         let round = session.round;
-        let previous_round = session.previous_round;
         let ovsdb = self.deps.ovsdb.clone();
         let bridge = self.deps.config.ovs_bridge.clone();
         let changed_at = self.rules_changed_at.take();
@@ -470,18 +503,7 @@ impl Handler<Sync> for FlowInstaller {
                     switch.replace_meters(meters).await?;
                 }
             }
-            let mods = match known_mods {
-                Some(mods) => mods,
-                None => {
-                    let mut mods = take_over(switch.as_ref(), wanted, round, previous_round).await;
-                    mods.extend(take_over_extra);
-                    mods
-                }
-            };
-            let count = mods.len();
-            if !mods.is_empty() {
-                stats::timed_bundle(switch.as_ref(), mods, &metrics).await?;
-            }
+            let (count, tally) = outgoing.send(switch.as_ref(), &metrics).await?;
             if first {
                 if let Err(e) = ovsdb
                     .set_bridge_external_id(&bridge, ROUND_KEY, &round.to_string())
@@ -490,7 +512,7 @@ impl Handler<Sync> for FlowInstaller {
                     warn!("flows committed but the round number could not be saved in OVSDB: {e}");
                 }
             }
-            Ok::<_, OfError>(count)
+            Ok::<_, OfError>((count, tally))
         };
         let repaired = audit.is_some();
         AtomicResponse::new(Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
@@ -507,7 +529,11 @@ impl Handler<Sync> for FlowInstaller {
                 return;
             };
             match res {
-                Ok(count) => {
+                Ok((count, tally)) => {
+                    match tally {
+                        stream::Tally::Changes(changes) => act.compiler.adjust_flow_counts(&changes),
+                        stream::Tally::All(counts) => act.compiler.set_flow_counts(counts),
+                    }
                     // Realization latency: from the rule change's arrival to the bundle's commit.
                     let realization_ms = changed_at.map(|t| t.elapsed().as_secs_f64() * 1000.0);
                     info!(

@@ -40,7 +40,9 @@ use tracing::debug;
 use super::FlowInstaller;
 use crate::api::metrics::AgentMetrics;
 use crate::messages::{GetRuleStats, PoliciesRealized, PolicyGeneration, RuleStats, RuleStatsSnapshot};
-use crate::ovs::openflow::{ct_state, FlowFilter, FlowMod, FlowModCommand, FlowStats, OfError, Switch};
+use crate::ovs::openflow::{
+    ct_state, FlowFilter, FlowMod, FlowModChunks, FlowModCommand, FlowStats, OfError, Switch,
+};
 use crate::policy::compiler::{ConjunctionInfo, ConjunctionMap, METRIC_PRIORITY};
 use crate::policy::pipeline::{cookie, table, CookieCategory, ROUND_MASK};
 use crate::policy::rule::{CompiledRuleInput, Direction};
@@ -319,10 +321,40 @@ impl FlowInstaller {
         let Some(view) = view else {
             return;
         };
+        let view = self.with_not_installed(view);
         if let Some(reporter) = &self.peers.reporter {
             reporter.do_send((*view).clone());
         }
         self.realization.last_sent = Some(view);
+    }
+
+    /// The notice with the rules the compiler could not place added to their policies'
+    /// `not_enforced` message (NetworkPolicyStatus `realizationFailure`).
+    fn with_not_installed(&self, view: Arc<PoliciesRealized>) -> Arc<PoliciesRealized> {
+        if self.not_installed.is_empty() {
+            return view;
+        }
+        let mut by_policy: HashMap<&str, Vec<String>> = HashMap::new();
+        for (id, why) in &self.not_installed {
+            by_policy.entry(id.policy_uid.as_str()).or_default().push(format!(
+                "rules[{}] ({:?}): not installed ({why}): it has no flows, so it allows nothing and drops nothing",
+                id.index, id.direction
+            ));
+        }
+        let mut out = (*view).clone();
+        for p in &mut out.policies {
+            if let Some(lines) = by_policy.get(p.uid.as_str()) {
+                let mut message = p.not_enforced.take().unwrap_or_default();
+                for line in lines {
+                    if !message.is_empty() {
+                        message.push_str("; ");
+                    }
+                    message.push_str(line);
+                }
+                p.not_enforced = Some(message);
+            }
+        }
+        Arc::new(out)
     }
 
     /// Sends the last notice again (after the reporter restarted).
@@ -341,16 +373,21 @@ pub struct OpCounts {
 }
 
 impl OpCounts {
+    #[cfg(test)]
     pub fn of(mods: &[FlowMod]) -> Self {
         let mut c = OpCounts::default();
+        c.add_all(mods);
+        c
+    }
+
+    fn add_all(&mut self, mods: &[FlowMod]) {
         for m in mods {
             match m.command {
-                FlowModCommand::Add => c.add += 1,
-                FlowModCommand::Modify | FlowModCommand::ModifyStrict => c.modify += 1,
-                FlowModCommand::Delete | FlowModCommand::DeleteStrict => c.delete += 1,
+                FlowModCommand::Add => self.add += 1,
+                FlowModCommand::Modify | FlowModCommand::ModifyStrict => self.modify += 1,
+                FlowModCommand::Delete | FlowModCommand::DeleteStrict => self.delete += 1,
             }
         }
-        c
     }
 
     fn kinds(&self) -> [(&'static str, u64); 3] {
@@ -378,17 +415,40 @@ impl OpCounts {
     }
 }
 
-/// Sends `mods` in one bundle and records the flow-operation metrics.
-pub(super) async fn timed_bundle(
+/// Sends the flow_mods of `chunks` in one bundle, chunk by chunk
+/// ([`Switch::bundle_chunks`]), and records the flow-operation metrics; how many were sent.
+pub(super) async fn timed_bundle_chunks(
     switch: &dyn Switch,
-    mods: Vec<FlowMod>,
+    chunks: &mut FlowModChunks<'_>,
     metrics: &AgentMetrics,
-) -> Result<(), OfError> {
-    let counts = OpCounts::of(&mods);
+) -> Result<usize, OfError> {
+    let mut counting = Counting {
+        inner: chunks,
+        counts: OpCounts::default(),
+    };
     let started = Instant::now();
-    let res = switch.bundle(mods).await;
-    counts.record(metrics, res.is_ok(), started.elapsed().as_secs_f64() * 1000.0);
+    let res = switch.bundle_chunks(&mut counting).await;
+    let counts = counting.counts;
+    if counts.add + counts.modify + counts.delete > 0 {
+        counts.record(metrics, res.is_ok(), started.elapsed().as_secs_f64() * 1000.0);
+    }
     res
+}
+
+/// Counts the flow_mods of the chunks passing through.
+struct Counting<'a, 'b> {
+    inner: &'a mut FlowModChunks<'b>,
+    counts: OpCounts,
+}
+
+impl Iterator for Counting<'_, '_> {
+    type Item = Vec<FlowMod>;
+
+    fn next(&mut self) -> Option<Vec<FlowMod>> {
+        let chunk = self.inner.next()?;
+        self.counts.add_all(&chunk);
+        Some(chunk)
+    }
 }
 
 /// Observes a realization latency given in milliseconds (the histogram is in seconds).

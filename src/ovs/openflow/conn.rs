@@ -42,7 +42,7 @@ use super::messages::{
 use super::monitor::{self, FlowUpdate};
 use super::render::{render_flow, NameMap};
 use super::wire::{msg_type, CodecError, Header, Writer, OFP_HEADER_LEN, OFP_VERSION};
-use super::{Group, Meter, OfError, Switch, SwitchConnector};
+use super::{FlowModChunks, Group, Meter, OfError, Switch, SwitchConnector};
 
 /// Timings of a connection.
 #[derive(Debug, Clone)]
@@ -419,6 +419,67 @@ fn rejected(request: impl Into<String>, e: &ErrorMsg, flow: Option<String>) -> O
     }
 }
 
+/// Names a flow_mod of a streamed bundle that OVS refused (`xid` of chunk `chunk`).
+fn describe_streamed(sent: &[SentChunk], total: usize, chunk: usize, xid: u32, e: &ErrorMsg) -> OfError {
+    let Some(c) = sent.get(chunk) else {
+        return rejected("bundle", e, None);
+    };
+    let i = xid.wrapping_sub(c.reg.start) as usize;
+    match c.ops.get(i) {
+        Some(op) => rejected(
+            format!(
+                "bundle message {} of {} (flow_mod {} in table {} at priority {})",
+                c.offset + i + 1,
+                total,
+                op.command,
+                op.table,
+                op.priority
+            ),
+            e,
+            None,
+        ),
+        None => rejected("bundle", e, None),
+    }
+}
+
+/// The next chunk that has flow_mods.
+fn next_nonempty(chunks: &mut FlowModChunks<'_>) -> Option<Vec<FlowMod>> {
+    loop {
+        match chunks.next() {
+            Some(c) if c.is_empty() => continue,
+            other => return other,
+        }
+    }
+}
+
+/// A chunk of a streamed bundle that was sent: its xids, and enough of each flow_mod to name
+/// one OVS refuses.
+struct SentChunk {
+    reg: Registration,
+    /// Index of its first flow_mod in the whole bundle.
+    offset: usize,
+    ops: Vec<ModSummary>,
+    barrier: u32,
+    acked: bool,
+}
+
+/// What an error message says about a streamed flow_mod.
+struct ModSummary {
+    command: &'static str,
+    table: u8,
+    priority: u16,
+}
+
+impl ModSummary {
+    fn of(fm: &FlowMod) -> Self {
+        ModSummary {
+            command: command_name(fm),
+            table: fm.flow.table,
+            priority: fm.flow.priority,
+        }
+    }
+}
+
 fn command_name(fm: &FlowMod) -> &'static str {
     use super::flow::FlowModCommand::*;
     match fm.command {
@@ -775,6 +836,183 @@ impl OfConnection {
         }
     }
 
+    /// Sends a DISCARD for `bundle_id` and waits (briefly) for its answer.
+    async fn discard_bundle(&self, bundle_id: u32, flags: u16) -> Result<(), OfError> {
+        let mut reg = self.inner.register(1)?;
+        let discard = reg.start;
+        self.inner.send(messages::bundle_control(
+            discard,
+            bundle_id,
+            bundle_ctrl::DISCARD_REQUEST,
+            flags,
+        ))?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match reg.next(deadline, "bundle discard").await {
+                Ok((h, _)) if h.xid == discard => return Ok(()),
+                Ok(_) => {}
+                Err(OfError::Closed) => return Err(OfError::Closed),
+                Err(_) => return Ok(()),
+            }
+        }
+    }
+
+    /// [`Switch::bundle_chunks`]: one atomic bundle fed chunk by chunk. Each chunk is encoded
+    /// and sent with a barrier behind it; before the next chunk is produced, the barrier of the
+    /// chunk before is awaited, so at most two encoded chunks are in flight (OVS keeps the
+    /// bundle's messages itself). Errors OVS reports for an add stop the stream and discard the
+    /// bundle; nothing changes on the switch unless the commit succeeds.
+    async fn run_bundle_chunks(&self, chunks: &mut FlowModChunks<'_>) -> Result<usize, OfError> {
+        let Some(first) = next_nonempty(chunks) else {
+            return Ok(0);
+        };
+        let flags = bundle_flags::ATOMIC | bundle_flags::ORDERED;
+        let bundle_id = self.next_bundle_id();
+        let mut open = self.inner.register(1)?;
+        self.inner.send(messages::bundle_control(
+            open.start,
+            bundle_id,
+            bundle_ctrl::OPEN_REQUEST,
+            flags,
+        ))?;
+        let mut sent: Vec<SentChunk> = Vec::new();
+        let mut errors: Vec<(usize, u32, ErrorMsg)> = Vec::new();
+        let mut total: usize = 0;
+        let mut next = Some(first);
+        while let Some(chunk) = next.take() {
+            let n = u32::try_from(chunk.len())
+                .ok()
+                .filter(|n| *n < u32::MAX / 4)
+                .ok_or_else(|| OfError::Encode {
+                    what: "bundle chunk".into(),
+                    why: "too many flow_mods".into(),
+                })?;
+            let reg = self.inner.register(n + 1)?;
+            let s = reg.start;
+            let mut w = Writer::with_capacity(chunk.len() * 160 + 16);
+            let mut ops = Vec::with_capacity(chunk.len());
+            for (i, fm) in chunk.iter().enumerate() {
+                if let Err(e) =
+                    messages::write_bundle_add_flow_mod(&mut w, s + i as u32, bundle_id, flags, fm)
+                {
+                    // Nothing of this bundle is committed: throw it away.
+                    let what = format!(
+                        "flow_mod {} ({})",
+                        command_name(fm),
+                        render_flow(&fm.flow, &NameMap::new())
+                    );
+                    drop(reg);
+                    self.discard_bundle(bundle_id, flags).await?;
+                    return Err(OfError::Encode {
+                        what,
+                        why: e.to_string(),
+                    });
+                }
+                ops.push(ModSummary::of(fm));
+            }
+            w.bytes(&messages::barrier_request(s + n));
+            self.inner.send(w.into_vec())?;
+            sent.push(SentChunk {
+                reg,
+                offset: total,
+                ops,
+                barrier: s + n,
+                acked: false,
+            });
+            total += chunk.len();
+            drop(chunk);
+            if sent.len() >= 2 {
+                let idx = sent.len() - 2;
+                self.ack_chunk(&mut sent, idx, &mut errors).await?;
+            }
+            if !errors.is_empty() {
+                break;
+            }
+            next = next_nonempty(chunks);
+        }
+        for idx in 0..sent.len() {
+            if errors.is_empty() {
+                self.ack_chunk(&mut sent, idx, &mut errors).await?;
+            }
+        }
+        let mut open_error = None;
+        while let Ok((h, m)) = open.rx.try_recv() {
+            if let Message::Error(e) = m {
+                if h.xid == open.start {
+                    open_error = Some(e);
+                }
+            }
+        }
+        if open_error.is_some() || !errors.is_empty() {
+            self.discard_bundle(bundle_id, flags).await?;
+            return Err(match (open_error, errors.first()) {
+                (Some(e), _) => rejected("bundle open", &e, None),
+                (None, Some((chunk, xid, e))) => describe_streamed(&sent, total, *chunk, *xid, e),
+                (None, None) => OfError::Closed,
+            });
+        }
+
+        let mut commit_reg = self.inner.register(1)?;
+        let commit = commit_reg.start;
+        self.inner.send(messages::bundle_control(
+            commit,
+            bundle_id,
+            bundle_ctrl::COMMIT_REQUEST,
+            flags,
+        ))?;
+        let deadline = self.deadline();
+        let mut commit_error: Option<ErrorMsg> = None;
+        loop {
+            let (h, m) = commit_reg.next(deadline, "bundle commit reply").await?;
+            match m {
+                Message::Error(e) if h.xid == commit => {
+                    commit_error = Some(e);
+                    break;
+                }
+                Message::BundleControl {
+                    ctrl: bundle_ctrl::COMMIT_REPLY,
+                    ..
+                } if h.xid == commit => break,
+                _ => {}
+            }
+        }
+        // A commit-time failure names the failing add first (on that chunk's xids): the reader
+        // dispatched it before the commit's answer.
+        let mut add_error = None;
+        for (idx, c) in sent.iter_mut().enumerate() {
+            while let Ok((h, m)) = c.reg.rx.try_recv() {
+                if let Message::Error(e) = m {
+                    if add_error.is_none() && h.xid != c.barrier {
+                        add_error = Some((idx, h.xid, e));
+                    }
+                }
+            }
+        }
+        match (add_error, commit_error) {
+            (Some((chunk, xid, e)), _) => Err(describe_streamed(&sent, total, chunk, xid, &e)),
+            (None, Some(e)) => Err(rejected("bundle commit", &e, None)),
+            (None, None) => Ok(total),
+        }
+    }
+
+    /// Waits for the barrier of chunk `idx` (once), collecting the errors OVS sent for its adds.
+    async fn ack_chunk(
+        &self,
+        sent: &mut [SentChunk],
+        idx: usize,
+        errors: &mut Vec<(usize, u32, ErrorMsg)>,
+    ) -> Result<(), OfError> {
+        let Some(c) = sent.get_mut(idx).filter(|c| !c.acked) else {
+            return Ok(());
+        };
+        let found = self
+            .collect_until_barrier(&mut c.reg, c.barrier, "bundle add replies")
+            .await?;
+        c.acked = true;
+        errors.extend(found.into_iter().map(|(xid, e)| (idx, xid, e)));
+        Ok(())
+    }
+
     async fn run_barrier(&self) -> Result<(), OfError> {
         let mut reg = self.inner.register(1)?;
         self.inner.send(messages::barrier_request(reg.start))?;
@@ -851,6 +1089,10 @@ impl Switch for OfConnection {
             return Ok(());
         }
         self.run_bundle(&mods).await
+    }
+
+    async fn bundle_chunks(&self, chunks: &mut FlowModChunks<'_>) -> Result<usize, OfError> {
+        self.run_bundle_chunks(chunks).await
     }
 
     /// Makes the switch hold exactly `groups`: each is added or modified in place (flows using

@@ -94,12 +94,28 @@ pub enum OfError {
     Timeout(String),
 }
 
+/// Flow_mods produced chunk by chunk (see [`Switch::bundle_chunks`]).
+pub type FlowModChunks<'a> = dyn Iterator<Item = Vec<FlowMod>> + Send + 'a;
+
 /// A connected OpenFlow 1.5 switch. Every method is safe to call concurrently.
 #[async_trait]
 pub trait Switch: Send + Sync {
     /// Applies all flow_mods atomically and in order in one bundle (open, add*, commit).
     /// On any error nothing has changed and the error names the offending flow.
     async fn bundle(&self, mods: Vec<FlowMod>) -> Result<(), OfError>;
+    /// [`Switch::bundle`] for flow_mods produced chunk by chunk: all of them are applied
+    /// atomically and in order in one bundle, but only a bounded number of chunks (and their
+    /// encoding) exist at once. Returns how many flow_mods were committed (none is no bundle).
+    /// A refused flow_mod is named by its position, command, table and priority (the flow
+    /// itself is gone by then). This default collects the chunks and calls `bundle`.
+    async fn bundle_chunks(&self, chunks: &mut FlowModChunks<'_>) -> Result<usize, OfError> {
+        let mods: Vec<FlowMod> = chunks.flatten().collect();
+        let n = mods.len();
+        if n > 0 {
+            self.bundle(mods).await?;
+        }
+        Ok(n)
+    }
     /// Replaces all groups with `groups` (delete all, then add each).
     async fn replace_groups(&self, groups: Vec<Group>) -> Result<(), OfError>;
     /// Replaces all meters with `meters` (delete all, then add each).

@@ -1,0 +1,173 @@
+//! What one sync sends, as flow_mods produced chunk by chunk into one atomic bundle: either a
+//! change (the small diff of the flows besides the NetworkPolicy flows, then the compiler's
+//! [`FlowDelta`]), or a take-over of everything the switch holds (its dump diffed against the
+//! desired flows, the NetworkPolicy ones built group run by group run from a [`FlowPlan`]).
+//! No copy of all flows or flow_mods exists at once: the switch's dump is the only full set
+//! held, and it shrinks as desired flows are matched against it.
+
+use std::collections::BTreeMap;
+
+use tracing::warn;
+
+use crate::ovs::openflow::{FlowFilter, FlowMod, OfError, Switch};
+use crate::policy::compiler::{CountChanges, FlowDelta, FlowPlan, PlanChunks, CHUNK_RULES};
+use crate::policy::flowset::{self, FlowSet};
+use crate::policy::pipeline::{self, ROUND_MASK};
+
+/// At most this many DELETE_STRICTs of leftover flows per chunk.
+const DELETE_CHUNK: usize = 4096;
+
+/// What a sync sends.
+pub(super) enum Outgoing {
+    /// Minimal changes: the base flows' diff, then the NetworkPolicy delta, then `extra`.
+    Change {
+        base: Vec<FlowMod>,
+        delta: FlowDelta,
+        extra: Vec<FlowMod>,
+    },
+    /// Everything, against what the switch holds, then `extra`.
+    TakeOver {
+        base: FlowSet,
+        plan: FlowPlan,
+        round: u16,
+        previous: Option<u16>,
+        extra: Vec<FlowMod>,
+    },
+}
+
+/// How the compiler's flow counts move once the bundle committed.
+pub(super) enum Tally {
+    Changes(CountChanges),
+    All(BTreeMap<u8, usize>),
+}
+
+impl Outgoing {
+    /// Sends everything in one bundle; how many flow_mods, and the flow counts.
+    pub(super) async fn send(
+        self,
+        switch: &dyn Switch,
+        metrics: &crate::api::metrics::AgentMetrics,
+    ) -> Result<(usize, Tally), OfError> {
+        match self {
+            Outgoing::Change { base, delta, extra } => {
+                let mut delta = delta.into_chunks(CHUNK_RULES);
+                let mut chunks = std::iter::once(base)
+                    .chain(&mut delta)
+                    .chain(std::iter::once(extra));
+                let n = super::stats::timed_bundle_chunks(switch, &mut chunks, metrics).await?;
+                Ok((n, Tally::Changes(delta.count_changes().clone())))
+            }
+            Outgoing::TakeOver {
+                base,
+                plan,
+                round,
+                previous,
+                extra,
+            } => {
+                let mut plan = plan.into_chunks(CHUNK_RULES);
+                let n = match switch.dump_flows(FlowFilter::all()).await {
+                    Ok(stats) => {
+                        // Flows with round 0 in their cookie are not the agent's (e.g. added by
+                        // hand, or the FQDN controller's) and are left alone.
+                        let current = flowset::flow_set(
+                            stats
+                                .into_iter()
+                                .map(|s| s.flow)
+                                .filter(|f| f.cookie & ROUND_MASK != 0),
+                        );
+                        // The extra flow_mods (the FQDN address flows, round 0) come last; the
+                        // deletes of leftovers never touch round 0.
+                        let mut chunks = TakeOverChunks {
+                            current,
+                            base: Some(base),
+                            plan: &mut plan,
+                        }
+                        .chain(std::iter::once(extra));
+                        super::stats::timed_bundle_chunks(switch, &mut chunks, metrics).await?
+                    }
+                    Err(e) => {
+                        warn!(
+                            "cannot dump the switch's flows ({e}); replacing them all in one bundle instead"
+                        );
+                        let mut chunks =
+                            full_resync(base, &mut plan, round, previous).chain(std::iter::once(extra));
+                        super::stats::timed_bundle_chunks(switch, &mut chunks, metrics).await?
+                    }
+                };
+                Ok((n, Tally::All(plan.counts().clone())))
+            }
+        }
+    }
+}
+
+/// A take-over: every desired flow is added unless the switch holds it already (apart from the
+/// round in its cookie: counters are kept), and what is left of the switch's flows afterwards
+/// is deleted.
+struct TakeOverChunks<'a> {
+    current: FlowSet,
+    base: Option<FlowSet>,
+    plan: &'a mut PlanChunks,
+}
+
+impl TakeOverChunks<'_> {
+    fn add_unless_held(&mut self, flow: crate::ovs::openflow::Flow) -> Option<FlowMod> {
+        match self.current.remove(&flow.key()) {
+            Some(have) if flowset::same_but_round(&have, &flow) => None,
+            _ => Some(FlowMod::add(flow)),
+        }
+    }
+}
+
+impl Iterator for TakeOverChunks<'_> {
+    type Item = Vec<FlowMod>;
+
+    fn next(&mut self) -> Option<Vec<FlowMod>> {
+        if let Some(base) = self.base.take() {
+            return Some(
+                base.into_values()
+                    .filter_map(|f| self.add_unless_held(f))
+                    .collect(),
+            );
+        }
+        if let Some(flows) = self.plan.next() {
+            return Some(
+                flows
+                    .into_iter()
+                    .filter_map(|f| self.add_unless_held(f))
+                    .collect(),
+            );
+        }
+        let mut deletes = Vec::new();
+        while deletes.len() < DELETE_CHUNK {
+            let Some((_, flow)) = self.current.pop_first() else {
+                break;
+            };
+            deletes.push(FlowMod::delete_strict(flow));
+        }
+        (!deletes.is_empty()).then_some(deletes)
+    }
+}
+
+/// Antrea's round protocol when the switch cannot be dumped: drop leftovers of an earlier
+/// attempt at `round`, add every desired flow (replacing same-identity flows in place), then
+/// delete whatever still carries the `previous` round.
+fn full_resync<'a>(
+    base: FlowSet,
+    plan: &'a mut PlanChunks,
+    round: u16,
+    previous: Option<u16>,
+) -> impl Iterator<Item = Vec<FlowMod>> + Send + 'a {
+    let first = vec![FlowMod::delete_by_cookie(
+        pipeline::round_cookie(round),
+        ROUND_MASK,
+    )];
+    let last: Vec<FlowMod> = previous
+        .filter(|&p| p != round)
+        .map(|p| FlowMod::delete_by_cookie(pipeline::round_cookie(p), ROUND_MASK))
+        .into_iter()
+        .collect();
+    std::iter::once(first)
+        .chain(std::iter::once(base.into_values().map(FlowMod::add).collect()))
+        .chain(plan.map(|flows| flows.into_iter().map(FlowMod::add).collect()))
+        .chain(std::iter::once(last))
+}
