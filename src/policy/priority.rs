@@ -298,78 +298,125 @@ impl PriorityAssigner {
     /// window, although the table has room. `new` is sorted, unregistered, and fits with the
     /// registered ones (the caller checked).
     ///
-    /// One pass over all priorities in precedence order: each run of new priorities is spread
-    /// evenly over the gap up to the next registered priority, which keeps its slot unless the
-    /// run needs more room (then it moves up just enough) or the priorities after it would not
-    /// fit below the top (then it moves down just enough). Precedence order is OpenFlow order,
-    /// registered priorities move only where the new ones need their room, and an empty table
-    /// gets its priorities spread over the whole range, leaving room between neighbours.
+    /// New priorities are placed run by run, a run being the new priorities that fall between
+    /// the same two registered neighbours: spread evenly over the gap between them when it is
+    /// wide enough (nothing moves), otherwise the smallest aligned window of OpenFlow
+    /// priorities around the gap that is sparse enough is re-spread evenly with the run merged
+    /// in (a packed-memory-array rebalance). Precedence order stays OpenFlow order, only the
+    /// window moves, and the density allowed shrinks as windows grow (from full for a window of
+    /// one slot to the table's own density for the whole table), so each rebalance leaves
+    /// room for the next insertions nearby: a one-policy change moves tens of priorities, not
+    /// the table, and the table fills up to its last slot.
     fn insert_compact(&mut self, new: &[Priority], updates: &mut BTreeMap<Priority, PriorityUpdate>) {
-        let total = self.by_priority.len() + new.len();
-        let top = i64::from(self.top);
-        // (priority, current slot) in precedence order: registered and new merged.
-        let mut all: Vec<(Priority, Option<u16>)> = Vec::with_capacity(total);
-        {
-            let mut old = self.by_priority.iter().peekable();
-            let mut add = new.iter().peekable();
-            loop {
-                let take_old = match (old.peek(), add.peek()) {
-                    (None, None) => break,
-                    (Some(_), None) => true,
-                    (None, Some(_)) => false,
-                    (Some((o, _)), Some(n)) => *o < *n,
-                };
-                if take_old {
-                    if let Some((p, &of)) = old.next() {
-                        all.push((*p, Some(of)));
-                    }
-                } else if let Some(p) = add.next() {
-                    all.push((*p, None));
-                }
+        use std::ops::Bound::{Excluded, Unbounded};
+        let mut rest = new;
+        while let Some(first) = rest.first() {
+            let upper = self
+                .by_priority
+                .range((Excluded(*first), Unbounded))
+                .next()
+                .map(|(p, &of)| (*p, of));
+            let len = match upper {
+                Some((next, _)) => rest.iter().take_while(|p| **p < next).count(),
+                None => rest.len(),
+            };
+            let (run, tail) = rest.split_at(len.max(1));
+            let lower = self.by_priority.range(..*first).next_back().map(|(_, &of)| of);
+            self.insert_run(run, lower, upper.map(|(_, of)| of), new, updates);
+            rest = tail;
+        }
+    }
+
+    /// Places `run` (sorted, all between the registered neighbours at OpenFlow priorities
+    /// `lower` and `upper`, `None` = table bound); see [`Self::insert_compact`]. `new` is the
+    /// whole registration: an earlier run of it that a rebalance moves is not a move of a
+    /// previously registered priority.
+    fn insert_run(
+        &mut self,
+        run: &[Priority],
+        lower: Option<u16>,
+        upper: Option<u16>,
+        new: &[Priority],
+        updates: &mut BTreeMap<Priority, PriorityUpdate>,
+    ) {
+        let (bottom, top) = (i64::from(self.bottom), i64::from(self.top));
+        let k = run.len() as i64;
+        let lo = lower.map_or(bottom - 1, i64::from);
+        let hi = upper.map_or(top + 1, i64::from);
+        if hi - lo - 1 >= k {
+            // Room in the gap: spread the run evenly, nothing moves.
+            let gap = hi - lo - 1;
+            for (i, p) in run.iter().enumerate() {
+                let of = lo + (i as i64 + 1) * (gap + 1) / (k + 1);
+                self.assign(of as u16, *p);
+            }
+            return;
+        }
+        // The smallest aligned window around the lower neighbour whose density, with the run,
+        // is within its level's threshold. The whole table always qualifies (the caller
+        // checked that everything fits).
+        let slots = top - bottom + 1;
+        let anchor = lo.max(bottom);
+        let levels = 64 - (slots as u64).leading_zeros() as i64; // 2^levels >= slots
+        let density = (self.by_of.len() as f64 + k as f64) / slots as f64;
+        let (mut a, mut b) = (bottom, top);
+        for level in 1..=levels {
+            let size = 1i64 << level;
+            let start = bottom + ((anchor - bottom) / size) * size;
+            let end = (start + size - 1).min(top);
+            let start = (end - size + 1).max(bottom);
+            let span = end - start + 1;
+            let count = self.by_of.range(start as u16..=end as u16).count() as i64 + k;
+            let threshold = density + (1.0 - density) * (1.0 - level as f64 / levels as f64);
+            if count <= span && count as f64 <= threshold * span as f64 {
+                (a, b) = (start, end);
+                break;
             }
         }
-        // (priority, new slot, current slot).
-        let mut placed: Vec<(Priority, u16, Option<u16>)> = Vec::with_capacity(total);
-        let mut cur = i64::from(self.bottom) - 1;
-        let mut run: Vec<Priority> = Vec::new();
-        let spread =
-            |run: &mut Vec<Priority>, cur: i64, next: i64, placed: &mut Vec<(Priority, u16, Option<u16>)>| {
-                // `next - cur - 1 >= run.len()` slots between `cur` and `next`.
-                let k = run.len() as i64;
-                let gap = next - cur - 1;
-                for (i, p) in run.drain(..).enumerate() {
-                    let of = cur + (i as i64 + 1) * (gap + 1) / (k + 1);
-                    placed.push((p, of as u16, None));
+        // Merge the window's priorities (OpenFlow order is precedence order) with the run.
+        let window: Vec<(u16, Priority)> = self
+            .by_of
+            .range(a as u16..=b as u16)
+            .map(|(&of, p)| (of, *p))
+            .collect();
+        let mut merged: Vec<(Priority, Option<u16>)> = Vec::with_capacity(window.len() + run.len());
+        let mut old = window.iter().peekable();
+        let mut add = run.iter().peekable();
+        loop {
+            let take_old = match (old.peek(), add.peek()) {
+                (None, None) => break,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (Some((_, o)), Some(n)) => o < *n,
+            };
+            if take_old {
+                if let Some((of, p)) = old.next() {
+                    merged.push((*p, Some(*of)));
                 }
-            };
-        for (i, (p, slot)) in all.iter().enumerate() {
-            let Some(slot) = slot else {
-                run.push(*p);
-                continue;
-            };
-            let after = (total - i - 1) as i64;
-            let k = run.len() as i64;
-            let of = i64::from(*slot).max(cur + k + 1).min(top - after);
-            spread(&mut run, cur, of, &mut placed);
-            placed.push((*p, of as u16, Some(*slot)));
-            cur = of;
+            } else if let Some(p) = add.next() {
+                merged.push((*p, None));
+            }
         }
-        spread(&mut run, cur, top + 1, &mut placed);
+        let span = b - a + 1;
+        let count = merged.len() as i64;
+        let slot = |j: i64| a + (2 * j + 1) * span / (2 * count);
         // Moved priorities leave their slots first, so no slot is taken twice meanwhile.
-        for (p, of, current) in &placed {
+        for (j, (p, current)) in merged.iter().enumerate() {
             if let Some(old) = *current {
-                if old != *of {
+                if i64::from(old) != slot(j as i64) {
                     self.by_of.remove(&old);
-                    updates.entry(*p).or_insert(PriorityUpdate {
-                        original: old,
-                        updated: old,
-                    });
+                    if new.binary_search(p).is_err() {
+                        updates.entry(*p).or_insert(PriorityUpdate {
+                            original: old,
+                            updated: old,
+                        });
+                    }
                 }
             }
         }
-        for (p, of, current) in placed {
+        for (j, (p, current)) in merged.into_iter().enumerate() {
+            let of = slot(j as i64) as u16;
             if current == Some(of) {
-                // Kept its slot: nothing to write (most priorities, most of the time).
                 continue;
             }
             self.by_priority.insert(p, of);
@@ -1124,5 +1171,117 @@ mod tests {
             assert_eq!(pa.by_of.len(), pa.by_priority.len(), "round {round}");
             assert!(ofs.iter().all(|&o| (10..=180).contains(&o)), "round {round}");
         }
+    }
+
+    /// The compact placement under random registrations and releases in both tables: order,
+    /// bijection and range always hold, registrations succeed while they fit, and the moves
+    /// reported are exactly the priorities whose OpenFlow priority changed.
+    #[test]
+    fn compact_placement_keeps_order_and_reports_every_move() {
+        let mut seed: u64 = 7;
+        let mut next = |m: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % m
+        };
+        for baseline in [true, false] {
+            let mut pa = PriorityAssigner::new(baseline);
+            let (bottom, top) = (pa.bottom, pa.top);
+            for round in 0..3000 {
+                if next(5) == 0 && !pa.is_empty() {
+                    let ofs: Vec<u16> = pa.by_of.keys().copied().collect();
+                    pa.release(ofs[next(ofs.len() as u64) as usize]);
+                } else {
+                    pa.compact = true;
+                    let zone = next(if baseline { 60 } else { 4000 }) as f64 / 2.0;
+                    let ps: Vec<Priority> = (0..next(6) as i32 + 1).map(|r| p(250, zone, r)).collect();
+                    let before: BTreeMap<Priority, u16> = pa.by_priority.clone();
+                    let fits = pa.len() + ps.iter().filter(|q| pa.get(q).is_none()).count()
+                        <= usize::from(top - bottom) + 1;
+                    match pa.register(&ps) {
+                        Ok(moves) => {
+                            let changed: BTreeMap<u16, u16> = before
+                                .iter()
+                                .filter_map(|(q, &of)| {
+                                    let now = pa.get(q).expect("still registered");
+                                    (now != of).then_some((of, now))
+                                })
+                                .collect();
+                            assert_eq!(moves, changed, "round {round}");
+                        }
+                        Err(e) => assert!(!fits, "round {round}: {e}"),
+                    }
+                }
+                let ofs: Vec<u16> = pa.registered().map(|(_, of)| of).collect();
+                assert!(ofs.windows(2).all(|w| w[0] < w[1]), "round {round}");
+                assert_eq!(pa.by_of.len(), pa.by_priority.len(), "round {round}");
+                assert!(ofs.iter().all(|o| (bottom..=top).contains(o)), "round {round}");
+            }
+        }
+    }
+
+    /// 20,000 single rules appended in precedence order and then, in a fresh table, prepended
+    /// (the worst case for gap halving: every insertion lands at the same end): every one is
+    /// placed, and the moves stay amortised-small, because a rebalance leaves room for the
+    /// next insertions nearby instead of re-spreading the table each time.
+    #[test]
+    fn compact_placement_amortises_moves_over_sequential_inserts() {
+        for ascending in [true, false] {
+            let mut pa = PriorityAssigner::new(false);
+            pa.compact = true;
+            let mut moves: Vec<usize> = Vec::new();
+            for i in 0..20_000 {
+                let policy = if ascending { 20_000 - i } else { i + 1 };
+                moves.push(pa.register(&[p(250, f64::from(policy), 0)]).expect("fits").len());
+            }
+            assert_eq!(pa.len(), 20_000);
+            let ofs: Vec<u16> = pa.registered().map(|(_, of)| of).collect();
+            assert!(ofs.windows(2).all(|w| w[0] < w[1]));
+            let total: usize = moves.iter().sum();
+            moves.sort_unstable();
+            eprintln!(
+                "ascending {ascending}: {total} moves, p50 {} p99 {} max {}",
+                moves[10_000], moves[19_800], moves[19_999]
+            );
+            // Measured: about 35 moves per insertion on average (p50 8, p99 410; 79 for 50,000):
+            // the packed-memory-array bound is O(log² n) amortised.
+            assert!(total < 20_000 * 100, "{total} moves for 20,000 inserts");
+        }
+    }
+
+    /// The steady state the scale issue measures: 50,000 rules of 10,000 policies in one tier
+    /// loaded at once, then policies added and removed at random: each change moves few
+    /// priorities.
+    #[test]
+    fn compact_placement_moves_few_priorities_per_policy_change() {
+        let mut seed: u64 = 11;
+        let mut next = |m: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % m
+        };
+        let zone = |policy: f64| (0..5).map(move |r| p(250, policy, r)).collect::<Vec<_>>();
+        let mut pa = PriorityAssigner::new(false);
+        pa.compact = true;
+        let all: Vec<Priority> = (1..=10_000).flat_map(|i| zone(f64::from(i))).collect();
+        assert!(pa.register(&all).expect("fits").is_empty());
+        let mut moves: Vec<usize> = Vec::new();
+        for _ in 0..2_000 {
+            let policy = next(10_000) as f64 + 0.5;
+            moves.push(pa.register(&zone(policy)).expect("fits").len());
+            let gone = f64::from(next(10_000) as u32 + 1);
+            for q in zone(gone) {
+                pa.release_priority(&q);
+            }
+        }
+        let ofs: Vec<u16> = pa.registered().map(|(_, of)| of).collect();
+        assert!(ofs.windows(2).all(|w| w[0] < w[1]));
+        moves.sort_unstable();
+        eprintln!("p50 {} p99 {} max {}", moves[1_000], moves[1_980], moves[1_999]);
+        // Measured: p50 30, p99 203, max 822 moves for a 5-rule policy at 77 % occupancy (at
+        // least ~17 must move: the nearest 5 free slots lie that far apart on average).
+        assert!(moves[1_980] < 400, "p99 {} moves", moves[1_980]);
     }
 }
