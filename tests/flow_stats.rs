@@ -183,6 +183,7 @@ async fn rule_counters_come_from_the_metric_flows_summed_per_rule() {
         rules: view(rules()),
         policies: generations(1, 1),
         sync_epoch: 1,
+        interface_ofports: interfaces().ofports(),
     });
     w.wait_realized(&PoliciesRealized {
         policies: generations(1, 1),
@@ -330,6 +331,7 @@ async fn realization_is_reported_after_each_successful_commit_only() {
         rules: view(rules()),
         policies: generations(1, 1),
         sync_epoch: 1,
+        interface_ofports: interfaces().ofports(),
     });
     w.wait_realized(&PoliciesRealized {
         policies: generations(1, 1),
@@ -349,6 +351,7 @@ async fn realization_is_reported_after_each_successful_commit_only() {
         rules: view(rules()),
         policies: generations(2, 1),
         sync_epoch: 1,
+        interface_ofports: interfaces().ofports(),
     });
     w.wait_realized(&PoliciesRealized {
         policies: generations(2, 1),
@@ -365,6 +368,7 @@ async fn realization_is_reported_after_each_successful_commit_only() {
         rules: view(fewer),
         policies: generations(3, 1),
         sync_epoch: 2,
+        interface_ofports: interfaces().ofports(),
     });
     eventually("the bundle failed", || async {
         w.metrics.ovs_flow_ops_errors.with_label_values(&["delete"]).get() > 0

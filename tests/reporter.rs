@@ -413,6 +413,7 @@ async fn stats_deltas_are_posted_from_the_rule_counters() {
             not_enforced: None,
         }],
         sync_epoch: 1,
+        interface_ofports: interfaces().ofports(),
     });
     // The realization triggers the baseline (counters all zero).
     eventually("baseline taken", || async {

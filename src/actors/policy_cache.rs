@@ -56,7 +56,7 @@ pub struct PolicyCache {
     sync_epoch: u64,
     /// The epoch and policy generations last published, so a resync or a generation bump that
     /// leaves the rules unchanged is still published (and its statuses re-posted).
-    published: Option<(u64, Vec<PolicyGeneration>)>,
+    published: Option<(u64, Vec<PolicyGeneration>, Vec<u32>)>,
     /// Local ExternalEntities and their interfaces; `None` until the interface manager reports.
     interfaces: Option<BTreeMap<EntityRef, AttachedInterface>>,
     resolved: Option<ResolvedView>,
@@ -125,7 +125,11 @@ impl PolicyCache {
         if changed {
             info!(rules = rules.len(), "NetworkPolicy rules for this node changed");
         }
-        let published = (self.sync_epoch, self.policies_of(&rules));
+        let published = (
+            self.sync_epoch,
+            self.policies_of(&rules),
+            crate::messages::interfaces::ofports(&interfaces),
+        );
         let stale = self.published.as_ref() != Some(&published);
         if changed || force || stale {
             if let Some(flows) = &self.peers.flows {
@@ -133,6 +137,7 @@ impl PolicyCache {
                     policies: published.1.clone(),
                     rules,
                     sync_epoch: self.sync_epoch,
+                    interface_ofports: published.2.clone(),
                 });
                 self.published = Some(published);
             }

@@ -32,3 +32,21 @@ pub struct AttachedInterface {
 pub struct InterfacesChanged {
     pub interfaces: Vec<AttachedInterface>,
 }
+
+impl InterfacesChanged {
+    /// The internal and uplink ports of every interface, sorted: what ties a rule view to the
+    /// interface view it was resolved against.
+    pub fn ofports(&self) -> Vec<u32> {
+        ofports(&self.interfaces)
+    }
+}
+
+/// See [`InterfacesChanged::ofports`].
+pub fn ofports(interfaces: &[AttachedInterface]) -> Vec<u32> {
+    let mut ports: Vec<u32> = interfaces
+        .iter()
+        .flat_map(|i| [i.ofport, i.uplink_ofport])
+        .collect();
+    ports.sort_unstable();
+    ports
+}

@@ -22,4 +22,9 @@ pub struct RulesChanged {
     pub policies: Vec<PolicyGeneration>,
     /// Increases on every full resync of the policy source (see [`super::PoliciesRealized`]).
     pub sync_epoch: u64,
+    /// The OpenFlow ports of the interfaces these rules were resolved against
+    /// ([`super::InterfacesChanged::ofports`]). The flow installer installs nothing while its own
+    /// interface view has other ports: a re-created port must not get its pipeline flows before
+    /// the rules that name its new number (that gap let denied connections through).
+    pub interface_ofports: Vec<u32>,
 }

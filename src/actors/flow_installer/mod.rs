@@ -39,6 +39,7 @@ use crate::policy::pipeline::{self, PipelineOptions};
 use crate::policy::rule::{CompiledRuleInput, RuleId};
 
 mod drift;
+mod held;
 /// Read-only queries for the agent API (`GetFlowDump`).
 pub mod query;
 mod stats;
@@ -96,6 +97,8 @@ pub struct FlowInstaller {
     interfaces: Option<Vec<AttachedInterface>>,
     /// `None` until the policy cache's first view arrives.
     rules: Option<Arc<[Arc<CompiledRuleInput>]>>,
+    /// The interface ports the rules were resolved against ([`RulesChanged::interface_ofports`]).
+    rules_ofports: Vec<u32>,
     /// Keeps conjunction ids and rule priorities stable from one compilation to the next, and
     /// knows the NetworkPolicy flows: a rule change is compiled into a delta of flow_mods.
     compiler: Compiler,
@@ -151,6 +154,7 @@ impl FlowInstaller {
             next_epoch: 1,
             interfaces: None,
             rules: None,
+            rules_ofports: Vec::new(),
             compiler: Compiler::new(CompileOptions::default()),
             publisher: ConjunctionPublisher::new(),
             policy_resync: false,
@@ -202,6 +206,12 @@ impl FlowInstaller {
         let (Some(interfaces), Some(rules)) = (self.interfaces.as_ref(), self.rules.as_ref()) else {
             return None;
         };
+        if crate::messages::interfaces::ofports(interfaces) != self.rules_ofports {
+            // The rules still name other ports (the policy cache has not caught up with a
+            // re-created port yet): installing the new port's pipeline now would let its
+            // traffic past rules that name its old number.
+            return None;
+        }
         let opts = PipelineOptions { round, meters };
         let dns_ports: std::collections::BTreeSet<u32> = rules
             .iter()
@@ -638,6 +648,7 @@ impl Handler<RulesChanged> for FlowInstaller {
 
     fn handle(&mut self, msg: RulesChanged, ctx: &mut Context<Self>) {
         self.realization.set_view(msg.policies, msg.sync_epoch);
+        self.rules_ofports = msg.interface_ofports;
         if !self.rules.as_ref().is_some_and(|r| same_rules(r, &msg.rules)) {
             debug!(rules = msg.rules.len(), "rule view changed");
             self.rules = Some(msg.rules);

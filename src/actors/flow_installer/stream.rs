@@ -3,15 +3,16 @@
 //! [`FlowDelta`]), or a take-over of everything the switch holds (its dump diffed against the
 //! desired flows, the NetworkPolicy ones built group run by group run from a [`FlowPlan`]).
 //! No copy of all flows or flow_mods exists at once: the switch's dump is the only full set
-//! held, and it shrinks as desired flows are matched against it.
+//! held, compactly ([`HeldFlows`]), and it shrinks as desired flows are matched against it.
 
 use std::collections::BTreeMap;
 
-use tracing::warn;
+use tracing::{debug, warn};
 
+use super::held::HeldFlows;
 use crate::ovs::openflow::{FlowFilter, FlowMod, OfError, Switch};
 use crate::policy::compiler::{CountChanges, FlowDelta, FlowPlan, PlanChunks, CHUNK_RULES};
-use crate::policy::flowset::{self, FlowSet};
+use crate::policy::flowset::FlowSet;
 use crate::policy::pipeline::{self, ROUND_MASK};
 
 /// At most this many DELETE_STRICTs of leftover flows per chunk.
@@ -65,16 +66,20 @@ impl Outgoing {
                 extra,
             } => {
                 let mut plan = plan.into_chunks(CHUNK_RULES);
-                let n = match switch.dump_flows(FlowFilter::all()).await {
-                    Ok(stats) => {
-                        // Flows with round 0 in their cookie are not the agent's (e.g. added by
-                        // hand, or the FQDN controller's) and are left alone.
-                        let current = flowset::flow_set(
-                            stats
-                                .into_iter()
-                                .map(|s| s.flow)
-                                .filter(|f| f.cookie & ROUND_MASK != 0),
-                        );
+                // The switch's flows, held compactly as they arrive. Flows with round 0 in
+                // their cookie are not the agent's (e.g. added by hand, or the FQDN
+                // controller's) and are left alone.
+                let mut current = HeldFlows::default();
+                let dumped = switch
+                    .dump_flows_each(FlowFilter::all(), &mut |s| {
+                        if s.flow.cookie & ROUND_MASK != 0 {
+                            current.insert(s.flow);
+                        }
+                    })
+                    .await;
+                let n = match dumped {
+                    Ok(()) => {
+                        debug!(held = current.len(), "take-over: the switch's flows dumped");
                         // The extra flow_mods (the FQDN address flows, round 0) come last; the
                         // deletes of leftovers never touch round 0.
                         let mut chunks = TakeOverChunks {
@@ -104,17 +109,14 @@ impl Outgoing {
 /// round in its cookie: counters are kept), and what is left of the switch's flows afterwards
 /// is deleted.
 struct TakeOverChunks<'a> {
-    current: FlowSet,
+    current: HeldFlows,
     base: Option<FlowSet>,
     plan: &'a mut PlanChunks,
 }
 
 impl TakeOverChunks<'_> {
     fn add_unless_held(&mut self, flow: crate::ovs::openflow::Flow) -> Option<FlowMod> {
-        match self.current.remove(&flow.key()) {
-            Some(have) if flowset::same_but_round(&have, &flow) => None,
-            _ => Some(FlowMod::add(flow)),
-        }
+        (!self.current.take_same(&flow)).then(|| FlowMod::add(flow))
     }
 }
 
@@ -137,13 +139,12 @@ impl Iterator for TakeOverChunks<'_> {
                     .collect(),
             );
         }
-        let mut deletes = Vec::new();
-        while deletes.len() < DELETE_CHUNK {
-            let Some((_, flow)) = self.current.pop_first() else {
-                break;
-            };
-            deletes.push(FlowMod::delete_strict(flow));
-        }
+        let deletes: Vec<FlowMod> = self
+            .current
+            .take_leftovers(DELETE_CHUNK)
+            .into_iter()
+            .map(FlowMod::delete_strict)
+            .collect();
         (!deletes.is_empty()).then_some(deletes)
     }
 }

@@ -1196,6 +1196,24 @@ impl Switch for OfConnection {
         Ok(flows)
     }
 
+    async fn dump_flows_each(
+        &self,
+        filter: FlowFilter,
+        each: &mut (dyn FnMut(FlowStats) + Send),
+    ) -> Result<(), OfError> {
+        self.multipart_each(
+            messages::flow_stats_request(0, &filter).map(with_xid),
+            "flow stats",
+            |body| {
+                messages::decode_flow_stats(body)?
+                    .into_iter()
+                    .for_each(&mut *each);
+                Ok(())
+            },
+        )
+        .await
+    }
+
     async fn aggregate_stats(&self, filter: FlowFilter) -> Result<AggregateStats, OfError> {
         let mut agg = AggregateStats::default();
         self.multipart_each(

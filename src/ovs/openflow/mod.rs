@@ -128,6 +128,19 @@ pub trait Switch: Send + Sync {
     /// Every flow `filter` selects, decoded, with its counters and age (one multipart
     /// round trip, however many reply parts).
     async fn dump_flows(&self, filter: FlowFilter) -> Result<Vec<FlowStats>, OfError>;
+    /// The same flows handed to `each` one by one as the reply parts arrive, so no copy of the
+    /// whole dump needs to exist (a restart's take-over of 150,000 flows). The default collects
+    /// [`Switch::dump_flows`] first.
+    async fn dump_flows_each(
+        &self,
+        filter: FlowFilter,
+        each: &mut (dyn FnMut(FlowStats) + Send),
+    ) -> Result<(), OfError> {
+        for s in self.dump_flows(filter).await? {
+            each(s);
+        }
+        Ok(())
+    }
     /// Packet, byte and flow counts summed over the flows `filter` selects.
     async fn aggregate_stats(&self, filter: FlowFilter) -> Result<AggregateStats, OfError>;
     /// Every port of the bridge.
