@@ -19,8 +19,17 @@
 //! 2. the same while the 10,000 rules are removed and loaded again (the policy directory swapped
 //!    to an empty one and back: two full bundles of about 157,000 flow_mods each on the flow
 //!    installer's connection), only the answers that arrived during the reload;
+//!    next to OVS's own limit: a probe on a connection of its own sends barriers back to back
+//!    all through the reload, and the longest barrier round trip is the longest time
+//!    ovs-vswitchd's main loop answered no OpenFlow message at all (committing a large bundle,
+//!    or dumping all flows for the agent's take-over). No paused packet can be resumed faster
+//!    than that, whatever the agent does;
 //! 3. the new names per second sustained by 64 concurrent resolvers for a few seconds, and how
 //!    many DNS packet-ins OVS's meter 258 dropped meanwhile (`packetInRate`, default 5,000/s).
+//!
+//! The reload's progress is polled with `dump-aggregate` (a flow count), not a full
+//! `dump-flows`: rendering 157,000 flows ten times a second would load the switch and the two
+//! cores more than the work measured.
 //!
 //! `harness = false`: without `--bench` it only prints how to run it.
 
@@ -36,6 +45,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use antrea_vm_agent::fqdn::Hold;
+use antrea_vm_agent::ovs::openflow::conn::{ConnOptions, OfConnection};
+use antrea_vm_agent::ovs::openflow::Switch;
 use common::{env_usize, quantile};
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RData, RecordType};
@@ -229,6 +240,56 @@ fn report(what: &str, holds: &[Hold], rtts: &[f64], failures: usize) {
     );
 }
 
+/// The bridge's flow count (`ovs-ofctl dump-aggregate`), or `None` if the switch did not answer.
+fn flow_count(lab: &Lab) -> Option<usize> {
+    let out = std::process::Command::new("ovs-ofctl")
+        .args(["-O", "OpenFlow15", "--timeout=30", "dump-aggregate"])
+        .arg(format!("unix:{}", lab.mgmt_sock().display()))
+        .output()
+        .ok()?;
+    // "OFPST_AGGREGATE reply (OF1.5) (xid=0x2): packet_count=0 byte_count=0 flow_count=157000"
+    out.stdout_text()
+        .split("flow_count=")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Barrier round trips on a connection of the probe's own, back to back, until `stop`: every
+/// round trip in milliseconds. A barrier is answered by ovs-vswitchd's main loop, the same loop
+/// that applies a bundle commit and an NXT_RESUME, so the longest round trip is how long the
+/// switch itself could not have resumed any paused packet.
+fn ovs_stall_probe(lab: &Lab, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<f64>> {
+    let path = lab.mgmt_sock();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("probe runtime");
+        rt.block_on(async move {
+            let opts = ConnOptions {
+                // The probe measures stalls: it must survive them.
+                echo_timeout: Duration::from_secs(3600),
+                request_timeout: Duration::from_secs(3600),
+                ..ConnOptions::default()
+            };
+            let conn = OfConnection::connect(&path, 77, opts)
+                .await
+                .expect("probe connection");
+            let mut rtts = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                conn.barrier().await.expect("probe barrier");
+                rtts.push(t.elapsed().as_secs_f64() * 1000.0);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            rtts
+        })
+    })
+}
+
 fn meter_258_drops(lab: &Lab) -> u64 {
     let out = std::process::Command::new("ovs-ofctl")
         .args(["-O", "OpenFlow15", "meter-stats"])
@@ -363,24 +424,43 @@ fn main() {
         std::os::unix::fs::symlink(to, &link).expect("link");
         std::fs::rename(&link, &dir).expect("swap the policy dir");
     };
-    let full_count = lab.dump_flows().len();
+    let full_count = flow_count(&lab).expect("flow count");
+    let probe_stop = Arc::new(AtomicBool::new(false));
+    let probe = ovs_stall_probe(&lab, probe_stop.clone());
     swap(&empty);
     wait_until(Duration::from_secs(300), "the 10,000 rules removed", || {
-        lab.try_dump_flows().is_ok_and(|f| f.len() < full_count / 10)
+        flow_count(&lab).is_some_and(|n| n < full_count / 10)
     });
     let removed = reload.elapsed();
     swap(&full);
     wait_until(Duration::from_secs(600), "the 10,000 rules back", || {
-        lab.try_dump_flows().is_ok_and(|f| f.len() >= full_count - 5)
+        flow_count(&lab).is_some_and(|n| n >= full_count - 5)
     });
     let reloaded = reload.elapsed();
     let during = holds_since(&socket, before);
     stop.store(true, Ordering::Relaxed);
+    probe_stop.store(true, Ordering::Relaxed);
     let (rtts, failures) = client.join().expect("client");
+    let stalls = probe.join().expect("probe");
+    let (_, _, counts) = stats(&socket);
     println!(
-        "reload: 10,000 rules removed in {:.1} s and back in {:.1} s (wall, polled with dump-flows)",
+        "reload: 10,000 rules removed in {:.1} s and back in {:.1} s (wall, polled with dump-aggregate)",
         removed.as_secs_f64(),
         reloaded.as_secs_f64()
+    );
+    println!(
+        "OVS's own limit during the reload: barrier round trip p50 {:.2} ms p99 {:.2} ms max {:.0} ms \
+         ({} barriers; {} over 100 ms, {:.1} s in those): the switch's main loop answered nothing for that long",
+        quantile(&stalls, 0.5),
+        quantile(&stalls, 0.99),
+        quantile(&stalls, 1.0),
+        stalls.len(),
+        stalls.iter().filter(|&&ms| ms > 100.0).count(),
+        stalls.iter().filter(|&&ms| ms > 100.0).sum::<f64>() / 1000.0,
+    );
+    println!(
+        "DNS bundles during the whole run so far: {} committed or tried, {} failed to commit",
+        counts["bundles"], counts["commitFailures"]
     );
     report("during the 10,000-rule reload", &during, &rtts, failures);
 
@@ -434,5 +514,23 @@ fn main() {
         meter_258_drops(&lab) - drops0
     );
     println!("counters: {counts1}");
+    // What the agent did meanwhile: its commits and anything it warned about (the first few).
+    let log = agent.log();
+    let commits: Vec<&str> = log.lines().filter(|l| l.contains("flows committed")).collect();
+    println!(
+        "agent: {} flow installer commits; the last ones and every warning:",
+        commits.len()
+    );
+    for l in commits.iter().rev().take(8).rev() {
+        println!("  {l}");
+    }
+    let mut warned = 0;
+    for l in log.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")) {
+        warned += 1;
+        if warned <= 25 {
+            println!("  {l}");
+        }
+    }
+    println!("agent: {warned} warning/error lines");
     drop(agent);
 }

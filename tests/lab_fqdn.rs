@@ -118,9 +118,30 @@ const SHORT: usize = 5000;
 const BAD: usize = 5001;
 const BLOCKED: usize = 5002;
 const KEEP: usize = 5003;
+const EXACT: usize = 5004;
+/// `many.allowed.test`'s addresses: more than a 512-byte UDP answer holds.
+const MANY_FIRST: usize = 7500;
+const MANY: usize = 60;
+
+/// Allow to a name that only an exact selector names (no wildcard of the allow policy selects
+/// it), in the same tier as the default deny and before it.
+const EXACT_POLICY: &str = "\
+apiVersion: controlplane.antrea.io/v1beta2
+kind: NetworkPolicy
+metadata: {name: uid-fqdn-exact, uid: uid-fqdn-exact}
+sourceRef: {type: AntreaClusterNetworkPolicy, name: fqdn-exact, uid: uid-fqdn-exact}
+appliedToGroups: [atg-vm1]
+priority: 1
+tierPriority: 250
+rules:
+- direction: Out
+  to: {fqdns: [\"exact.test\"]}
+  action: Allow
+  priority: 0
+";
 
 /// The records dnsmasq serves: names `n<i>.allowed.test` (TTL 60), `short.allowed.test`
-/// (TTL 2), `bad.allowed.test`, `keep.allowed.test` and `blocked.test`, A and AAAA.
+/// (TTL 2), `bad.allowed.test`, `keep.allowed.test`, `blocked.test` and `exact.test`, A and AAAA.
 fn dns_records(names: usize) -> String {
     let mut conf = String::new();
     for i in 0..names {
@@ -135,6 +156,7 @@ fn dns_records(names: usize) -> String {
         ("bad.allowed.test", BAD, 60),
         ("blocked.test", BLOCKED, 60),
         ("keep.allowed.test", KEEP, 600),
+        ("exact.test", EXACT, 60),
     ] {
         conf.push_str(&format!("host-record={name},{},{},{ttl}\n", addr4(i), addr6(i)));
     }
@@ -186,8 +208,31 @@ fn first_ip(response: &[u8]) -> Option<IpAddr> {
     })
 }
 
+/// Every address of a response, and whether it was truncated (TC).
+fn all_ips(response: &[u8]) -> (Vec<IpAddr>, bool) {
+    let Ok(m) = Message::from_vec(response) else {
+        return (Vec::new(), false);
+    };
+    let ips = m
+        .answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::A(a) => Some(IpAddr::V4(a.0)),
+            RData::AAAA(a) => Some(IpAddr::V6(a.0)),
+            _ => None,
+        })
+        .collect();
+    (ips, m.metadata.truncation)
+}
+
 /// Resolves `name` over UDP (or TCP) from the current namespace.
 fn resolve(server: SocketAddr, name: &str, qtype: RecordType, tcp: bool) -> Result<IpAddr, String> {
+    let response = exchange(server, name, qtype, tcp)?;
+    first_ip(&response).ok_or_else(|| format!("no address for {name}"))
+}
+
+/// Asks `server` for `name` over UDP (or TCP) from the current namespace; the raw response.
+fn exchange(server: SocketAddr, name: &str, qtype: RecordType, tcp: bool) -> Result<Vec<u8>, String> {
     let id: u16 = rand_id();
     let q = query(name, qtype, id);
     let response = if tcp {
@@ -216,7 +261,7 @@ fn resolve(server: SocketAddr, name: &str, qtype: RecordType, tcp: bool) -> Resu
             .map_err(|e| format!("DNS answer for {name}: {e}"))?;
         buf[..n].to_vec()
     };
-    first_ip(&response).ok_or_else(|| format!("no address for {name}"))
+    Ok(response)
 }
 
 fn rand_id() -> u16 {
@@ -314,15 +359,16 @@ fn fqdn_flow_count(lab: &Lab, ip: &str) -> usize {
 /// `/etc/resolv.conf`) and the echo server running, and routes to the name addresses through
 /// the outside host.
 fn fqdn_lab(names: usize) -> (Lab, AgentProcess, Dnsmasq, PathBuf) {
-    fqdn_lab_with(names, false, "")
+    fqdn_lab_with(names, false, "", "")
 }
 
-/// [`fqdn_lab`] with dnsmasq's query log on or off and `extra_config` appended to the agent's
-/// configuration.
+/// [`fqdn_lab`] with dnsmasq's query log on or off, `extra_config` appended to the agent's
+/// configuration and `extra_dns` to dnsmasq's.
 fn fqdn_lab_with(
     names: usize,
     log_queries: bool,
     extra_config: &str,
+    extra_dns: &str,
 ) -> (Lab, AgentProcess, Dnsmasq, PathBuf) {
     let lab = Lab::new();
     write_policy(&lab, "00-atg.yaml", APPLIED_TO);
@@ -351,7 +397,13 @@ fn fqdn_lab_with(
     lab.vm_ok(&format!(
         "ip route add 10.100.0.0/16 via {EXT_IP4} dev {NIC} && ip -6 route add fd00:100::/64 via {EXT_IP6} dev {NIC}"
     ));
-    let dns = Dnsmasq::start(&lab, &dns_records(names), 53, log_queries, &[]);
+    let dns = Dnsmasq::start(
+        &lab,
+        &format!("{}{extra_dns}", dns_records(names)),
+        53,
+        log_queries,
+        &[],
+    );
     start_echo(&lab);
     (lab, agent, dns, config)
 }
@@ -612,7 +664,7 @@ fn keep_connecting(lab: &Lab, ip: IpAddr, duration: Duration) -> Vec<String> {
 
 #[test]
 fn names_in_use_are_asked_again_before_they_expire_and_leave_once_dns_stops_answering() {
-    let (lab, _agent, dns, _config) = fqdn_lab_with(1, true, "");
+    let (lab, _agent, dns, _config) = fqdn_lab_with(1, true, "", "");
     let ip: IpAddr = addr4(SHORT).parse().unwrap();
     // Resolve once (TTL 2 s) and keep the connection open.
     let mut conn = in_netns(lab.vm_ns(), move || {
@@ -684,7 +736,7 @@ fn dns_server_override_receives_the_requeries() {
     // The VM's resolver is dnsmasq on port 53; the override is a second dnsmasq on port 5353
     // (its answers are not intercepted: they reach the cache from the re-query worker only).
     let (lab, _agent, vm_dns, _config) =
-        fqdn_lab_with(1, true, &format!("dnsServerOverride: \"{EXT_IP4}:5353\"\n"));
+        fqdn_lab_with(1, true, &format!("dnsServerOverride: \"{EXT_IP4}:5353\"\n"), "");
     let override_dns = Dnsmasq::start(&lab, &dns_records(1), 5353, true, &[]);
     let ip: IpAddr = addr4(SHORT).parse().unwrap();
     assert_eq!(
@@ -704,4 +756,105 @@ fn dns_server_override_receives_the_requeries() {
         "the VM's resolver saw the VM's query only"
     );
     assert_eq!(fqdn_flow_count(&lab, &ip.to_string()), 1);
+}
+
+#[test]
+fn a_name_a_new_rule_names_exactly_is_resolved_at_once_so_its_first_connection_passes() {
+    let (lab, _agent, dns, _config) = fqdn_lab_with(1, true, "", "");
+    let ip: IpAddr = addr4(EXACT).parse().unwrap();
+    assert!(
+        connect_from_vm(&lab, ip).is_err(),
+        "exact.test's address is denied before the rule"
+    );
+    write_policy(&lab, "20-exact.yaml", EXACT_POLICY);
+    // The agent asks for the name as soon as the rule is placed (as upstream); the VM never
+    // asks, yet its first connection to the name's address passes.
+    wait_until(
+        Duration::from_secs(15),
+        "exact.test's address flow from the agent's own query",
+        || fqdn_flow_count(&lab, &ip.to_string()) == 1,
+    );
+    assert_eq!(connect_from_vm(&lab, ip), Ok(()));
+    assert!(dns.queries("A", "exact.test") >= 1, "the agent asked dnsmasq");
+    let cache = get_fqdncache(&lab, &[]);
+    assert!(
+        cache.contains("exact.test") && cache.contains(&ip.to_string()),
+        "{cache}"
+    );
+    // Wildcard selectors are not asked for (there is no name to ask), and nothing else was.
+    assert_eq!(dns.queries("A", "n0.allowed.test"), 0);
+}
+
+#[test]
+fn a_truncated_udp_answer_falls_back_to_tcp_and_the_tcp_answer_is_held_too() {
+    // 60 addresses for one name: more than a 512-byte UDP answer holds, so dnsmasq answers UDP
+    // truncated (TC) and the whole answer comes over TCP. TTL 2 s, so the agent's re-queries
+    // must take the TCP path too to keep the addresses the UDP answer lacks.
+    let hosts: String = (0..MANY)
+        .map(|k| format!("{} many.allowed.test\n", addr4(MANY_FIRST + k)))
+        .collect();
+    let hosts_path = std::env::temp_dir().join(format!("lab-fqdn-many-{}.hosts", std::process::id()));
+    std::fs::write(&hosts_path, hosts).expect("write the hosts file");
+    let (lab, _agent, dns, _config) = fqdn_lab_with(
+        1,
+        true,
+        "",
+        &format!("addn-hosts={}\nlocal-ttl=2\n", hosts_path.display()),
+    );
+    let all: Vec<IpAddr> = (0..MANY)
+        .map(|k| addr4(MANY_FIRST + k).parse().unwrap())
+        .collect();
+
+    // Over UDP the answer is truncated and lacks addresses.
+    let udp = in_netns(lab.vm_ns(), || {
+        exchange(dns4(), "many.allowed.test", RecordType::A, false)
+    })
+    .join()
+    .expect("client thread")
+    .expect("UDP answer");
+    let (udp_ips, truncated) = all_ips(&udp);
+    assert!(truncated, "the UDP answer is truncated");
+    let missing: Vec<IpAddr> = all.iter().filter(|ip| !udp_ips.contains(ip)).copied().collect();
+    assert!(!missing.is_empty(), "the UDP answer lacks some addresses");
+    let only_tcp = *missing.last().expect("an address only TCP gives");
+
+    // The VM asks again over TCP: that answer is paused and held like a UDP one, so a
+    // connection at once to an address only the TCP answer holds passes.
+    let got = in_netns(lab.vm_ns(), move || {
+        let response = exchange(dns4(), "many.allowed.test", RecordType::A, true)?;
+        let (ips, truncated) = all_ips(&response);
+        if truncated || !ips.contains(&only_tcp) {
+            return Err(format!(
+                "TCP answer: truncated {truncated}, {} addresses",
+                ips.len()
+            ));
+        }
+        connect(only_tcp).map(|_| ips.len())
+    })
+    .join()
+    .expect("client thread");
+    assert_eq!(
+        got,
+        Ok(MANY),
+        "every address over TCP, the first connection passes"
+    );
+    assert_eq!(fqdn_flow_count(&lab, &only_tcp.to_string()), 1);
+
+    // The VM never asks again; over four TTLs the agent's re-queries (UDP, truncated, then
+    // TCP) keep the TCP-only address allowed.
+    let failures = keep_connecting(&lab, only_tcp, Duration::from_secs(8));
+    assert!(
+        failures.is_empty(),
+        "connections failed across expiries: {failures:?}"
+    );
+    let asked = dns.queries("A", "many.allowed.test");
+    assert!(
+        asked >= 2 + 2 * 3,
+        "2 queries from the VM, then a UDP and a TCP query per re-query: dnsmasq saw {asked}"
+    );
+    assert_eq!(
+        metric(&lab, "antrea_vm_agent_fqdn_requeries_total{outcome=\"failed\"}"),
+        0
+    );
+    let _ = std::fs::remove_file(&hosts_path);
 }

@@ -96,6 +96,10 @@ pub enum Source {
     Vm,
     /// An answer to the agent's own re-query.
     Requery,
+    /// An answer to the agent's own query for a name a rule names exactly, asked as soon as the
+    /// rule arrives (as upstream): recorded like the VM's, so the first connection after a rule
+    /// add finds its address flows in place.
+    RuleName,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -239,7 +243,7 @@ impl FqdnCache {
                 self.make_room(&a.name, &wanted, &mut change);
             }
             let entry = match source {
-                Source::Vm => {
+                Source::Vm | Source::RuleName => {
                     self.clock += 1;
                     let clock = self.clock;
                     let entry = self.names.entry(a.name.clone()).or_default();
@@ -416,6 +420,27 @@ mod tests {
         );
         assert_eq!(c.len(), 1);
         assert_eq!(c.next_expiry(), Some(61_000));
+    }
+
+    #[test]
+    fn answers_to_a_rule_name_query_enter_the_cache_like_the_vms() {
+        let mut c = FqdnCache::with_limits(0, 10, 10);
+        let s = sel(&["exact.x.test", "*.y.test"]);
+        let ch = c.record_as(
+            &[
+                a("exact.x.test", "10.0.0.1", 30),
+                a("other.z.test", "10.0.0.2", 30),
+            ],
+            0,
+            &s,
+            Source::RuleName,
+        );
+        assert_eq!(
+            ch.added,
+            vec![("exact.x.test".to_string(), "10.0.0.1".parse().unwrap())]
+        );
+        assert_eq!(ch.unwanted, 1, "a name no rule selects stays out");
+        assert_eq!(c.earliest_expiry("exact.x.test"), Some(30_000));
     }
 
     #[test]

@@ -12,6 +12,10 @@
 //!    logged and counted, and the response is still resumed (the flows are retried at the
 //!    next reconcile).
 //!
+//! A name that a new rule names exactly (no wildcard) is asked at once by the same worker, as
+//! upstream does when a rule is added, so the first connection after the rule add finds its
+//! address flows in place without waiting for the VM's own query.
+//!
 //! Names in the cache (every one is selected by a rule) are asked again before their first
 //! record expires, by the re-query worker on a thread of its own (`resolver.rs`, scheduled by
 //! `requery.rs`); its answers take the same path as the VM's (cache, then one bundle). The
@@ -279,6 +283,9 @@ struct State {
     requests: mpsc::UnboundedSender<String>,
     /// The re-query worker's local ports (its answers do not make names recently used).
     own_ports: OwnPorts,
+    /// Names a rule names exactly, asked once when the rule arrived, whose answer is awaited:
+    /// it enters the cache like the VM's (not only refreshing a cached name).
+    rule_names: BTreeSet<String>,
     dirty_since: Option<Instant>,
     /// A bundle failed: what the switch holds is unknown until the next take-over.
     resync: bool,
@@ -360,6 +367,7 @@ pub async fn run(
         schedule,
         requests: link.requests,
         own_ports: link.own_ports,
+        rule_names: BTreeSet::new(),
         dirty_since: None,
         resync: false,
         config: config.clone(),
@@ -445,7 +453,9 @@ async fn session(
                 }
                 let latest = placements_rx.borrow_and_update().clone();
                 if let Some(p) = latest {
-                    state.placements = Some(Placements::new(p.as_ref().clone()));
+                    let placements = Placements::new(p.as_ref().clone());
+                    state.ask_new_rule_names(&placements);
+                    state.placements = Some(placements);
                     // The flow installer's bundle carried the address flows of new or moved
                     // rules from a snapshot of the cache: read what the switch holds, then
                     // bring it in line with the cache as it is now.
@@ -579,10 +589,47 @@ impl State {
         }
     }
 
+    /// Asks at once for every name that a rule of `next` names exactly (no wildcard) and no
+    /// rule named before, unless it is cached (upstream queries such a name as soon as the
+    /// rule is added): the first connection after the rule add then finds the address flows
+    /// in place instead of depending on the VM's own query. The answer comes back through the
+    /// re-query worker like a re-query's (see [`State::requeried`]).
+    fn ask_new_rule_names(&mut self, next: &Placements) {
+        let before: BTreeSet<&str> = self
+            .placements
+            .as_ref()
+            .map(|p| p.selectors().iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        let new: Vec<String> = next
+            .selectors()
+            .iter()
+            .filter(|s| !s.contains('*') && !before.contains(s.as_str()))
+            .filter(|s| !self.cache.contains(s) && !self.schedule.contains(s))
+            .filter(|s| !self.rule_names.contains(*s))
+            .cloned()
+            .collect();
+        for name in new {
+            bump(&self.handle.stats.requeries);
+            if self.requests.send(name.clone()).is_err() {
+                // The worker is gone (it only stops with the process): the VM's own query
+                // still fills the cache.
+                break;
+            }
+            debug!(%name, "FQDN: asking for a name a new rule names");
+            self.rule_names.insert(name);
+        }
+    }
+
     /// An answer (or a failure) of the re-query worker: the same path as an intercepted
     /// answer, without a packet to release.
     async fn requeried(&mut self, switch: &dyn Switch, outcome: Outcome) {
         let now = now_ms();
+        let rule_name = self.rule_names.remove(&outcome.name);
+        let source = if rule_name {
+            Source::RuleName
+        } else {
+            Source::Requery
+        };
         match outcome.answers {
             Ok(answers) => {
                 bump(&self.handle.stats.requeries_answered);
@@ -593,7 +640,7 @@ impl State {
                     .unwrap_or_default();
                 let change = self
                     .cache
-                    .record_as(&answers, outcome.received_ms, &selectors, Source::Requery);
+                    .record_as(&answers, outcome.received_ms, &selectors, source);
                 self.handle.stats.count_change(&change);
                 if !change.is_empty() {
                     let ips: BTreeSet<IpAddr> = change
@@ -607,6 +654,10 @@ impl State {
                 self.forget_evicted(&change);
                 let expiry = self.cache.earliest_expiry(&outcome.name);
                 self.schedule.done(&outcome.name, true, now, expiry);
+                if rule_name {
+                    // Not scheduled before (it was not cached): asked again before it expires.
+                    self.reschedule([outcome.name.as_str()]);
+                }
                 let aliases: BTreeSet<&str> = answers
                     .iter()
                     .map(|a| a.name.as_str())
@@ -620,6 +671,12 @@ impl State {
                 } else {
                     self.changed();
                 }
+            }
+            Err(e) if rule_name => {
+                // Not retried: nothing is cached for it, and the VM's own query is held until
+                // its addresses are in, as for any name.
+                bump(&self.handle.stats.requery_failures);
+                info!(name = %outcome.name, "FQDN: a name a new rule names could not be resolved yet: {e}");
             }
             Err(e) => {
                 let n = bump(&self.handle.stats.requery_failures);

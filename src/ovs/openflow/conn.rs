@@ -65,7 +65,13 @@ impl Default for ConnOptions {
         ConnOptions {
             handshake_timeout: Duration::from_secs(10),
             echo_interval: Duration::from_secs(5),
-            echo_timeout: Duration::from_secs(30),
+            // ovs-vswitchd's main loop answers nothing, echoes included, while it commits a
+            // bundle: a 10,000-rule removal (157,000 DELETE_STRICTs) held it 28 s on the idle
+            // 2-core lab machine and 68 s under load (`benches/fqdn_hold.rs`). A connection
+            // declared dead meanwhile loses its in-flight bundle (the installer's, or a held DNS
+            // answer's flows) and the reconnect waits on the same busy loop; a switch that is
+            // gone shows as EOF on the unix socket at once. So the timeout is long.
+            echo_timeout: Duration::from_secs(120),
             request_timeout: Duration::from_secs(300),
             event_queue: 4096,
         }
