@@ -768,6 +768,14 @@ impl Compiler {
         // 5. Register the priorities of new rules (and of rules that found none before).
         let mut failed: BTreeMap<(u8, Priority), PriorityError> = BTreeMap::new();
         let mut moved: BTreeMap<(u8, Priority), u16> = BTreeMap::new();
+        // With no priority registered anywhere (start-up, or every rule gone since), the rules
+        // are placed as one batch, as at start-up: the same placement as a fresh compile (what
+        // `compile` prints), and one pass instead of one registration per policy.
+        let batch = !self.initialized
+            || self
+                .priorities
+                .tables()
+                .all(|t| self.priorities.table(t).is_none_or(PriorityAssigner::is_empty));
         let mut record = |t: u8, pa: &PriorityAssigner, moves: BTreeMap<u16, u16>| {
             for (original, updated) in moves {
                 if let Some(p) = pa.priority_at(updated) {
@@ -775,7 +783,7 @@ impl Compiler {
                 }
             }
         };
-        if !self.initialized {
+        if batch {
             // Start-up: every rule's own priority in one batch per table (BatchReconcile); if
             // a table overflows, zone by zone so one policy cannot block the others.
             let mut per_table: BTreeMap<u8, Vec<Priority>> = BTreeMap::new();
@@ -855,7 +863,7 @@ impl Compiler {
         for h in self
             .held
             .values()
-            .filter(|h| h.placed.is_none() && (freed.contains(&h.table) || !self.initialized))
+            .filter(|h| h.placed.is_none() && (freed.contains(&h.table) || batch))
         {
             replace
                 .entry(h.rule.id.clone())
