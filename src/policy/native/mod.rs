@@ -5,12 +5,16 @@
 //! objects the agent enforces (`controller`). Pure: no I/O.
 
 pub mod controller;
+pub mod incremental;
 pub mod objects;
 pub mod selector;
 pub mod types;
 
 pub use controller::{local_entities, translate, Entity, Inputs, Translation};
+pub use incremental::{native_key, Change, Delta, NativeKey, NativeState};
 pub use objects::{decode, is_native, NativeKind, NativeObject};
 
+#[cfg(test)]
+mod incremental_tests;
 #[cfg(test)]
 mod tests;
