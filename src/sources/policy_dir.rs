@@ -27,7 +27,7 @@ use serde_json::Value;
 use super::bounded::{parse_values, read_regular_file, FileRead};
 use super::dir_watch::DirWatch;
 use super::native_policies::{
-    native_key, native_raw_key, read_node_text, translate_into, LocalNode, NativeKey,
+    native_key, native_raw_key, read_node_text, LocalController, LocalNode, NativeKey,
 };
 use crate::config::InputLimits;
 use crate::policy::controlplane::{ControlplaneObject, Group, Kind, Policy, ValidObject};
@@ -416,8 +416,9 @@ struct LoadedFile {
 struct Loader {
     files: BTreeMap<PathBuf, LoadedFile>,
     enforced: BTreeMap<ObjectKey, ValidObject>,
-    /// Per Antrea-native object, the definition last translated (kept through a conflict).
-    native_enforced: BTreeMap<NativeKey, NativeObject>,
+    /// The local controller, holding the Antrea-native definitions last translated (kept
+    /// through a conflict).
+    native: LocalController,
     /// The local ExternalNode's ExternalEntities, for the local controller.
     node: LocalNode,
 }
@@ -523,17 +524,8 @@ impl Loader {
             .iter()
             .flat_map(|(path, f)| f.native.iter().map(move |o| (path.as_path(), o)))
             .collect();
-        if natives.is_empty() {
-            self.native_enforced.clear();
-        } else {
-            translate_into(
-                &natives,
-                self.node.entities(),
-                &mut self.native_enforced,
-                &mut snapshot,
-                &mut errors,
-            );
-        }
+        self.native
+            .translate_into(&natives, self.node.entities(), &mut snapshot, &mut errors);
         snapshot.network_policies.sort_by(|a, b| a.name.cmp(&b.name));
         snapshot.address_groups.sort_by(|a, b| a.name.cmp(&b.name));
         snapshot.applied_to_groups.sort_by(|a, b| a.name.cmp(&b.name));

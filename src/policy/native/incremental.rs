@@ -170,6 +170,11 @@ impl NativeState {
         self.objects.iter()
     }
 
+    /// The object held under `key`, with its origin.
+    pub fn object(&self, key: &NativeKey) -> Option<&(String, NativeObject)> {
+        self.objects.get(key)
+    }
+
     pub fn local_entities(&self) -> impl Iterator<Item = &Entity> {
         self.local.values()
     }
