@@ -186,7 +186,8 @@ impl LocalController {
         }
         for object in delta.upserted {
             let key = (object.kind(), object.metadata().name.clone());
-            self.validated.insert(key, object.validate().map_err(|e| e.to_string()));
+            self.validated
+                .insert(key, object.validate().map_err(|e| e.to_string()));
         }
         if let Some(state) = &self.state {
             errors.extend(state.errors());
