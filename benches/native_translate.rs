@@ -201,7 +201,7 @@ fn main() {
         let start = Instant::now();
         let delta = state.apply([Change::Upsert {
             origin: "inventory".into(),
-            object,
+            object: Box::new(object),
         }]);
         controller_only.push(start.elapsed());
         groups_touched.insert(delta.upserted.len());

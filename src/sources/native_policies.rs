@@ -171,7 +171,7 @@ impl LocalController {
                     {
                         changes.push(Change::Upsert {
                             origin,
-                            object: object.into_owned(),
+                            object: Box::new(object.into_owned()),
                         });
                     }
                 }

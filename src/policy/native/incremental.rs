@@ -47,7 +47,7 @@ pub enum Change {
     /// An object added or replaced; `origin` (e.g. its file) names it in errors.
     Upsert {
         origin: String,
-        object: NativeObject,
+        object: Box<NativeObject>,
     },
     Delete(NativeKey),
     /// The ExternalEntities derived from this agent's ExternalNode, all of them.
@@ -157,7 +157,7 @@ impl NativeState {
     pub fn apply(&mut self, changes: impl IntoIterator<Item = Change>) -> Delta {
         for change in changes {
             match change {
-                Change::Upsert { origin, object } => self.upsert(origin, object),
+                Change::Upsert { origin, object } => self.upsert(origin, *object),
                 Change::Delete(key) => self.delete(&key),
                 Change::LocalEntities(entities) => self.set_local(entities),
             }

@@ -70,7 +70,7 @@ fn policy(i: usize, variant: usize) -> Value {
         0 => json!([{"externalEntitySelector": {"matchLabels": {"app": APPS[i % 3]}}}]),
         1 => json!([{"externalEntitySelector": {"matchLabels": {"app": APPS[(i + 1) % 3]}},
                      "namespaceSelector": {"matchLabels": {"env": "prod"}}}]),
-        2 => json!([{"group": if i % 2 == 0 { "g0" } else { "cg1" }}]),
+        2 => json!([{"group": if i.is_multiple_of(2) { "g0" } else { "cg1" }}]),
         3 => json!([{"group": "cg0"}, {"ipBlock": {"cidr": "10.9.0.0/16"}}]),
         4 => json!([{"group": "nope"}]),
         _ => json!([]),
@@ -179,7 +179,7 @@ fn to_change(op: &Op, state: &NativeState) -> Change {
     match op {
         Op::Upsert(slot, variant) => Change::Upsert {
             origin: format!("file{}", variant % 2),
-            object: object(*slot, *variant),
+            object: Box::new(object(*slot, *variant)),
         },
         Op::Delete(slot) => {
             // Delete whatever object of the slot is held (its name may vary by version).
@@ -217,7 +217,7 @@ fn one_label_change_touches_only_the_groups_selecting_the_entity() {
     // Entity 2 (namespace a) moves from app z (Group g0) to app y (ClusterGroup cg0).
     let delta = state.apply([Change::Upsert {
         origin: "file0".into(),
-        object: object(2, 1),
+        object: Box::new(object(2, 1)),
     }]);
     assert!(delta.deleted.is_empty(), "{delta:?}");
     assert!(
@@ -253,7 +253,7 @@ fn one_label_change_touches_only_the_groups_selecting_the_entity() {
     assert!(state
         .apply([Change::Upsert {
             origin: "file0".into(),
-            object: object(2, 1),
+            object: Box::new(object(2, 1)),
         }])
         .is_empty());
 }
