@@ -105,25 +105,28 @@ impl LocalController {
             return;
         }
         let mut by_key: BTreeMap<NativeKey, Vec<(&Path, &NativeObject)>> = BTreeMap::new();
+        // One origin text per file, not per object (thousands of objects share a few files).
+        let mut origins: BTreeMap<&Path, String> = BTreeMap::new();
         for (path, object) in natives {
             by_key.entry(native_key(object)).or_default().push((path, object));
+            origins
+                .entry(*path)
+                .or_insert_with(|| format!("policy file {}", path.display()));
         }
         // What the controller should hold now, borrowed: only what differs is cloned (and the
         // version kept through a conflict, which the controller itself holds).
-        let mut desired: BTreeMap<NativeKey, (String, Cow<NativeObject>)> = BTreeMap::new();
-        for (key, definitions) in &by_key {
+        let mut desired: BTreeMap<NativeKey, (Cow<str>, Cow<NativeObject>)> = BTreeMap::new();
+        for (key, definitions) in by_key {
             if let [(path, object)] = definitions.as_slice() {
-                desired.insert(
-                    key.clone(),
-                    (format!("policy file {}", path.display()), Cow::Borrowed(*object)),
-                );
+                let origin = origins.get(*path).map_or("", String::as_str);
+                desired.insert(key, (Cow::Borrowed(origin), Cow::Borrowed(*object)));
                 continue;
             }
             let files: Vec<String> = definitions.iter().map(|(p, _)| p.display().to_string()).collect();
             let kept = self
                 .state
                 .as_ref()
-                .and_then(|s| s.object(key))
+                .and_then(|s| s.object(&key))
                 .map(|(_, o)| o.clone());
             let outcome = if kept.is_some() {
                 "keeping the version enforced before the conflict"
@@ -141,14 +144,14 @@ impl LocalController {
                     "policy files {} (the version enforced before the conflict)",
                     files.join(", ")
                 );
-                desired.insert(key.clone(), (origin, Cow::Owned(object)));
+                desired.insert(key, (Cow::Owned(origin), Cow::Owned(object)));
             }
         }
         let delta = match &mut self.state {
             None => {
                 let objects = desired
                     .into_iter()
-                    .map(|(_, (origin, object))| (origin, object.into_owned()))
+                    .map(|(_, (origin, object))| (origin.into_owned(), object.into_owned()))
                     .collect();
                 let state = NativeState::new(objects, local.to_vec());
                 let delta = Delta {
@@ -167,10 +170,10 @@ impl LocalController {
                 for (key, (origin, object)) in desired {
                     if state
                         .object(&key)
-                        .is_none_or(|(o, held)| *o != origin || *held != *object)
+                        .is_none_or(|(o, held)| *o != *origin || *held != *object)
                     {
                         changes.push(Change::Upsert {
-                            origin,
+                            origin: origin.into_owned(),
                             object: Box::new(object.into_owned()),
                         });
                     }
