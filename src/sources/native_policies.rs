@@ -162,22 +162,24 @@ impl LocalController {
                 delta
             }
             Some(state) => {
-                let mut changes: Vec<Change> = state
-                    .objects()
-                    .filter(|(key, _)| !desired.contains_key(*key))
-                    .map(|(key, _)| Change::Delete(key.clone()))
-                    .collect();
+                // Both sides are sorted by key: one walk, no lookups.
+                let mut changes: Vec<Change> = Vec::new();
+                let mut held = state.objects().peekable();
                 for (key, (origin, object)) in desired {
-                    if state
-                        .object(&key)
-                        .is_none_or(|(o, held)| *o != *origin || *held != *object)
-                    {
+                    while let Some((gone, _)) = held.next_if(|(k, _)| **k < key) {
+                        changes.push(Change::Delete(gone.clone()));
+                    }
+                    let unchanged = held
+                        .next_if(|(k, _)| **k == key)
+                        .is_some_and(|(_, (o, h))| o.as_str() == origin.as_ref() && *h == *object);
+                    if !unchanged {
                         changes.push(Change::Upsert {
                             origin: origin.into_owned(),
                             object: Box::new(object.into_owned()),
                         });
                     }
                 }
+                changes.extend(held.map(|(gone, _)| Change::Delete(gone.clone())));
                 if !state.local_entities().eq(local.iter()) {
                     changes.push(Change::LocalEntities(local.to_vec()));
                 }
