@@ -2,7 +2,8 @@
 //! done on the VM with no cluster. Objects of `crd.antrea.io` (NetworkPolicy,
 //! ClusterNetworkPolicy, Tier, ClusterGroup, Group, ExternalEntity) and core Namespaces are
 //! decoded and checked (`objects`, `types`, `selector`), then translated into the controlplane
-//! objects the agent enforces (`controller`). Pure: no I/O.
+//! objects the agent enforces (`controller`), kept running between changes so that a change
+//! costs what it touches (`incremental`). Pure: no I/O.
 
 pub mod controller;
 pub mod incremental;
