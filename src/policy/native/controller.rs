@@ -163,7 +163,7 @@ pub(super) enum Source {
 }
 
 /// A ClusterGroup or Group, checked against the others.
-pub(super) struct GroupDef<'a> {
+struct GroupDef<'a> {
     origin: &'a str,
     meta: &'a Meta,
     kind: NativeKind,
@@ -175,7 +175,7 @@ pub(super) struct Controller<'a> {
     namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
     tiers: BTreeMap<String, i32>,
     /// Keyed like antrea-controller: `name` for a ClusterGroup, `namespace/name` for a Group.
-    pub(super) groups: BTreeMap<String, GroupDef<'a>>,
+    groups: BTreeMap<String, GroupDef<'a>>,
     /// The groups the policies use, by controlplane name.
     address_groups: BTreeMap<String, Source>,
     applied_to_groups: BTreeMap<String, Source>,
