@@ -21,24 +21,13 @@ mod common;
 const RULES: usize = 10_000;
 const ROUNDS: usize = 5;
 
-fn status_kib(key: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(key))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0)
-}
-
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         println!("policy_compile: run with `cargo bench --bench policy_compile`");
         return;
     }
     let input = common::fleet_rules(RULES);
-    let rss_before = status_kib("VmRSS:");
+    let rss_before = common::status_kib("VmRSS:");
     let mut times: Vec<Duration> = Vec::with_capacity(ROUNDS);
     let mut flows = 0;
     for _ in 0..ROUNDS {
@@ -49,7 +38,7 @@ fn main() {
         assert_eq!(out.conjunctions.len(), RULES, "every rule compiled");
     }
     times.sort();
-    let peak = status_kib("VmHWM:");
+    let peak = common::status_kib("VmHWM:");
     println!("compile {RULES} rules -> {flows} flows (IPv4 + IPv6)");
     println!(
         "  median {:?}  (min {:?}, max {:?}, {ROUNDS} rounds)",
@@ -126,6 +115,6 @@ fn incremental(input: &[CompiledRuleInput]) {
     );
     println!(
         "  VmRSS now {:.1} MB (input, compiler state and allocator slack)",
-        status_kib("VmRSS:") as f64 / 1024.0
+        common::status_kib("VmRSS:") as f64 / 1024.0
     );
 }

@@ -210,32 +210,11 @@ fn translate_and_compile_read_antrea_native_policies() {
     let dir = tempfile::tempdir().unwrap();
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
-    write(
-        &policies,
-        "annp.yaml",
-        "apiVersion: crd.antrea.io/v1beta1
-kind: NetworkPolicy
-metadata: {name: annp1, namespace: vm-ns}
-spec:
-  priority: 9000.0
-  appliedTo:
-  - externalEntitySelector: {matchLabels: {role: db}}
-  ingress:
-  - action: Reject
-    ports: [{protocol: TCP, port: 22}]
-    from:
-    - externalEntitySelector: {matchLabels: {role: front}}
-    - ipBlock: {cidr: 172.16.100.5/32}
-",
-    );
+    write(&policies, "annp.yaml", include_str!("fixtures/seed-annp.yaml"));
     write(
         &policies,
         "inventory.yaml",
-        "apiVersion: crd.antrea.io/v1alpha2
-kind: ExternalEntity
-metadata: {name: front1, namespace: vm-ns, labels: {role: front}}
-spec: {endpoints: [{ip: 172.16.100.4}]}
-",
+        include_str!("fixtures/seed-inventory.yaml"),
     );
     let node = write(
         dir.path(),

@@ -13,21 +13,7 @@ use std::time::Duration;
 use support::*;
 
 /// The issue's seed example, verbatim.
-const SEED_ANNP: &str = "\
-apiVersion: crd.antrea.io/v1beta1
-kind: NetworkPolicy
-metadata: {name: annp1, namespace: vm-ns}
-spec:
-  priority: 9000.0
-  appliedTo:
-  - externalEntitySelector: {matchLabels: {role: db}}
-  ingress:
-  - action: Reject
-    ports: [{protocol: TCP, port: 22}]
-    from:
-    - externalEntitySelector: {matchLabels: {role: front}}
-    - ipBlock: {cidr: 172.16.100.5/32}
-";
+const SEED_ANNP: &str = include_str!("fixtures/seed-annp.yaml");
 
 /// Another address of the outside host, in no policy.
 const OTHER_SRC: &str = "172.16.100.6";

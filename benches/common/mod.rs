@@ -1,6 +1,6 @@
 //! Shared by the benches (included with `mod common;`): the 10,000-rule fleet generator that
-//! `policy_compile` and `rule_stats` measure, and the small timing and environment helpers of
-//! the lab benches (`policy_realize`, `rule_stats`).
+//! `policy_compile` and `rule_stats` measure, and the small timing, memory and environment
+//! helpers of the benches.
 
 // Every bench includes this module and uses a different part of it.
 #![allow(dead_code)]
@@ -77,6 +77,18 @@ pub fn fleet_rules(n: usize) -> Vec<CompiledRuleInput> {
             }
         })
         .collect()
+}
+
+/// A `/proc/self/status` field in KiB (`VmRSS:`, `VmHWM:`), 0 when unreadable.
+pub fn status_kib(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
 }
 
 pub fn ms(d: Duration) -> f64 {

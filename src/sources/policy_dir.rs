@@ -3,8 +3,8 @@
 //! ConfigMap mount works) holds one or more `controlplane.antrea.io/v1beta2` objects of kind
 //! NetworkPolicy, AddressGroup or AppliedToGroup: YAML documents separated by `---`, a JSON
 //! object or array, or a `...List` object with `items`. The directory is read when inotify
-//! reports a change in it ([`DirWatch`]), and polled as a safety net; whenever its content
-//! changes the source emits a full [`PolicySnapshot`].
+//! reports a change in it or in the ExternalNode file's directory ([`DirWatch`]), and polled as
+//! a safety net; whenever its content changes the source emits a full [`PolicySnapshot`].
 //!
 //! A bad file or object never blocks the others: it is reported in `errors`, naming the file and
 //! the object, and the rest loads. Like a rejected update in Kubernetes, a file that stops
@@ -27,7 +27,7 @@ use serde_json::Value;
 use super::bounded::{parse_values, read_regular_file, FileRead};
 use super::dir_watch::DirWatch;
 use super::native_policies::{
-    native_key, native_raw_key, read_node_text, translate_into, LocalNode, NativeKey,
+    native_key, native_raw_key, read_node_text, LocalController, LocalNode, NativeKey,
 };
 use crate::config::InputLimits;
 use crate::policy::controlplane::{ControlplaneObject, Group, Kind, Policy, ValidObject};
@@ -112,6 +112,7 @@ impl PolicyDirSource {
     pub fn subscribe(&self) -> BoxStream<'static, PolicySnapshot> {
         let state = StreamState {
             watch: DirWatch::new(&self.dir),
+            node_watch: self.node_file_dir().map(DirWatch::new),
             source: self.clone(),
             loader: Loader::default(),
             last_fingerprint: None,
@@ -122,9 +123,24 @@ impl PolicyDirSource {
             loop {
                 if st.last_fingerprint.is_some() {
                     let interval = st.source.interval;
-                    st.watch.wait(interval.max(WATCHED_POLL), interval).await;
+                    let poll = interval.max(WATCHED_POLL);
+                    match st.node_watch.as_mut() {
+                        // Whichever changes first: both are read on every pass.
+                        Some(node) => {
+                            tokio::select! {
+                                _ = st.watch.wait(poll, interval) => {}
+                                _ = node.wait(poll, interval) => {}
+                            }
+                        }
+                        None => {
+                            st.watch.wait(poll, interval).await;
+                        }
+                    }
                 }
                 st.watch.arm();
+                if let Some(node) = st.node_watch.as_mut() {
+                    node.arm();
+                }
                 let (content, node_text) = read_content(&st.source, &st.source.limits).await;
                 let fingerprint = (content.fingerprint(), node_text.clone());
                 if st.last_fingerprint.as_ref() == Some(&fingerprint) {
@@ -144,6 +160,18 @@ impl PolicyDirSource {
             }
         })
         .boxed()
+    }
+
+    /// The directory holding the ExternalNode file, when it is not the policy directory: watched
+    /// too, so an edit of the ExternalNode is read as soon as an edit of a policy is.
+    fn node_file_dir(&self) -> Option<PathBuf> {
+        let file = self.external_node_file.as_ref()?;
+        let dir = match file.parent() {
+            Some(p) if p.as_os_str().is_empty() => PathBuf::from("."),
+            Some(p) => p.to_path_buf(),
+            None => return None,
+        };
+        (dir != self.dir).then_some(dir)
     }
 
     /// Human description for logs, e.g. `policy directory /etc/antrea/policies`.
@@ -201,6 +229,8 @@ async fn build_off_thread(st: &mut StreamState, content: DirContent) -> PolicySn
 struct StreamState {
     source: PolicyDirSource,
     watch: DirWatch,
+    /// The ExternalNode file's directory, when it is elsewhere.
+    node_watch: Option<DirWatch>,
     loader: Loader,
     /// The directory's fingerprint and the ExternalNode file's text (small).
     last_fingerprint: Option<(DirFingerprint, Option<Result<String, String>>)>,
@@ -416,8 +446,9 @@ struct LoadedFile {
 struct Loader {
     files: BTreeMap<PathBuf, LoadedFile>,
     enforced: BTreeMap<ObjectKey, ValidObject>,
-    /// Per Antrea-native object, the definition last translated (kept through a conflict).
-    native_enforced: BTreeMap<NativeKey, NativeObject>,
+    /// The local controller, holding the Antrea-native definitions last translated (kept
+    /// through a conflict).
+    native: LocalController,
     /// The local ExternalNode's ExternalEntities, for the local controller.
     node: LocalNode,
 }
@@ -523,17 +554,8 @@ impl Loader {
             .iter()
             .flat_map(|(path, f)| f.native.iter().map(move |o| (path.as_path(), o)))
             .collect();
-        if natives.is_empty() {
-            self.native_enforced.clear();
-        } else {
-            translate_into(
-                &natives,
-                self.node.entities(),
-                &mut self.native_enforced,
-                &mut snapshot,
-                &mut errors,
-            );
-        }
+        self.native
+            .translate_into(&natives, self.node.entities(), &mut snapshot, &mut errors);
         snapshot.network_policies.sort_by(|a, b| a.name.cmp(&b.name));
         snapshot.address_groups.sort_by(|a, b| a.name.cmp(&b.name));
         snapshot.applied_to_groups.sort_by(|a, b| a.name.cmp(&b.name));
@@ -1373,5 +1395,39 @@ rules:
         let s = next_snapshot(&mut events).await;
         assert_eq!(names(&s), (vec![], vec![], vec![]));
         assert!(s.errors.is_empty());
+    }
+
+    /// An edit of the ExternalNode file (in another directory) is read at once, not at the next
+    /// poll: the poll period here is a minute, the wait for the snapshot 10 s.
+    #[tokio::test]
+    async fn an_external_node_edit_elsewhere_is_read_at_once() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("policies");
+        let node_dir = tmp.path().join("node");
+        std::fs::create_dir(&dir).expect("mkdir");
+        std::fs::create_dir(&node_dir).expect("mkdir");
+        let node = |role: &str| {
+            format!(
+                "apiVersion: crd.antrea.io/v1alpha1\nkind: ExternalNode\n\
+                 metadata: {{name: vm1, namespace: vm-ns, labels: {{role: {role}}}}}\n\
+                 spec: {{interfaces: [{{name: eth0, ips: [10.99.0.2]}}]}}\n"
+            )
+        };
+        write(&node_dir, "external-node.yaml", &node("db"));
+        write(&dir, "annp.yaml", ANNP);
+        let source = PolicyDirSource::new(&dir, Duration::from_secs(60))
+            .with_external_node_file(node_dir.join("external-node.yaml"));
+        let mut events = source.subscribe();
+        let s = next_snapshot(&mut events).await;
+        assert_eq!(s.errors, Vec::<String>::new());
+        assert_eq!(s.applied_to_groups[0].members.len(), 1);
+
+        write(&node_dir, "external-node.yaml", &node("web"));
+        let s = next_snapshot(&mut events).await;
+        assert!(
+            s.applied_to_groups[0].members.is_empty(),
+            "{:?}",
+            s.applied_to_groups
+        );
     }
 }

@@ -147,15 +147,15 @@ impl Translation {
 
 /// Where a selector looks for ExternalEntities.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Scope {
+pub(super) enum Scope {
     All,
     Namespace(String),
     Namespaces(Selector),
 }
 
 /// What a group's members come from.
-#[derive(Clone, Debug)]
-enum Source {
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Source {
     /// `externalEntitySelector` within a scope.
     Selector { scope: Scope, entities: Selector },
     /// A ClusterGroup (`namespace` empty) or Group, by key.
@@ -170,7 +170,7 @@ struct GroupDef<'a> {
     spec: &'a super::types::GroupSpec,
 }
 
-struct Controller<'a> {
+pub(super) struct Controller<'a> {
     entities: Vec<&'a Entity>,
     namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
     tiers: BTreeMap<String, i32>,
@@ -179,21 +179,54 @@ struct Controller<'a> {
     /// The groups the policies use, by controlplane name.
     address_groups: BTreeMap<String, Source>,
     applied_to_groups: BTreeMap<String, Source>,
-    errors: Vec<String>,
+    pub(super) errors: Vec<String>,
+}
+
+/// One policy translated, with the groups its rules use (none when it is rejected: a rejected
+/// policy creates no group).
+pub(super) struct PolicyOutput {
+    pub result: Result<cp::NetworkPolicy, String>,
+    pub address_groups: BTreeMap<String, Source>,
+    pub applied_to_groups: BTreeMap<String, Source>,
+}
+
+/// The ExternalEntity an inventory object describes.
+pub(super) fn inventory_entity(
+    meta: &Meta,
+    spec: &super::types::ExternalEntitySpec,
+    ips: &[IpAddr],
+) -> Entity {
+    Entity {
+        namespace: meta.namespace.clone(),
+        name: meta.name.clone(),
+        labels: meta.labels.clone(),
+        ips: ips.to_vec(),
+        ports: spec
+            .ports
+            .iter()
+            .map(|p| cp::NamedPort {
+                port: p.port,
+                name: p.name.clone(),
+                protocol: p.protocol.clone(),
+            })
+            .collect(),
+        local: false,
+    }
+}
+
+/// The error of an inventory ExternalEntity that has a local one's name.
+pub(super) fn shadowed_entity_error(origin: &str, object: &NativeObject) -> String {
+    format!(
+        "{origin}: {}: has the name of an ExternalEntity of this agent's ExternalNode; \
+         the one derived from the ExternalNode is used",
+        object.describe()
+    )
 }
 
 /// Translates `inputs`. An object that cannot be translated is left out with an error naming
 /// it; the others are translated.
 pub fn translate(inputs: &Inputs) -> Translation {
-    let mut c = Controller {
-        entities: Vec::new(),
-        namespace_labels: BTreeMap::new(),
-        tiers: DEFAULT_TIERS.iter().map(|(n, p)| (n.to_string(), *p)).collect(),
-        groups: BTreeMap::new(),
-        address_groups: BTreeMap::new(),
-        applied_to_groups: BTreeMap::new(),
-        errors: Vec::new(),
-    };
+    let mut c = Controller::new();
     let local: BTreeSet<(&str, &str)> = inputs
         .local_entities
         .iter()
@@ -204,29 +237,10 @@ pub fn translate(inputs: &Inputs) -> Translation {
         match object {
             NativeObject::ExternalEntity { meta, spec, ips } => {
                 if local.contains(&(meta.namespace.as_str(), meta.name.as_str())) {
-                    c.errors.push(format!(
-                        "{origin}: {}: has the name of an ExternalEntity of this agent's ExternalNode; \
-                         the one derived from the ExternalNode is used",
-                        object.describe()
-                    ));
+                    c.errors.push(shadowed_entity_error(origin, object));
                     continue;
                 }
-                inventory.push(Entity {
-                    namespace: meta.namespace.clone(),
-                    name: meta.name.clone(),
-                    labels: meta.labels.clone(),
-                    ips: ips.clone(),
-                    ports: spec
-                        .ports
-                        .iter()
-                        .map(|p| cp::NamedPort {
-                            port: p.port,
-                            name: p.name.clone(),
-                            protocol: p.protocol.clone(),
-                        })
-                        .collect(),
-                    local: false,
-                });
+                inventory.push(inventory_entity(meta, spec, ips));
             }
             NativeObject::Namespace { meta } => {
                 c.namespace_labels.insert(meta.name.clone(), meta.labels.clone());
@@ -246,14 +260,18 @@ pub fn translate(inputs: &Inputs) -> Translation {
     for (name, labels) in c.namespace_labels.iter_mut() {
         labels.insert("kubernetes.io/metadata.name".into(), name.clone());
     }
-    c.read_tiers(inputs);
-    c.read_groups(inputs);
+    c.read_tiers(inputs.objects.iter());
+    c.read_groups(inputs.objects.iter());
 
     let mut policies = Vec::new();
     for (origin, object) in &inputs.objects {
-        if let NativeObject::Policy { kind, meta, spec } = object {
-            match c.policy(*kind, meta, spec) {
-                Ok(p) => policies.push(p),
+        if let Some(out) = c.translate_policy(object) {
+            match out.result {
+                Ok(p) => {
+                    policies.push(p);
+                    c.address_groups.extend(out.address_groups);
+                    c.applied_to_groups.extend(out.applied_to_groups);
+                }
                 Err(e) => c.errors.push(format!("{origin}: {}: {e}", object.describe())),
             }
         }
@@ -292,12 +310,42 @@ pub fn translate(inputs: &Inputs) -> Translation {
 }
 
 impl<'a> Controller<'a> {
-    fn read_tiers(&mut self, inputs: &'a Inputs) {
+    pub(super) fn new() -> Self {
+        Controller {
+            entities: Vec::new(),
+            namespace_labels: BTreeMap::new(),
+            tiers: DEFAULT_TIERS.iter().map(|(n, p)| (n.to_string(), *p)).collect(),
+            groups: BTreeMap::new(),
+            address_groups: BTreeMap::new(),
+            applied_to_groups: BTreeMap::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// Translates `object` when it is a policy, with the groups it uses; `None` for other kinds.
+    pub(super) fn translate_policy(&mut self, object: &NativeObject) -> Option<PolicyOutput> {
+        let NativeObject::Policy { kind, meta, spec } = object else {
+            return None;
+        };
+        let outer_ags = std::mem::take(&mut self.address_groups);
+        let outer_atgs = std::mem::take(&mut self.applied_to_groups);
+        let result = self.policy(*kind, meta, spec);
+        let address_groups = std::mem::replace(&mut self.address_groups, outer_ags);
+        let applied_to_groups = std::mem::replace(&mut self.applied_to_groups, outer_atgs);
+        let ok = result.is_ok();
+        Some(PolicyOutput {
+            result,
+            address_groups: if ok { address_groups } else { BTreeMap::new() },
+            applied_to_groups: if ok { applied_to_groups } else { BTreeMap::new() },
+        })
+    }
+
+    pub(super) fn read_tiers(&mut self, objects: impl Iterator<Item = &'a (String, NativeObject)>) {
         let mut by_priority: BTreeMap<i32, Vec<(&str, &str)>> = BTreeMap::new();
         for (name, priority) in DEFAULT_TIERS {
             by_priority.entry(priority).or_default().push(("", name));
         }
-        for (origin, object) in &inputs.objects {
+        for (origin, object) in objects {
             if let NativeObject::Tier { meta, spec } = object {
                 if DEFAULT_TIERS.iter().any(|(n, _)| *n == meta.name) {
                     // A default tier's own object (as `kubectl get tier -o yaml` prints it) is
@@ -345,8 +393,8 @@ impl<'a> Controller<'a> {
         }
     }
 
-    fn read_groups(&mut self, inputs: &'a Inputs) {
-        for (origin, object) in &inputs.objects {
+    pub(super) fn read_groups(&mut self, objects: impl Iterator<Item = &'a (String, NativeObject)>) {
+        for (origin, object) in objects {
             if let NativeObject::Group { kind, meta, spec } = object {
                 let key = group_key(&meta.namespace, &meta.name);
                 self.groups.insert(
@@ -737,7 +785,7 @@ impl<'a> Controller<'a> {
 }
 
 /// Antrea's key of a ClusterGroup (`name`) or Group (`namespace/name`).
-fn group_key(namespace: &str, name: &str) -> String {
+pub(super) fn group_key(namespace: &str, name: &str) -> String {
     if namespace.is_empty() {
         name.to_string()
     } else {

@@ -2,15 +2,20 @@
 //! done on the VM with no cluster. Objects of `crd.antrea.io` (NetworkPolicy,
 //! ClusterNetworkPolicy, Tier, ClusterGroup, Group, ExternalEntity) and core Namespaces are
 //! decoded and checked (`objects`, `types`, `selector`), then translated into the controlplane
-//! objects the agent enforces (`controller`). Pure: no I/O.
+//! objects the agent enforces (`controller`), kept running between changes so that a change
+//! costs what it touches (`incremental`). Pure: no I/O.
 
 pub mod controller;
+pub mod incremental;
 pub mod objects;
 pub mod selector;
 pub mod types;
 
 pub use controller::{local_entities, translate, Entity, Inputs, Translation};
+pub use incremental::{native_key, Change, Delta, NativeKey, NativeState};
 pub use objects::{decode, is_native, NativeKind, NativeObject};
 
+#[cfg(test)]
+mod incremental_tests;
 #[cfg(test)]
 mod tests;

@@ -351,30 +351,19 @@ spec:
     );
 }
 
+/// The issue's seed example, verbatim (shared with the CLI and lab tests).
+const SEED_ANNP: &str = include_str!("../../../tests/fixtures/seed-annp.yaml");
+/// The `role: front` host the seed example's rule selects.
+const SEED_INVENTORY: &str = include_str!("../../../tests/fixtures/seed-inventory.yaml");
+
 /// The issue's seed example: an ANNP with a Reject rule from an inventory host and an ipBlock.
 #[test]
 fn seed_example_translates() {
-    let t = translate(&inputs(
-        "apiVersion: crd.antrea.io/v1beta1
-kind: NetworkPolicy
-metadata: {name: annp1, namespace: vm-ns}
-spec:
-  priority: 9000.0
-  appliedTo:
-  - externalEntitySelector: {matchLabels: {role: db}}
-  ingress:
-  - action: Reject
-    ports: [{protocol: TCP, port: 22}]
-    from:
-    - externalEntitySelector: {matchLabels: {role: front}}
-    - ipBlock: {cidr: 172.16.100.5/32}
----
-apiVersion: crd.antrea.io/v1alpha2
-kind: ExternalEntity
-metadata: {name: front1, namespace: vm-ns, labels: {role: front}}
-spec: {endpoints: [{ip: 172.16.100.4}]}
-",
-    ));
+    assert!(
+        include_str!("../../../README.md").contains(SEED_ANNP),
+        "the README shows the seed example as the fixture holds it"
+    );
+    let t = translate(&inputs(&format!("{SEED_ANNP}---\n{SEED_INVENTORY}")));
     assert_eq!(t.errors, Vec::<String>::new());
     for object in t.objects() {
         object.validate().unwrap();
