@@ -42,6 +42,9 @@ fn next_sync_epoch() -> u64 {
 /// The kinds a policy source must sync before rules are published.
 const SYNCED_KINDS: [Kind; 3] = [Kind::NetworkPolicy, Kind::AddressGroup, Kind::AppliedToGroup];
 
+/// What the last [`RulesChanged`] carried: sync epoch, policies, interface ports.
+type Published = (u64, Vec<PolicyGeneration>, Vec<(u32, u32)>);
+
 pub struct PolicyCache {
     deps: Deps,
     peers: Peers,
@@ -56,7 +59,7 @@ pub struct PolicyCache {
     sync_epoch: u64,
     /// The epoch and policy generations last published, so a resync or a generation bump that
     /// leaves the rules unchanged is still published (and its statuses re-posted).
-    published: Option<(u64, Vec<PolicyGeneration>, Vec<u32>)>,
+    published: Option<Published>,
     /// Local ExternalEntities and their interfaces; `None` until the interface manager reports.
     interfaces: Option<BTreeMap<EntityRef, AttachedInterface>>,
     resolved: Option<ResolvedView>,

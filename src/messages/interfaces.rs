@@ -34,19 +34,16 @@ pub struct InterfacesChanged {
 }
 
 impl InterfacesChanged {
-    /// The internal and uplink ports of every interface, sorted: what ties a rule view to the
+    /// (internal port, uplink port) of every interface, sorted: what ties a rule view to the
     /// interface view it was resolved against.
-    pub fn ofports(&self) -> Vec<u32> {
+    pub fn ofports(&self) -> Vec<(u32, u32)> {
         ofports(&self.interfaces)
     }
 }
 
 /// See [`InterfacesChanged::ofports`].
-pub fn ofports(interfaces: &[AttachedInterface]) -> Vec<u32> {
-    let mut ports: Vec<u32> = interfaces
-        .iter()
-        .flat_map(|i| [i.ofport, i.uplink_ofport])
-        .collect();
+pub fn ofports(interfaces: &[AttachedInterface]) -> Vec<(u32, u32)> {
+    let mut ports: Vec<(u32, u32)> = interfaces.iter().map(|i| (i.ofport, i.uplink_ofport)).collect();
     ports.sort_unstable();
     ports
 }

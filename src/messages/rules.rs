@@ -26,5 +26,5 @@ pub struct RulesChanged {
     /// ([`super::InterfacesChanged::ofports`]). The flow installer installs nothing while its own
     /// interface view has other ports: a re-created port must not get its pipeline flows before
     /// the rules that name its new number (that gap let denied connections through).
-    pub interface_ofports: Vec<u32>,
+    pub interface_ofports: Vec<(u32, u32)>,
 }

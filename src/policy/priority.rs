@@ -343,7 +343,7 @@ impl PriorityAssigner {
         let k = run.len() as i64;
         let lo = lower.map_or(bottom - 1, i64::from);
         let hi = upper.map_or(top + 1, i64::from);
-        if hi - lo - 1 >= k {
+        if hi - lo > k {
             // Room in the gap: spread the run evenly, nothing moves.
             let gap = hi - lo - 1;
             for (i, p) in run.iter().enumerate() {

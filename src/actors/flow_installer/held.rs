@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hasher};
 
-use crate::ovs::openflow::actions::encode_instructions;
+use crate::ovs::openflow::actions::{encode_instructions, normalize_actions};
 use crate::ovs::openflow::oxm::{decode_match, encode_match};
 use crate::ovs::openflow::wire::{Reader, Writer};
 use crate::ovs::openflow::{normalize_flow, Flow, FlowKey};
@@ -34,14 +34,16 @@ fn identity(f: &Flow) -> Option<Box<[u8]>> {
     Some(w.into_vec().into_boxed_slice())
 }
 
-/// Two independent 64-bit SipHashes of everything but the identity and the round: a false
-/// "same" needs a 128-bit collision.
-fn content_hash(f: &Flow) -> Option<u128> {
+/// Two 64-bit SipHashes (fixed keys, different prefixes) of everything but the identity and
+/// the round, with `actions` for the flow's: an accidental false "same" needs a 128-bit
+/// collision. Not keyed against crafted input: the switch's flows are the agent's own or its
+/// operator's.
+fn content_hash(f: &Flow, actions: &[crate::ovs::openflow::Action]) -> Option<u128> {
     let mut w = Writer::new();
     w.u64(f.cookie & !ROUND_MASK);
     w.u16(f.idle_timeout);
     w.u16(f.hard_timeout);
-    encode_instructions(&f.actions, f.goto_table, &mut w).ok()?;
+    encode_instructions(actions, f.goto_table, &mut w).ok()?;
     let bytes = w.into_vec();
     let half = |seed: u8| {
         let mut h = DefaultHasher::new();
@@ -56,8 +58,10 @@ impl HeldFlows {
     /// Adds one flow of the switch's dump (put in the form the desired flows are compared in).
     pub(super) fn insert(&mut self, flow: Flow) {
         let flow = normalize_flow(&flow);
-        match (identity(&flow), content_hash(&flow)) {
-            (Some(id), Some(hash)) => {
+        match (identity(&flow), content_hash(&flow, &flow.actions)) {
+            // Kept encoded only if the identity decodes back to the same flow: a leftover must
+            // be deletable, or a stale (e.g. Allow) flow would silently stay.
+            (Some(id), Some(hash)) if decode_identity(&id).is_some_and(|f| f.key() == flow.key()) => {
                 self.encoded.insert(id, hash);
             }
             _ => {
@@ -73,13 +77,16 @@ impl HeldFlows {
     /// Takes the held flow with `flow`'s identity out of the set; whether it was the same as
     /// `flow` apart from the round in its cookie (then nothing needs to be sent for it).
     pub(super) fn take_same(&mut self, flow: &Flow) -> bool {
-        if let (Some(id), Some(hash)) = (identity(flow), content_hash(flow)) {
+        // Compared in the form the dump was put in: the compiler's matches already are, its
+        // actions may not be (a needless re-add would reset the flow's counters).
+        let actions = normalize_actions(&flow.actions);
+        if let (Some(id), Some(hash)) = (identity(flow), content_hash(flow, &actions)) {
             if let Some(have) = self.encoded.remove(&id) {
                 return have == hash;
             }
         }
         match self.whole.remove(&flow.key()) {
-            Some(have) => flowset::same_but_round(&have, flow),
+            Some(have) => flowset::same_but_round(&have, &normalize_flow(flow)),
             None => false,
         }
     }

@@ -31,8 +31,8 @@ use crate::messages::{
 use crate::ovs::openflow::{OfError, Switch};
 use crate::packetin::{self, AuditLog, PacketInContext, PacketInStats};
 use crate::policy::compiler::{
-    same_rules, CompileError, CompileOptions, Compiler, ConjunctionPublisher, FlowDelta, FqdnPlacement,
-    SharedConjunctions, SkippedRule, Update,
+    same_rules, CompileOptions, Compiler, ConjunctionPublisher, FlowDelta, FqdnPlacement, SharedConjunctions,
+    SkippedRule, Update,
 };
 use crate::policy::flowset::{self, FlowSet};
 use crate::policy::pipeline::{self, PipelineOptions};
@@ -98,7 +98,10 @@ pub struct FlowInstaller {
     /// `None` until the policy cache's first view arrives.
     rules: Option<Arc<[Arc<CompiledRuleInput>]>>,
     /// The interface ports the rules were resolved against ([`RulesChanged::interface_ofports`]).
-    rules_ofports: Vec<u32>,
+    rules_ofports: Vec<(u32, u32)>,
+    /// Since when the rules name other ports than the interface view (and whether that was
+    /// logged): the policy cache normally catches up within milliseconds.
+    ports_differ_since: Option<(std::time::Instant, bool)>,
     /// Keeps conjunction ids and rule priorities stable from one compilation to the next, and
     /// knows the NetworkPolicy flows: a rule change is compiled into a delta of flow_mods.
     compiler: Compiler,
@@ -155,6 +158,7 @@ impl FlowInstaller {
             interfaces: None,
             rules: None,
             rules_ofports: Vec::new(),
+            ports_differ_since: None,
             compiler: Compiler::new(CompileOptions::default()),
             publisher: ConjunctionPublisher::new(),
             policy_resync: false,
@@ -206,12 +210,26 @@ impl FlowInstaller {
         let (Some(interfaces), Some(rules)) = (self.interfaces.as_ref(), self.rules.as_ref()) else {
             return None;
         };
-        if crate::messages::interfaces::ofports(interfaces) != self.rules_ofports {
+        let ports = crate::messages::interfaces::ofports(interfaces);
+        if ports != self.rules_ofports {
             // The rules still name other ports (the policy cache has not caught up with a
             // re-created port yet): installing the new port's pipeline now would let its
             // traffic past rules that name its old number.
+            let (since, warned) = self
+                .ports_differ_since
+                .get_or_insert_with(|| (std::time::Instant::now(), false));
+            if !*warned && since.elapsed() > std::time::Duration::from_secs(5) {
+                *warned = true;
+                warn!(
+                    interfaces = ?ports,
+                    rules = ?self.rules_ofports,
+                    "the NetworkPolicy rules still name other interface ports than the attached \
+                     interfaces; flows stay as they are until they match"
+                );
+            }
             return None;
         }
+        self.ports_differ_since = None;
         let opts = PipelineOptions { round, meters };
         let dns_ports: std::collections::BTreeSet<u32> = rules
             .iter()
@@ -236,9 +254,10 @@ impl FlowInstaller {
     /// Logs the rules that became uninstallable (once each, not per sync) and those that are
     /// installed again, and keeps the `antrea_vm_agent_rules_not_installed` gauge.
     fn report_not_installed(&mut self, skipped: &[SkippedRule]) {
+        // Every reason counts (no priority left, a duplicate rule id, a K8s NetworkPolicy rule):
+        // each leaves a rule without flows.
         let now: BTreeMap<RuleId, String> = skipped
             .iter()
-            .filter(|s| matches!(s.reason, CompileError::Priority(_)))
             .map(|s| (s.id.clone(), s.reason.to_string()))
             .collect();
         let new: Vec<_> = now
@@ -594,6 +613,12 @@ impl Handler<Sync> for FlowInstaller {
                     act.session = None;
                     act.installed.clear();
                     act.schedule_reconnect(ctx);
+                }
+                Err(e @ OfError::Timeout(_)) => {
+                    // The commit may or may not have been applied: the take-over that follows
+                    // (policy_resync stays set) finds out from the switch itself.
+                    act.fail("flow bundle timed out; outcome unknown, taking over again", e);
+                    ctx.run_later(act.deps.timing.reconnect_max, |_, ctx| ctx.notify(Sync));
                 }
                 Err(e) => {
                     act.fail(

@@ -874,6 +874,26 @@ impl OfConnection {
         };
         let flags = bundle_flags::ATOMIC | bundle_flags::ORDERED;
         let bundle_id = self.next_bundle_id();
+        let result = self.stream_bundle(bundle_id, flags, first, chunks).await;
+        if let Err(e) = &result {
+            if !matches!(e, OfError::Closed | OfError::Io(_)) {
+                // Whatever failed (a timeout, a refused chunk, the commit), the bundle must not
+                // stay open on a live connection: discard it (a no-op if OVS already dropped or
+                // committed it; that answer is an error, ignored).
+                let _ = self.discard_bundle(bundle_id, flags).await;
+            }
+        }
+        result
+    }
+
+    /// The body of [`Self::run_bundle_chunks`], from the bundle's open to its commit.
+    async fn stream_bundle(
+        &self,
+        bundle_id: u32,
+        flags: u16,
+        first: Vec<FlowMod>,
+        chunks: &mut FlowModChunks<'_>,
+    ) -> Result<usize, OfError> {
         let mut open = self.inner.register(1)?;
         self.inner.send(messages::bundle_control(
             open.start,

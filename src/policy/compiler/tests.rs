@@ -1261,9 +1261,10 @@ fn ten_thousand_rules_compile_time() {
     assert_eq!(out.conjunctions.len(), 10_000);
 }
 
-/// Many policies with distinct priorities in one tier, arriving after an empty first compile,
-/// can exhaust what one-rule-at-a-time registration can place (found by the end-to-end bench);
-/// `compile_or_rebuild` then compiles from scratch (batch registration) and places them all.
+/// Many policies with distinct priorities in one tier, arriving one policy at a time after a
+/// first compile with one rule (so the tables are not empty and no batch placement applies),
+/// exhaust what upstream's registration can place (found by the end-to-end bench); the compact
+/// fallback places them all incrementally, and `compile_or_rebuild` needs no rebuild.
 #[test]
 fn rules_that_upstream_cannot_place_incrementally_are_placed_compactly() {
     let rules: Vec<CompiledRuleInput> = many_rules(N_LATE)
@@ -1277,7 +1278,7 @@ fn rules_that_upstream_cannot_place_incrementally_are_placed_compactly() {
     // One-at-a-time registration (upstream's) runs out of room for this set; the compact
     // fallback places every rule without starting over.
     let mut plain = Compiler::new(CompileOptions::default());
-    assert!(plain.compile(&[], 1).skipped.is_empty());
+    assert!(plain.compile(&rules[..1], 1).skipped.is_empty());
     let late = plain.compile(&rules, 1);
     assert!(
         late.skipped.is_empty(),
@@ -1286,7 +1287,7 @@ fn rules_that_upstream_cannot_place_incrementally_are_placed_compactly() {
     );
     assert_eq!(late.conjunctions.len(), N_LATE);
     let mut rebuilding = Compiler::new(CompileOptions::default());
-    assert!(rebuilding.compile_or_rebuild(&[], 1).skipped.is_empty());
+    assert!(rebuilding.compile_or_rebuild(&rules[..1], 1).skipped.is_empty());
     let out = rebuilding.compile_or_rebuild(&rules, 1);
     assert!(out.skipped.is_empty());
     assert_eq!(out.flows, late.flows, "no rebuild was needed");
@@ -1316,11 +1317,20 @@ fn apply_mods(installed: &mut FlowSet, mods: Vec<FlowMod>) {
 
 /// One incremental step: the delta applied to what was installed gives exactly the complete
 /// flow set of the new rule set, and the per-table counts follow. Returns the number of mods.
+///
+/// The mods are applied in the order they are streamed into the bundle (chunk by chunk, with
+/// a chunk size that varies from step to step, down to one rule per chunk), so the order
+/// across chunks is checked as the switch executes it.
 fn step(c: &mut Compiler, installed: &mut FlowSet, rules: &[Arc<CompiledRuleInput>]) -> usize {
-    let up = c.update(rules, 1);
+    static STEPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let size = [1, 2, 3, 7, CHUNK_RULES][STEPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 5];
+    let (up, delta) = c.update_delta(rules, 1, true);
     assert!(!up.full);
-    let n = up.mods.len();
-    apply_mods(installed, up.mods);
+    let mut chunks = delta.into_chunks(size);
+    let mods: Vec<FlowMod> = chunks.by_ref().flatten().collect();
+    c.adjust_flow_counts(chunks.count_changes());
+    let n = mods.len();
+    apply_mods(installed, mods);
     let counts = c.flow_counts().clone();
     let want = c.flows(1);
     assert_eq!(installed.len(), want.len());
