@@ -22,10 +22,13 @@
 //! controller never waits for the worker: names go out and answers come back on unbounded
 //! channels, handled like packet-ins. Expired records leave at their expiry (their flows with
 //! them; established connections keep flowing through the `-new+est` flows). The rule
-//! placements come from the flow installer after each commit
-//! ([`FqdnHandle::publish_placements`]); the installer's bundle already carried the address
-//! flows of new or moved rules (from a snapshot of the cache), and on a change the controller
-//! re-reads its flows from the switch and reconciles them all. The cache is saved under
+//! placements come from the flow installer: those of a rule bundle before it is sent
+//! ([`FqdnHandle::publish_pending`]), then the committed ones ([`FqdnHandle::publish_placements`]).
+//! Until the commit the controller writes address flows for both, and it reads placement
+//! changes before packet-ins, so an answer reaching it after a rule is in the switch always
+//! finds the rule known (no first-connection race on a new rule). The installer's bundle
+//! already carried the address flows of new or moved rules (from a snapshot of the cache); on
+//! a commit the controller re-reads its flows from the switch and reconciles them all. The cache is saved under
 //! `stateDir` and loaded at start, expired records dropped, so cached names keep working across
 //! a restart without a new DNS query.
 
@@ -179,11 +182,44 @@ impl FqdnStats {
     }
 }
 
+/// The rule placements the flow installer publishes: those the switch's rule flows match
+/// (`committed`), and those of a rule bundle on its way to the switch (`pending`), if any.
+///
+/// The controller writes address flows for both (their union) while a bundle is in flight, so a
+/// DNS answer that arrives between the bundle's send and the controller learning of its commit
+/// still gets the address flows of the rules the bundle adds: the first connection never races
+/// the rule's arrival. Clause flows of a rule whose other clauses are not in yet (or no longer)
+/// match nothing, so the union is never wider than what either side of the commit allows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PublishedPlacements {
+    pub committed: Option<Arc<Vec<FqdnPlacement>>>,
+    pub pending: Option<Arc<Vec<FqdnPlacement>>>,
+}
+
+impl PublishedPlacements {
+    /// Every placement of `committed` and `pending`, each once; `None` until the installer
+    /// published anything.
+    pub fn union(&self) -> Option<Vec<FqdnPlacement>> {
+        if self.committed.is_none() && self.pending.is_none() {
+            return None;
+        }
+        let mut all: Vec<FqdnPlacement> = self
+            .committed
+            .iter()
+            .chain(&self.pending)
+            .flat_map(|p| p.iter().cloned())
+            .collect();
+        all.sort();
+        all.dedup();
+        Some(all)
+    }
+}
+
 /// What the rest of the agent holds of the controller: the placements it publishes, and the
 /// counters and cache view it reads. Clone freely.
 #[derive(Clone)]
 pub struct FqdnHandle {
-    placements: Arc<watch::Sender<Option<Arc<Vec<FqdnPlacement>>>>>,
+    placements: Arc<watch::Sender<PublishedPlacements>>,
     /// Bumped by the flow installer after it repaired flows changed under it (a `del-flows`):
     /// the controller then reads back what the switch holds of its own flows and puts back the
     /// missing ones, which the installer's repair leaves alone (round 0).
@@ -195,7 +231,7 @@ pub struct FqdnHandle {
 impl Default for FqdnHandle {
     fn default() -> Self {
         FqdnHandle {
-            placements: Arc::new(watch::channel(None).0),
+            placements: Arc::new(watch::channel(PublishedPlacements::default()).0),
             repairs: Arc::new(watch::channel(0).0),
             stats: Arc::default(),
             records: Arc::default(),
@@ -210,15 +246,38 @@ impl std::fmt::Debug for FqdnHandle {
 }
 
 impl FqdnHandle {
-    /// The flow installer's committed rule placements (only sent when they changed).
+    /// The flow installer's committed rule placements; a pending set is withdrawn (only sent
+    /// when something changed).
     pub fn publish_placements(&self, placements: Vec<FqdnPlacement>) {
         self.placements.send_if_modified(|current| {
-            if current.as_deref() == Some(&placements) {
+            if current.committed.as_deref() == Some(&placements) && current.pending.is_none() {
                 return false;
             }
-            *current = Some(Arc::new(placements));
+            current.committed = Some(Arc::new(placements));
+            current.pending = None;
             true
         });
+    }
+
+    /// The placements of a rule bundle about to be sent, before its first byte leaves: from
+    /// now until [`FqdnHandle::publish_placements`] or [`FqdnHandle::withdraw_pending`], answers
+    /// get address flows for these rules too.
+    pub fn publish_pending(&self, placements: &[FqdnPlacement]) {
+        self.placements.send_if_modified(|current| {
+            let same_as_committed = current.committed.as_deref().map(Vec::as_slice) == Some(placements);
+            let wanted = (!same_as_committed).then_some(placements);
+            if current.pending.as_deref().map(Vec::as_slice) == wanted {
+                return false;
+            }
+            current.pending = wanted.map(|p| Arc::new(p.to_vec()));
+            true
+        });
+    }
+
+    /// The switch refused the bundle (nothing changed): only the committed placements stand.
+    pub fn withdraw_pending(&self) {
+        self.placements
+            .send_if_modified(|current| current.pending.take().is_some());
     }
 
     /// The flow installer repaired the switch: the controller re-reads and re-asserts its flows.
@@ -273,7 +332,13 @@ fn now_ms() -> u64 {
 /// The controller's state, kept across OpenFlow sessions.
 struct State {
     cache: FqdnCache,
+    /// The union of the installer's committed and pending placements (`None` until it
+    /// published any).
     placements: Option<Placements>,
+    /// The committed placements last seen: a change means the installer's bundle changed the
+    /// switch.
+    committed_seen: Option<Arc<Vec<FqdnPlacement>>>,
+    catch_up: Option<CatchUp>,
     /// The FQDN flows the switch holds (as far as the controller knows).
     installed: FlowSet,
     tcp: TcpReassembly,
@@ -362,6 +427,8 @@ pub async fn run(
     let state = Arc::new(tokio::sync::Mutex::new(State {
         cache,
         placements: None,
+        committed_seen: None,
+        catch_up: None,
         installed: FlowSet::new(),
         tcp: TcpReassembly::new(),
         schedule,
@@ -442,30 +509,21 @@ async fn session(
         let sleep = tokio::time::sleep_until(tokio::time::Instant::from_std(wake));
         tokio::select! {
             biased;
-            ev = sub.recv() => match ev {
-                None => return,
-                Some(Event::PacketIn(pi)) => state.packet_in(switch.as_ref(), *pi).await,
-                Some(_) => {}
-            },
+            // Placements before packet-ins: the installer publishes a rule bundle's placements
+            // before the bundle leaves, so an answer that reaches us after the rules are in
+            // the switch finds them known here, whatever else is queued.
             changed = placements_rx.changed() => {
                 if changed.is_err() {
                     return;
                 }
                 let latest = placements_rx.borrow_and_update().clone();
-                if let Some(p) = latest {
-                    let placements = Placements::new(p.as_ref().clone());
-                    state.ask_new_rule_names(&placements);
-                    state.placements = Some(placements);
-                    // The flow installer's bundle carried the address flows of new or moved
-                    // rules from a snapshot of the cache: read what the switch holds, then
-                    // bring it in line with the cache as it is now.
-                    if state.take_over(switch.as_ref()).await {
-                        state.reconcile(switch.as_ref()).await;
-                    } else {
-                        state.resync = true;
-                    }
-                }
+                state.set_placements(&latest);
             }
+            ev = sub.recv() => match ev {
+                None => return,
+                Some(Event::PacketIn(pi)) => state.packet_in(switch.as_ref(), *pi).await,
+                Some(_) => {}
+            },
             Some(outcome) = outcomes.recv() => state.requeried(switch.as_ref(), outcome).await,
             changed = repairs_rx.changed() => {
                 if changed.is_err() {
@@ -474,18 +532,66 @@ async fn session(
                 repairs_rx.mark_unchanged();
                 // What the switch holds is no longer what we installed: read it back, then put
                 // back what the placements and the cache want.
-                if state.take_over(switch.as_ref()).await {
-                    state.reconcile(switch.as_ref()).await;
-                } else {
-                    state.resync = true;
-                }
+                state.want(CatchUp::TakeOver);
+            }
+            // After the answers already queued (they are held in the switch meanwhile), which
+            // are answered against the new placements already.
+            () = std::future::ready(()), if state.catch_up.is_some() => {
+                state.catch_up(switch.as_ref()).await;
             }
             () = sleep => state.tick(switch.as_ref()).await,
         }
     }
 }
 
+/// How far the controller must go to bring its flows in line after a change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum CatchUp {
+    /// The placements grew or shrank while the switch is as we left it: diff and commit.
+    Reconcile,
+    /// The switch changed under us (the installer's rule bundle carried address flows of new or
+    /// moved rules, or it repaired a `del-flows`): read our flows back first.
+    TakeOver,
+}
+
 impl State {
+    /// A new publication of the installer's placements: answers from now on get address flows
+    /// for every rule of the union of committed and pending; names that a new rule names
+    /// exactly are asked at once; the flows catch up after the answers already queued.
+    fn set_placements(&mut self, latest: &PublishedPlacements) {
+        let Some(all) = latest.union() else {
+            return;
+        };
+        let committed_changed = latest.committed != self.committed_seen;
+        self.committed_seen = latest.committed.clone();
+        let placements = Placements::new(all);
+        self.ask_new_rule_names(&placements);
+        self.placements = Some(placements);
+        self.want(if committed_changed {
+            CatchUp::TakeOver
+        } else {
+            CatchUp::Reconcile
+        });
+    }
+
+    fn want(&mut self, step: CatchUp) {
+        self.catch_up = Some(self.catch_up.map_or(step, |s| s.max(step)));
+    }
+
+    async fn catch_up(&mut self, switch: &dyn Switch) {
+        match self.catch_up.take() {
+            Some(CatchUp::TakeOver) => {
+                if self.take_over(switch).await {
+                    self.reconcile(switch).await;
+                } else {
+                    self.resync = true;
+                }
+            }
+            Some(CatchUp::Reconcile) => self.reconcile(switch).await,
+            None => {}
+        }
+    }
+
     /// Reads what the switch holds of the FQDN flows; false if it cannot be read.
     async fn take_over(&mut self, switch: &dyn Switch) -> bool {
         let filter = FlowFilter {
@@ -863,3 +969,6 @@ impl State {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -276,4 +276,4 @@ fn seq_before(a: u32, b: u32) -> bool {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -510,6 +510,9 @@ impl Handler<Sync> for FlowInstaller {
         };
         // From here until a commit, what the switch holds is not known to match the compiler.
         self.policy_resync = true;
+        // Before the first byte leaves: a DNS answer arriving while the bundle is in flight,
+        // or just after its commit, gets address flows for the rules it adds.
+        self.deps.fqdn.publish_pending(&placements);
         let view = self.realization.current();
         let switch = session.switch.clone();
         let epoch = session.epoch;
@@ -625,6 +628,9 @@ impl Handler<Sync> for FlowInstaller {
                         "switch rejected the flow bundle; nothing was changed, retrying",
                         e,
                     );
+                    // (A closed connection or a timed-out commit leaves the outcome unknown:
+                    // the pending placements stay until the take-over that follows.)
+                    act.deps.fqdn.withdraw_pending();
                     ctx.run_later(act.deps.timing.reconnect_max, |_, ctx| ctx.notify(Sync));
                 }
             }

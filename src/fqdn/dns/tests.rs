@@ -8,7 +8,7 @@ use hickory_proto::rr::{Name, RData, Record, RecordType};
 
 use super::*;
 
-fn record(name: &str, ttl: u32, data: RData) -> Record {
+pub(crate) fn record(name: &str, ttl: u32, data: RData) -> Record {
     Record::from_rdata(Name::from_str(name).unwrap(), ttl, data)
 }
 
@@ -22,7 +22,7 @@ pub(crate) fn response(question: &str, answers: Vec<Record>) -> Vec<u8> {
     m.to_vec().unwrap()
 }
 
-fn udp_frame(payload: &[u8]) -> Vec<u8> {
+pub(crate) fn udp_frame(payload: &[u8]) -> Vec<u8> {
     let b = PacketBuilder::ethernet2([1; 6], [2; 6])
         .ipv4([10, 99, 0, 1], [10, 99, 0, 2], 64)
         .udp(53, 40000);
