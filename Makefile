@@ -1,8 +1,13 @@
 # antrea-vm-agent: build, test and demo entry points.
 #
 #   make build   build the agent (debug)
-#   make test    install the lab's system packages if missing, then run every test; the lab tests
-#                need root (network namespaces and a private userspace Open vSwitch per test)
+#   make test    install the lab's system packages if missing, then run every test: test-unit,
+#                then test-lab
+#   make test-unit  the tests that need no root: the library's and binaries' unit tests except
+#                those named `lab_...`, and every tests/*.rs except tests/lab_*.rs and
+#                tests/deb_package.rs (the benches only check that they build)
+#   make test-lab   the rest, as root: network namespaces and a private userspace Open vSwitch
+#                per test (the library's `lab_...` tests, tests/lab_*.rs, tests/deb_package.rs)
 #   make demo    deploy/lab.sh demo: the agent on a VM made of two network namespaces (root)
 #   make deps    apt-get install the lab's packages, skipped when every tool is already there
 #   make lint    rustfmt check and clippy with warnings as errors
@@ -33,13 +38,28 @@ DEB_ARGS ?=
 # those too. The tests' debug-build package strips everything (DEB_STRIP=--strip) to stay small.
 DEB_STRIP ?= --no-strip
 
-.PHONY: build test deps demo lint deb cargo-deb
+# A test that needs root has `lab_` in its name (the library's helpers that create a namespace
+# or start OVS refuse to run in a test named otherwise) or lives in tests/lab_*.rs.
+LAB_TEST_CRATES := $(basename $(notdir $(wildcard tests/lab_*.rs))) deb_package
+UNIT_TEST_CRATES := $(filter-out $(LAB_TEST_CRATES),$(basename $(notdir $(wildcard tests/*.rs))))
+
+.PHONY: build test test-unit test-lab deps demo lint deb cargo-deb
 
 build:
 	$(CARGO) build
 
+# deps first: some unit tests run the lab's tools too (shellcheck, systemd-analyze).
 test: deps cargo-deb
-	$(CARGO) test --all-targets -- --test-threads=$(TEST_THREADS)
+	$(MAKE) test-unit
+	$(MAKE) test-lab
+
+test-unit:
+	$(CARGO) test --lib --bins --benches $(addprefix --test ,$(UNIT_TEST_CRATES)) -- --skip lab_ --test-threads=$(TEST_THREADS)
+
+test-lab: deps cargo-deb
+	@[ "$$(id -u)" = 0 ] || { echo "test-lab needs root (network namespaces, Open vSwitch)"; exit 1; }
+	$(CARGO) test --lib -- lab_ --test-threads=$(TEST_THREADS)
+	$(CARGO) test --no-fail-fast $(addprefix --test ,$(LAB_TEST_CRATES)) -- --test-threads=$(TEST_THREADS)
 
 deps:
 	@missing=""; \

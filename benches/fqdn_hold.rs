@@ -32,6 +32,7 @@
 //! cores more than the work measured.
 //!
 //! `harness = false`: without `--bench` it only prints how to run it.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod common;
 #[path = "../tests/support/mod.rs"]

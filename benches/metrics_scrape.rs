@@ -3,6 +3,7 @@
 //! no switch), and the whole `/metrics` page built from the same answers (registry included).
 //! Prints median and p99 over the runs. The budget is < 50 ms per scrape including
 //! the switch-side collection, which is measured separately in benches/rule_stats.rs.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 use std::time::{Duration, Instant};
 

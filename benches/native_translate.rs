@@ -23,6 +23,7 @@
 //!
 //! Exits 1 when fewer policies or rules come out than went in, or when a change that moves an
 //! entity between groups produces no flow_mod.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

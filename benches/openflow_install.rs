@@ -21,6 +21,7 @@
 //!
 //! This is a `harness = false` bench: `cargo test --all-targets` also builds and starts it,
 //! without `--bench`, and then it only prints how to run it.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

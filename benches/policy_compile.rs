@@ -9,6 +9,7 @@
 //! with the 10,000 in place (p50/p99 of the update, flow_mods per change).
 //! Without the `--bench` argument (as `cargo test --all-targets` starts bench targets) it only
 //! prints how to run it.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

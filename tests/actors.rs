@@ -1,6 +1,7 @@
 //! In-process actor tests: the five actors under the supervisor, wired to fakes of OVSDB, the
 //! OpenFlow switch, the host's netlink and the ExternalNode source. Each test drives the system to
 //! an attached state, injects a fault, and checks it converges again.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 use std::sync::Arc;
 use std::time::Duration;

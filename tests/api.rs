@@ -1,6 +1,7 @@
 //! The agent's HTTP side against the real actors on fakes: `/livez`, `/readyz` before and after
 //! the first sync, `/metrics` (exact per-rule series from faked switch counters, series gone
 //! after the rule is deleted, bearer token, TLS), and every agent API endpoint on the unix socket.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod api_support;
 

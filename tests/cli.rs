@@ -2,6 +2,7 @@
 //! as the Go `antrea-agent` does, `antrea-vm-agent --config F` with no subcommand (or `run`), with
 //! the Go agent's klog flags, so its systemd unit works with only the binary path changed; unknown
 //! flags are named in the error.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -1,6 +1,7 @@
 //! `antrea-vm-agent get ...` (the built binary) against an agent API served in this process by
 //! the real actors on fakes: every resource in table, JSON and YAML, ExternalEntity members, a
 //! policy's rules with their counters, and the errors (unknown policy, no agent).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod api_support;
 

@@ -11,6 +11,7 @@
 //!
 //! To keep CI short the package is built from the debug binary the test run already has
 //! (`DEB_PROFILE=dev`); `make deb` packages the release build the same way.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod support;
 

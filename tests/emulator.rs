@@ -1,5 +1,6 @@
 //! Tests of the kube-apiserver + antrea-controller emulator itself, through HTTPS clients built
 //! from the kubeconfigs it writes (kube-rs, TLS verified against the emulator's CA).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod support;
 

@@ -2,6 +2,7 @@
 //! counters (`GetRuleStats`) read from faked metric-flow counters, realization notices
 //! (`PoliciesRealized`) after each successful commit only, and the flow-operation and
 //! realization-latency metrics.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -4,6 +4,7 @@
 //! nothing, refusals (bad flags, invalid config, interfaces still attached), the standalone
 //! uninstall path that lets the agent restore its interfaces, and shellcheck and
 //! `systemd-analyze verify` on the shipped script and unit.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;

@@ -15,6 +15,7 @@
 //! Every test ends by checking that no request of the agent identity was refused (401/403).
 //! The ExternalNode is the lab's: `vm1` in `vm-ns` with interface `eth0`, so its ExternalEntity
 //! is `vm1-3e616` and the controller's node key is `vm-ns/vm1`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod support;
 

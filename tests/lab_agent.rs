@@ -1,6 +1,7 @@
 //! End-to-end tests of the agent in the lab: real ovsdb-server and ovs-vswitchd (userspace
 //! datapath) in a network namespace, the agent binary in standalone mode, and real packets from an
 //! outside host. Needs root and Open vSwitch (`make deps`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod support;
 

@@ -2,6 +2,7 @@
 //! failpoint (debug builds, `ANTREA_VM_AGENT_FAILPOINT`), SIGKILLed, and started again. The next
 //! start must converge to fully attached (the ExternalNode still exists) or fully restored (it
 //! was deleted), with every address and route as expected. Also a simulated reboot.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod support;
 

@@ -3,6 +3,7 @@
 //! agent runs, exact restore of the NIC and no port of ours left in OVS, a no-op second run, and
 //! with OVS down the kernel side restored and the OVS ports reported (removed on a later run).
 //! Needs root and Open vSwitch (`make deps`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod support;
 

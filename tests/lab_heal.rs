@@ -4,6 +4,7 @@
 //! allowed and a denied port are tried every 50 ms over IPv4 and IPv6. For each: no denied
 //! connection ever gets through, the allowed ones are back within 5 s (printed), and the host
 //! keeps its addresses.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod support;
 

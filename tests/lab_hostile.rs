@@ -2,6 +2,7 @@
 //! become uplinks, and policy files that are empty, conflicting, huge, deeply nested or not files at
 //! all. In every case the enforced Drop keeps dropping real packets, the host's interfaces stay as
 //! they were, the agent says what it refused (exact log lines), and health keeps answering.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod support;
 

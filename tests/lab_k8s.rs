@@ -3,6 +3,7 @@
 //! agent reaches it over its own uplink, through OVS once attached (like a real VM). The
 //! ExternalNode comes from the emulator, policies come from the controlplane watches, and the
 //! agent writes AntreaAgentInfo, NetworkPolicyStatus and NodeStatsSummary back.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod support;
 

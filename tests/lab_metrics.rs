@@ -19,6 +19,7 @@
 //! The same counters must come back from the agent API (`antrea-vm-agent get networkpolicy NAME
 //! -o json --socket S`, and its table), and a rule deleted from the policy must lose its series
 //! while the other rules keep theirs.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod support;
 

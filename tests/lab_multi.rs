@@ -1,6 +1,7 @@
 //! Multi-interface ExternalNodes in the lab: two NICs attached to one ExternalNode, each with its
 //! own uplink, internal port, flows and ExternalEntity; updates to one interface (an IP added,
 //! the interface removed from the list) leave the other untouched, without losing a packet.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod support;
 

@@ -3,6 +3,7 @@
 //! inventory host rejected with a RST, from another address allowed unless 172.16.100.5), an
 //! ACNP in a higher tier overriding the ANNP, a ClusterGroup used by two policies, a label change
 //! on an inventory ExternalEntity taking effect live, and a policy deleted.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod support;
 

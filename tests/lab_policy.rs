@@ -1,6 +1,7 @@
 //! NetworkPolicies enforced on real traffic in the lab: controlplane objects in
 //! `standalone.policyDir`, compiled into Antrea's conjunctive flows, and packets from the outside
 //! host that are dropped or allowed as the rules say. IPv4 and IPv6.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod support;
 

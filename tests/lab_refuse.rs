@@ -4,6 +4,7 @@
 //! the `antrea_vm_agent_rules_not_enforced` gauge, `get networkpolicy`, one log line), and a named
 //! port without a protocol takes the protocol the ExternalEntity declares (UDP 5353) so a Drop
 //! on it blocks real UDP datagrams.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod support;
 

@@ -1,6 +1,7 @@
 //! The lab harness on its own (no agent): topology, connectivity before any OVS attachment, the
 //! private OVS, and the userspace-datapath fixes (uplink isolation) with a hand-made attach that does
 //! what the agent does.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod support;
 

@@ -11,6 +11,7 @@
 //! The rule metadata comes from compiling the same controlplane objects in-process (a fresh
 //! compiler gives the same conjunction ids for the same rule set; the test checks that by
 //! comparing the compiled metric flows with the bridge's).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod support;
 

@@ -6,6 +6,7 @@
 //! when there is one, else the metric-name string literals there), so a renamed or removed metric
 //! fails here. When `promtool` is available (on PATH or `$PROMTOOL`), it checks the rules, the
 //! dashboard's expressions and the scrape configuration too.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -2,6 +2,7 @@
 //! (`FakeApi`): the AntreaAgentInfo heartbeat (404 until the controller creates it, 409 → re-read
 //! and full update), NetworkPolicyStatus posts (once per generation and epoch, retried after a
 //! server error) and NodeStatsSummary deltas read from a flow installer on a fake switch.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1186,7 +1186,7 @@ mod tests {
     }
 
     #[test]
-    fn fake_matches_the_kernel() {
+    fn lab_fake_matches_the_kernel() {
         let fake = FakeHost::new();
         let i = fake.add_link("eth0", MAC, 1400);
         let mut fake_states = Vec::new();
@@ -1226,7 +1226,7 @@ mod tests {
     /// shows what the stale-device decision relies on: a persistent tap nobody holds reports
     /// kind `tun`, type tap, persist, and no carrier.
     #[test]
-    fn delete_link_matches_the_kernel() {
+    fn lab_delete_link_matches_the_kernel() {
         type Seen = (Vec<String>, Vec<String>, Vec<String>, bool);
         async fn scenario(host: &dyn HostNet, tap: u32, other: u32) -> Seen {
             host.set_up(tap, true).await.expect("tap up");

@@ -2182,7 +2182,7 @@ mod tests {
     /// configures `eth0~` again (DHCP on the uplink); with it, `eth0~` becomes unmanaged.
     /// Needs root, unshare(1) and systemd-networkd; without the binary it reports and returns.
     #[test]
-    fn networkd_real_daemon_leaves_renamed_uplink_alone_with_the_dropin() {
+    fn lab_networkd_real_daemon_leaves_renamed_uplink_alone_with_the_dropin() {
         let Some(networkd) = [
             "/lib/systemd/systemd-networkd",
             "/usr/lib/systemd/systemd-networkd",

@@ -1178,7 +1178,7 @@ mod tests {
     }
 
     #[test]
-    fn reads_links_addresses_and_routes() {
+    fn lab_reads_links_addresses_and_routes() {
         let ns = NetNs::new();
         ns.cmd().ip_script(NIC_SETUP);
         // Routes the model cannot carry must be skipped, not crash the read.
@@ -1232,7 +1232,7 @@ mod tests {
     }
 
     #[test]
-    fn rename_validates_and_cleans_up_altnames() {
+    fn lab_rename_validates_and_cleans_up_altnames() {
         let ns = NetNs::new();
         ns.cmd().ip_script(
             "
@@ -1326,7 +1326,7 @@ mod tests {
     }
 
     #[test]
-    fn errors_are_classified() {
+    fn lab_errors_are_classified() {
         let ns = NetNs::new();
         ns.cmd().ip_script(
             "
@@ -1385,7 +1385,7 @@ mod tests {
     }
 
     #[test]
-    fn a_dead_connection_fails_requests_instead_of_pretending() {
+    fn lab_a_dead_connection_fails_requests_instead_of_pretending() {
         let ns = NetNs::new();
         let (read, write) = ns.run_sync(|| {
             let rt = |()| {
@@ -1412,7 +1412,7 @@ mod tests {
     }
 
     #[test]
-    fn works_inside_an_actix_system() {
+    fn lab_works_inside_an_actix_system() {
         let ns = NetNs::new();
         ns.ip("link add eth0 type veth peer name peer0");
         let names = ns.run_actix(LIMIT, || async {
@@ -1469,7 +1469,7 @@ mod tests {
     }
 
     #[test]
-    fn moves_to_an_internal_port_and_restores_exactly() {
+    fn lab_moves_to_an_internal_port_and_restores_exactly() {
         let ns = NetNs::new();
         ns.cmd().ip_script(NIC_SETUP);
         let cmd = ns.cmd();

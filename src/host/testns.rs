@@ -22,9 +22,22 @@ pub(crate) struct NetNs {
     name: String,
 }
 
+/// Fails a test that needs root (a namespace, a private OVS) unless its name says so:
+/// `make test-unit` runs the library's tests without root and skips names containing `lab_`,
+/// which `make test-lab` runs as root. (libtest names each test's thread after its path.)
+pub(crate) fn assert_lab_test() {
+    if let Some(name) = std::thread::current().name() {
+        assert!(
+            !name.contains("::") || name.contains("lab_"),
+            "{name} needs root: put `lab_` in its name so that `make test-unit` leaves it to `make test-lab`"
+        );
+    }
+}
+
 impl NetNs {
     /// Creates the namespace (`ip netns add`). Panics if that fails: the test cannot run.
     pub(crate) fn new() -> Self {
+        assert_lab_test();
         let name = format!("hn-{:08x}", rand::random::<u32>());
         let out = Command::new("ip")
             .args(["netns", "add", &name])
@@ -199,7 +212,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn namespace_is_isolated_and_deleted_on_drop() {
+    fn lab_namespace_is_isolated_and_deleted_on_drop() {
         let name;
         {
             let ns = NetNs::new();
@@ -226,7 +239,7 @@ mod tests {
     }
 
     #[test]
-    fn panics_in_the_body_fail_the_test_and_still_clean_up() {
+    fn lab_panics_in_the_body_fail_the_test_and_still_clean_up() {
         let ns = NetNs::new();
         let name = ns.name().to_string();
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

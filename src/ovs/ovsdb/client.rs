@@ -921,7 +921,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn real_ensure_bridge_is_stable_and_sets_everything() {
+    async fn lab_ensure_bridge_is_stable_and_sets_everything() {
         let ovs = PrivateOvs::start().expect("private OVS");
         let c = OvsdbClient::new(ovs.db_sock());
         let spec = bridge_spec(&[(0, "Classification"), (1, "SpoofGuard"), (2, "Scratch")]);
@@ -1017,7 +1017,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn real_watch_reports_bridge_and_port_changes_and_ends_with_the_server() {
+    async fn lab_watch_reports_bridge_and_port_changes_and_ends_with_the_server() {
         async fn next(rx: &mut tokio::sync::mpsc::UnboundedReceiver<()>, what: &str) -> Option<()> {
             tokio::time::timeout(Duration::from_secs(5), rx.recv())
                 .await
@@ -1054,7 +1054,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn real_ports_and_external_ids() {
+    async fn lab_ports_and_external_ids() {
         let ovs = PrivateOvs::start().expect("private OVS");
         let c = OvsdbClient::new(ovs.db_sock());
         ensure(&c, &ovs, &bridge_spec(&[(0, "Classification")])).await;
@@ -1208,7 +1208,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn real_reconnects_after_ovsdb_restart_and_times_out_on_a_hung_server() {
+    async fn lab_reconnects_after_ovsdb_restart_and_times_out_on_a_hung_server() {
         let ovs = PrivateOvs::start().expect("private OVS");
         let c = Arc::new(OvsdbClient::new(ovs.db_sock()).with_timeout(Duration::from_secs(2)));
         ensure(&c, &ovs, &bridge_spec(&[])).await;
@@ -1275,7 +1275,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn real_datapath_id_wait_times_out_without_vswitchd() {
+    async fn lab_datapath_id_wait_times_out_without_vswitchd() {
         let ovs = PrivateOvs::start().expect("private OVS");
         ovs.stop_vswitchd().expect("stop vswitchd");
         let c = OvsdbClient::new(ovs.db_sock());

@@ -39,6 +39,7 @@ pub fn run(cmd: &mut Command) -> Result<String, String> {
 impl PrivateOvs {
     /// Creates the database and starts both daemons.
     pub fn start() -> Result<Self, String> {
+        crate::host::testns::assert_lab_test();
         let dir = tempfile::Builder::new()
             .prefix("ovsdb-test-")
             .tempdir()
