@@ -740,8 +740,8 @@ impl OfConnection {
         let bundle_id = self.next_bundle_id();
 
         // Encode everything first, so that an unencodable flow changes nothing on the switch.
-        // xids: open = s, adds = s+1..=s+n, barrier = s+n+1, commit = s+n+2, discard = s+n+3.
-        let mut reg = self.inner.register(n + 4)?;
+        // xids: open = s, adds = s+1..=s+n, barrier = s+n+1, commit = s+n+2.
+        let mut reg = self.inner.register(n + 3)?;
         let s = reg.start;
         let mut w = Writer::with_capacity(mods.len() * 160 + 64);
         messages::write_bundle_control(&mut w, s, bundle_id, bundle_ctrl::OPEN_REQUEST, flags);
@@ -789,21 +789,8 @@ impl OfConnection {
             .await?;
         if let Some((xid, e)) = errors.first() {
             // Something in the bundle was refused: throw the whole bundle away.
-            let discard = s + n + 3;
-            self.inner.send(messages::bundle_control(
-                discard,
-                bundle_id,
-                bundle_ctrl::DISCARD_REQUEST,
-                flags,
-            ))?;
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                match reg.next(deadline, "bundle discard").await {
-                    Ok((h, _)) if h.xid == discard => break,
-                    Ok(_) => {}
-                    Err(OfError::Closed) => return Err(OfError::Closed),
-                    Err(_) => break,
-                }
+            if let Err(OfError::Closed) = self.discard_bundle(bundle_id, flags).await {
+                return Err(OfError::Closed);
             }
             return Err(describe(*xid, e));
         }
