@@ -42,6 +42,7 @@ mod drift;
 mod held;
 /// Read-only queries for the agent API (`GetFlowDump`).
 pub mod query;
+mod removal;
 mod stats;
 mod stream;
 pub use stats::{

@@ -4,12 +4,15 @@
 //! desired flows, the NetworkPolicy ones built group run by group run from a [`FlowPlan`]).
 //! No copy of all flows or flow_mods exists at once: the switch's dump is the only full set
 //! held, compactly ([`HeldFlows`]), and it shrinks as desired flows are matched against it.
+//! The deletes of either go last, in the order OVS removes fastest ([`DeletesLast`]): only
+//! their identities are held, grouped by (table, match).
 
 use std::collections::BTreeMap;
 
 use tracing::{debug, warn};
 
 use super::held::HeldFlows;
+use super::removal::DeletesLast;
 use crate::ovs::openflow::{FlowFilter, FlowMod, OfError, Switch};
 use crate::policy::compiler::{CountChanges, FlowDelta, FlowPlan, PlanChunks, CHUNK_RULES};
 use crate::policy::flowset::FlowSet;
@@ -52,9 +55,11 @@ impl Outgoing {
         match self {
             Outgoing::Change { base, delta, extra } => {
                 let mut delta = delta.into_chunks(CHUNK_RULES);
-                let mut chunks = std::iter::once(base)
-                    .chain(&mut delta)
-                    .chain(std::iter::once(extra));
+                let mut chunks = DeletesLast::new(
+                    std::iter::once(base)
+                        .chain(&mut delta)
+                        .chain(std::iter::once(extra)),
+                );
                 let n = super::stats::timed_bundle_chunks(switch, &mut chunks, metrics).await?;
                 Ok((n, Tally::Changes(delta.count_changes().clone())))
             }
@@ -82,12 +87,14 @@ impl Outgoing {
                         debug!(held = current.len(), "take-over: the switch's flows dumped");
                         // The extra flow_mods (the FQDN address flows, round 0) come last; the
                         // deletes of leftovers never touch round 0.
-                        let mut chunks = TakeOverChunks {
-                            current,
-                            base: Some(base),
-                            plan: &mut plan,
-                        }
-                        .chain(std::iter::once(extra));
+                        let mut chunks = DeletesLast::new(
+                            TakeOverChunks {
+                                current,
+                                base: Some(base),
+                                plan: &mut plan,
+                            }
+                            .chain(std::iter::once(extra)),
+                        );
                         super::stats::timed_bundle_chunks(switch, &mut chunks, metrics).await?
                     }
                     Err(e) => {
