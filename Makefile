@@ -11,6 +11,8 @@
 #   make demo    deploy/lab.sh demo: the agent on a VM made of two network namespaces (root)
 #   make deps    apt-get install the lab's packages, skipped when every tool is already there
 #   make lint    rustfmt check and clippy with warnings as errors
+#   make deny    cargo-deny: licenses, sources and duplicate versions (deny.toml); the advisories
+#                need the RustSec database from GitHub: `make deny-advisories` where it is reachable
 #   make deb     the Debian package (release build, LTO) in target/debian/; DEB_PROFILE=dev for a
 #                quick package of the debug build (what tests/deb_package.rs does)
 
@@ -29,6 +31,8 @@ export PATH := $(PATH):/usr/local/sbin:/usr/sbin:/sbin
 
 # cargo-deb, pinned: `make deb` installs exactly this version when another (or none) is found.
 CARGO_DEB_VERSION := 3.8.0
+# cargo-deny, pinned the same way (`make deny`, deny.toml).
+CARGO_DENY_VERSION := 0.20.2
 DEB_PROFILE ?= release
 DEB_PROFILE_DIR := $(if $(filter dev test,$(DEB_PROFILE)),debug,$(DEB_PROFILE))
 DEB_ASSETS := target/$(DEB_PROFILE_DIR)/deb-assets
@@ -43,7 +47,7 @@ DEB_STRIP ?= --no-strip
 LAB_TEST_CRATES := $(basename $(notdir $(wildcard tests/lab_*.rs))) deb_package
 UNIT_TEST_CRATES := $(filter-out $(LAB_TEST_CRATES),$(basename $(notdir $(wildcard tests/*.rs))))
 
-.PHONY: build test test-unit test-lab deps demo lint deb cargo-deb
+.PHONY: build test test-unit test-lab deps demo lint deny deny-advisories deb cargo-deb cargo-deny
 
 build:
 	$(CARGO) build
@@ -97,3 +101,15 @@ deb: cargo-deb
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
+
+cargo-deny:
+	@if [ "$$(cargo deny --version 2>/dev/null)" != "cargo-deny $(CARGO_DENY_VERSION)" ]; then \
+		echo "cargo-deny: installing $(CARGO_DENY_VERSION)"; \
+		$(CARGO) install cargo-deny --version $(CARGO_DENY_VERSION) --locked; \
+	fi
+
+deny: cargo-deny
+	$(CARGO) deny check licenses bans sources
+
+deny-advisories: cargo-deny
+	$(CARGO) deny check advisories
