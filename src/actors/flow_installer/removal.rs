@@ -29,8 +29,9 @@ const DELETE_CHUNK: usize = 4096;
 /// those in OVS's cheap order.
 pub(super) struct DeletesLast<I> {
     inner: Option<I>,
-    /// (table, match) → the priorities to delete in that list.
-    held: HashMap<(u8, Match), BTreeSet<u16>>,
+    /// table → match → the priorities to delete in that list (nested, so that an add looks
+    /// its identity up without a copy of its match).
+    held: HashMap<u8, HashMap<Match, BTreeSet<u16>>>,
     /// The held lists in sending order, once `inner` is done.
     sorted: std::vec::IntoIter<((u8, Match), BTreeSet<u16>)>,
     /// The list being sent and the priorities of it still to send, highest first.
@@ -72,17 +73,23 @@ impl<I> DeletesLast<I> {
                     matches,
                     ..
                 } = fm.flow;
-                self.held.entry((table, matches)).or_default().insert(priority);
+                self.held
+                    .entry(table)
+                    .or_default()
+                    .entry(matches)
+                    .or_default()
+                    .insert(priority);
                 continue;
             }
             if matches!(fm.command, FlowModCommand::Add) && !self.held.is_empty() {
                 // An add replaces a flow of the same identity: a held delete of it came earlier
                 // in the bundle and is superseded.
-                let key = (fm.flow.table, fm.flow.matches.clone());
-                if let Some(list) = self.held.get_mut(&key) {
-                    list.remove(&fm.flow.priority);
-                    if list.is_empty() {
-                        self.held.remove(&key);
+                if let Some(lists) = self.held.get_mut(&fm.flow.table) {
+                    if let Some(list) = lists.get_mut(&fm.flow.matches) {
+                        list.remove(&fm.flow.priority);
+                        if list.is_empty() {
+                            lists.remove(&fm.flow.matches);
+                        }
                     }
                 }
             }
@@ -94,7 +101,11 @@ impl<I> DeletesLast<I> {
     /// Lists by table, then by their highest priority, ascending: no removal takes a
     /// subtable's maximum while a list with a higher head is still there.
     fn sort_held(&mut self) {
-        let mut lists: Vec<((u8, Match), BTreeSet<u16>)> = self.held.drain().collect();
+        let mut lists: Vec<((u8, Match), BTreeSet<u16>)> = self
+            .held
+            .drain()
+            .flat_map(|(table, lists)| lists.into_iter().map(move |(m, p)| ((table, m), p)))
+            .collect();
         lists.sort_by(|((ta, ma), a), ((tb, mb), b)| (ta, a.last(), ma).cmp(&(tb, b.last(), mb)));
         self.sorted = lists.into_iter();
     }
