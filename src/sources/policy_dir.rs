@@ -26,8 +26,9 @@ use serde_json::Value;
 
 use super::bounded::{parse_values, read_regular_file, FileRead};
 use super::dir_watch::DirWatch;
+use super::file_stat::{FileStat, ReadStamp};
 use super::native_policies::{
-    native_key, native_raw_key, read_node_text, LocalController, LocalNode, NativeKey,
+    native_key, native_raw_key, read_node_text, ChangedFile, LocalController, LocalNode, NativeKey,
 };
 use crate::config::InputLimits;
 use crate::policy::controlplane::{ControlplaneObject, Group, Kind, Policy, ValidObject};
@@ -40,9 +41,14 @@ const WATCHED_POLL: Duration = Duration::from_secs(5);
 /// The invalid objects of one file listed one by one; the rest are counted in one line.
 const MAX_OBJECT_ERRORS_PER_FILE: usize = 10;
 
-/// From this much text read in one pass on, the allocator's free memory is handed back after the
-/// texts are dropped (a large or rejected input leaves its peak behind otherwise).
+/// From this much text parsed in one pass on, the allocator's free memory is handed back after
+/// the texts are dropped (a large or rejected input leaves its peak behind otherwise).
 const TRIM_AFTER_BYTES: usize = 256 << 10;
+
+/// From this much text read in one pass on (parsed or not), the same. Not lower: the texts of
+/// the unchanged files are read on every pass, and trimming after each of them would cost a
+/// large directory's every change tens of milliseconds (and lock the allocator meanwhile).
+const TRIM_AFTER_READ_BYTES: usize = 16 << 20;
 
 /// How long after a large pass the free memory is handed back once more.
 const LATE_TRIM_DELAY: Duration = Duration::from_secs(2);
@@ -121,27 +127,30 @@ impl PolicyDirSource {
         };
         stream::unfold(state, |mut st| async move {
             loop {
+                // A pass woken by inotify skips the files proven unchanged; the first pass and
+                // the safety-net polls read every file (whatever the metadata says).
+                let mut woken = false;
                 if st.last_fingerprint.is_some() {
                     let interval = st.source.interval;
                     let poll = interval.max(WATCHED_POLL);
-                    match st.node_watch.as_mut() {
+                    woken = match st.node_watch.as_mut() {
                         // Whichever changes first: both are read on every pass.
                         Some(node) => {
                             tokio::select! {
-                                _ = st.watch.wait(poll, interval) => {}
-                                _ = node.wait(poll, interval) => {}
+                                w = st.watch.wait(poll, interval) => w,
+                                w = node.wait(poll, interval) => w,
                             }
                         }
-                        None => {
-                            st.watch.wait(poll, interval).await;
-                        }
-                    }
+                        None => st.watch.wait(poll, interval).await,
+                    };
                 }
                 st.watch.arm();
                 if let Some(node) = st.node_watch.as_mut() {
                     node.arm();
                 }
-                let (content, node_text) = read_content(&st.source, &st.source.limits).await;
+                let loader = std::mem::take(&mut st.loader);
+                let (content, node_text, loader) = read_content(&st.source, loader, woken).await;
+                st.loader = loader;
                 let fingerprint = (content.fingerprint(), node_text.clone());
                 if st.last_fingerprint.as_ref() == Some(&fingerprint) {
                     continue;
@@ -191,7 +200,9 @@ async fn build_off_thread(st: &mut StreamState, content: DirContent) -> PolicySn
     let trim_anyway = st.trim_next;
     let joined = tokio::task::spawn_blocking(move || {
         let snapshot = loader.build_within(&dir, &content, &limits);
-        let large = content.text_bytes() >= TRIM_AFTER_BYTES;
+        // What parsing built is the peak to hand back; the texts of unchanged files are read
+        // again on every pass and only count when there are many of them.
+        let large = loader.parsed_bytes >= TRIM_AFTER_BYTES || content.text_bytes() >= TRIM_AFTER_READ_BYTES;
         drop(content);
         if large || trim_anyway {
             crate::memory::release_free_memory();
@@ -255,8 +266,14 @@ type TextFingerprint = (usize, u64);
 /// A file's text with its fingerprint, computed once when read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct FileText {
+    /// Empty when the file was not read again (`read` false).
     text: String,
     fingerprint: TextFingerprint,
+    /// The file's metadata before the read that gave `fingerprint`, when it was a regular file.
+    stamp: Option<ReadStamp>,
+    /// False: its metadata proved it unchanged since the loader last loaded it, with
+    /// `fingerprint`; it was not read again.
+    read: bool,
 }
 
 impl FileText {
@@ -264,7 +281,22 @@ impl FileText {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         text.hash(&mut hasher);
         let fingerprint = (text.len(), hasher.finish());
-        FileText { text, fingerprint }
+        FileText {
+            text,
+            fingerprint,
+            stamp: None,
+            read: true,
+        }
+    }
+
+    /// A file not read again: unchanged since the read stamped `stamp`.
+    fn unchanged(fingerprint: TextFingerprint, stamp: ReadStamp) -> Self {
+        FileText {
+            text: String::new(),
+            fingerprint,
+            stamp: Some(stamp),
+            read: false,
+        }
     }
 }
 
@@ -316,32 +348,41 @@ pub(crate) fn is_policy_file(name: &str) -> bool {
 }
 
 /// Reads the directory on the blocking pool, in one task (a task per file would cost more than
-/// reading thousands of small files).
+/// reading thousands of small files). `loader` travels to the pool and back: with `skip_unchanged`
+/// the files its metadata proves unchanged since the loader loaded them are not read again.
 async fn read_content(
     source: &PolicyDirSource,
-    limits: &InputLimits,
-) -> (DirContent, Option<Result<String, String>>) {
+    loader: Loader,
+    skip_unchanged: bool,
+) -> (DirContent, Option<Result<String, String>>, Loader) {
     let owned = source.dir.clone();
     let node_file = source.external_node_file.clone();
-    let limits = limits.clone();
+    let limits = source.limits.clone();
     tokio::task::spawn_blocking(move || {
-        (
-            read_content_blocking(&owned, limits.max_file_bytes),
-            read_node_text(node_file.as_ref(), &limits),
-        )
+        let held = skip_unchanged.then_some(&loader.files);
+        let content = read_content_blocking(&owned, limits.max_file_bytes, held);
+        (content, read_node_text(node_file.as_ref(), &limits), loader)
     })
     .await
     .unwrap_or_else(|e| {
+        // The read panicked (a bug): the loader starts over.
         (
             DirContent::Unreadable(format!("reading the directory failed: {e}")),
             None,
+            Loader::default(),
         )
     })
 }
 
 /// Reads every policy file of `dir`: only regular files (symlinks followed), at most
 /// `max_bytes` each, never blocking (a FIFO or device under a policy name is reported, not read).
-fn read_content_blocking(dir: &Path, max_bytes: u64) -> DirContent {
+/// A file of `held` whose metadata proves it unchanged since it was loaded ([`ReadStamp`]) is
+/// not read again: a change of one file among thousands costs their metadata, not their texts.
+fn read_content_blocking(
+    dir: &Path,
+    max_bytes: u64,
+    held: Option<&BTreeMap<PathBuf, LoadedFile>>,
+) -> DirContent {
     let entries = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return DirContent::Missing,
@@ -359,10 +400,27 @@ fn read_content_blocking(dir: &Path, max_bytes: u64) -> DirContent {
         }
     }
     paths.sort();
+    // Both sorted by path: one walk.
+    let mut held = held.into_iter().flatten().peekable();
     let mut files = Vec::with_capacity(paths.len());
     for path in paths {
+        while held.next_if(|(p, _)| **p < path).is_some() {}
+        let known = held
+            .next_if(|(p, _)| **p == path)
+            .and_then(|(_, f)| Some((f.text?, f.stamp?)));
+        if let Some((fingerprint, stamp)) = known {
+            if FileStat::of(&path).is_some_and(|now| stamp.unchanged(&now)) {
+                files.push((path, Ok(FileText::unchanged(fingerprint, stamp))));
+                continue;
+            }
+        }
+        let stamp = ReadStamp::before_read(&path);
         match read_regular_file(&path, max_bytes) {
-            Ok(FileRead::Text(text)) => files.push((path, Ok(FileText::new(text)))),
+            Ok(FileRead::Text(text)) => {
+                let mut file = FileText::new(text);
+                file.stamp = stamp;
+                files.push((path, Ok(file)));
+            }
             // Removed meanwhile: simply gone.
             Ok(FileRead::Missing) => {}
             Ok(FileRead::NotRegular(what)) => {
@@ -433,6 +491,8 @@ fn raw_key(v: &Value) -> Option<ObjectKey> {
 struct LoadedFile {
     /// The text it was loaded from (`None`: the file could not be read).
     text: Option<TextFingerprint>,
+    /// The file's metadata before the last read of that text: what proves it unchanged.
+    stamp: Option<ReadStamp>,
     objects: Vec<ValidObject>,
     /// Its Antrea-native objects, for the local controller.
     native: Vec<NativeObject>,
@@ -451,6 +511,8 @@ struct Loader {
     native: LocalController,
     /// The local ExternalNode's ExternalEntities, for the local controller.
     node: LocalNode,
+    /// How much text the last pass parsed (the files that changed).
+    parsed_bytes: usize,
 }
 
 impl Loader {
@@ -461,6 +523,9 @@ impl Loader {
 
     fn build_within(&mut self, dir: &Path, content: &DirContent, limits: &InputLimits) -> PolicySnapshot {
         let mut errors = Vec::new();
+        // The files whose Antrea-native objects may have changed: re-read, added or removed.
+        let mut changed: Vec<ChangedFile> = Vec::new();
+        let mut parsed_bytes = 0usize;
         match content {
             // A directory that vanished (unmounted, replaced, removed by mistake) is an outage of
             // the source, not an instruction to open the host: what it held stays in force.
@@ -479,27 +544,58 @@ impl Loader {
                 dir.display()
             )),
             DirContent::Files(files) => {
-                let mut next = BTreeMap::new();
+                debug_assert!(files.windows(2).all(|w| w[0].0 < w[1].0), "files sorted by path");
+                // Both sides are sorted by path: one walk, no lookups (thousands of files are
+                // walked on every pass, most of them unchanged).
+                let mut held = std::mem::take(&mut self.files).into_iter().peekable();
+                let mut next: Vec<(PathBuf, LoadedFile)> = Vec::with_capacity(files.len());
                 for (path, text) in files {
-                    let old = self.files.remove(path).unwrap_or_default();
+                    while let Some((gone_path, gone)) = held.next_if(|(p, _)| p < path) {
+                        changed.push(ChangedFile {
+                            path: gone_path,
+                            before: gone.native.iter().map(native_key).collect(),
+                        });
+                    }
+                    let (key, old) = held
+                        .next_if(|(p, _)| p == path)
+                        .unwrap_or_else(|| (path.clone(), LoadedFile::default()));
                     let fingerprint = text.as_ref().ok().map(|f| f.fingerprint);
+                    let stamp = text.as_ref().ok().and_then(|f| f.stamp);
                     let loaded = if fingerprint.is_some() && fingerprint == old.text {
-                        old
+                        LoadedFile { stamp, ..old }
+                    } else if text.as_ref().is_ok_and(|f| !f.read) {
+                        // Not read, yet not what is held: cannot happen (the reader skips only
+                        // files held with that fingerprint). Keep what is held and read the
+                        // file next time.
+                        LoadedFile { stamp: None, ..old }
                     } else {
+                        changed.push(ChangedFile {
+                            path: path.clone(),
+                            before: old.native.iter().map(native_key).collect(),
+                        });
+                        parsed_bytes += text.as_ref().map_or(0, |f| f.text.len());
                         let mut file_errors = Vec::new();
                         let (objects, native) =
                             load_file(path, text, (old.objects, old.native), limits, &mut file_errors);
                         LoadedFile {
                             text: fingerprint,
+                            stamp,
                             objects,
                             native,
                             errors: file_errors,
                         }
                     };
                     errors.extend(loaded.errors.iter().cloned());
-                    next.insert(path.clone(), loaded);
+                    next.push((key, loaded));
                 }
-                self.files = next;
+                // What is left was removed.
+                for (path, gone) in held {
+                    changed.push(ChangedFile {
+                        path,
+                        before: gone.native.iter().map(native_key).collect(),
+                    });
+                }
+                self.files = next.into_iter().collect();
             }
         }
 
@@ -549,17 +645,20 @@ impl Loader {
             enforced.insert(key, object);
         }
         self.enforced = enforced;
-        let natives: Vec<(&Path, &NativeObject)> = self
-            .files
-            .iter()
-            .flat_map(|(path, f)| f.native.iter().map(move |o| (path.as_path(), o)))
-            .collect();
-        self.native
-            .translate_into(&natives, self.node.entities(), &mut snapshot, &mut errors);
+        let files = &self.files;
+        let current = |path: &Path| files.get(path).map_or(&[][..], |f| f.native.as_slice());
+        self.native.translate_into(
+            &changed,
+            &current,
+            self.node.entities(),
+            &mut snapshot,
+            &mut errors,
+        );
         snapshot.network_policies.sort_by(|a, b| a.name.cmp(&b.name));
         snapshot.address_groups.sort_by(|a, b| a.name.cmp(&b.name));
         snapshot.applied_to_groups.sort_by(|a, b| a.name.cmp(&b.name));
         snapshot.errors = errors;
+        self.parsed_bytes = parsed_bytes;
         snapshot
     }
 
@@ -766,17 +865,19 @@ groupMembers: [{externalEntity: {name: vm1, namespace: vm-ns}}]
                      "ips": ["AAAAAAAAAAAAAP//rBBkBA=="]}]}
 ]"#;
 
+    /// The directory `/p` holding `list`, sorted by path as it is read.
     fn files(list: &[(&str, &str)]) -> DirContent {
-        DirContent::Files(
-            list.iter()
-                .map(|(n, t)| {
-                    (
-                        PathBuf::from(format!("/p/{n}")),
-                        Ok(FileText::new((*t).to_owned())),
-                    )
-                })
-                .collect(),
-        )
+        let mut files: Vec<(PathBuf, Result<FileText, String>)> = list
+            .iter()
+            .map(|(n, t)| {
+                (
+                    PathBuf::from(format!("/p/{n}")),
+                    Ok(FileText::new((*t).to_owned())),
+                )
+            })
+            .collect();
+        files.sort_by(|a, b| a.0.cmp(&b.0));
+        DirContent::Files(files)
     }
 
     fn names(s: &PolicySnapshot) -> (Vec<&str>, Vec<&str>, Vec<&str>) {
@@ -1087,31 +1188,30 @@ groupMembers: [{externalEntity: {name: vm1, namespace: vm-ns}}]
         );
     }
 
-    const ANNP: &str = "\
-apiVersion: crd.antrea.io/v1beta1
-kind: NetworkPolicy
-metadata: {name: annp1, namespace: vm-ns, uid: annp1-uid}
-spec:
-  priority: 9000.0
-  appliedTo:
-  - externalEntitySelector: {matchLabels: {role: db}}
-  ingress:
-  - action: Reject
-    ports: [{protocol: TCP, port: 22}]
-    from:
-    - externalEntitySelector: {matchLabels: {role: front}}
-    - ipBlock: {cidr: 172.16.100.5/32}
-";
-    const FRONT: &str = "\
-apiVersion: crd.antrea.io/v1alpha2
-kind: ExternalEntity
-metadata: {name: front1, namespace: vm-ns, labels: {role: front}}
-spec: {endpoints: [{ip: 172.16.100.4}]}
-";
+    /// The issue's seed example and its inventory host, verbatim.
+    const ANNP: &str = include_str!("../../tests/fixtures/seed-annp.yaml");
+    const FRONT: &str = include_str!("../../tests/fixtures/seed-inventory.yaml");
 
-    #[test]
-    fn antrea_native_objects_are_translated_next_to_controlplane_ones() {
-        let mut l = Loader::default();
+    /// The local controller's name for the seed ANNP (it has no uid: derived from kind,
+    /// namespace and name, as antrea-controller does).
+    fn annp1() -> String {
+        crate::policy::native::controller::uuid_v5("NetworkPolicy/vm-ns/annp1")
+    }
+
+    /// The policies of a snapshot by the name their author gave them (`sourceRef`), else by
+    /// their own; sorted.
+    fn authored(s: &PolicySnapshot) -> Vec<String> {
+        let mut names: Vec<String> = s
+            .network_policies
+            .iter()
+            .map(|p| p.source_ref.as_ref().map_or(p.name.clone(), |r| r.name.clone()))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The lab's ExternalNode `vm1`, labelled `role: db`.
+    fn db_node(l: &mut Loader) {
         l.node.update(
             Some(Ok("apiVersion: crd.antrea.io/v1alpha1\nkind: ExternalNode\n\
                      metadata: {name: vm1, namespace: vm-ns, labels: {role: db}}\n\
@@ -1119,13 +1219,21 @@ spec: {endpoints: [{ip: 172.16.100.4}]}
                 .into())),
             &InputLimits::default(),
         );
+    }
+
+    #[test]
+    fn antrea_native_objects_are_translated_next_to_controlplane_ones() {
+        let mut l = Loader::default();
+        db_node(&mut l);
         let s = build(
             &mut l,
             &[("a.yaml", NP), ("annp.yaml", ANNP), ("inventory.yaml", FRONT)],
         );
         assert_eq!(s.errors, Vec::<String>::new());
         let (policies, ags, atgs) = names(&s);
-        assert_eq!(policies, vec!["annp1-uid", "web"]);
+        let mut want = [annp1(), "web".to_string()];
+        want.sort();
+        assert_eq!(policies, want.iter().map(String::as_str).collect::<Vec<_>>());
         assert_eq!(ags.len(), 1);
         assert_eq!(atgs.len(), 1);
         let atg = &s.applied_to_groups[0];
@@ -1166,16 +1274,10 @@ spec: {endpoints: [{ip: 172.16.100.4}]}
     #[test]
     fn an_antrea_native_policy_defined_twice_keeps_the_version_enforced_before() {
         let mut l = Loader::default();
-        l.node.update(
-            Some(Ok("apiVersion: crd.antrea.io/v1alpha1\nkind: ExternalNode\n\
-                     metadata: {name: vm1, namespace: vm-ns, labels: {role: db}}\n\
-                     spec: {interfaces: [{name: eth0, ips: [10.99.0.2]}]}\n"
-                .into())),
-            &InputLimits::default(),
-        );
+        db_node(&mut l);
         let s = build(&mut l, &[("annp.yaml", ANNP), ("inventory.yaml", FRONT)]);
         assert_eq!(s.errors, Vec::<String>::new());
-        assert_eq!(names(&s).0, vec!["annp1-uid"]);
+        assert_eq!(names(&s).0, vec![annp1().as_str()]);
         let before = s.network_policies[0].clone();
 
         // A copy with another port lands in a second file: the first stays enforced as it was.
@@ -1223,6 +1325,104 @@ spec: {endpoints: [{ip: 172.16.100.4}]}
             "{}",
             s.errors[0]
         );
+    }
+
+    #[test]
+    fn an_antrea_native_object_moved_between_files_stays_enforced() {
+        let mut l = Loader::default();
+        db_node(&mut l);
+        let s = build(&mut l, &[("annp.yaml", ANNP), ("inventory.yaml", FRONT)]);
+        assert_eq!(s.errors, Vec::<String>::new());
+        let enforced = s.network_policies.clone();
+        assert_eq!(authored(&s), ["annp1"]);
+
+        // Moved in one step (the old file gone, the new one there): no conflict, nothing lost.
+        let s = build(&mut l, &[("inventory.yaml", FRONT), ("moved.yaml", ANNP)]);
+        assert_eq!(s.errors, Vec::<String>::new());
+        assert_eq!(s.network_policies, enforced);
+
+        // Moved in two steps, copied first: a conflict while both files hold it, the version
+        // enforced stays; the copy alone once the first file is deleted.
+        let s = build(
+            &mut l,
+            &[
+                ("again.yaml", ANNP),
+                ("inventory.yaml", FRONT),
+                ("moved.yaml", ANNP),
+            ],
+        );
+        assert_eq!(s.errors.len(), 1, "{:#?}", s.errors);
+        assert!(
+            s.errors[0].starts_with(
+                "policy files /p/again.yaml, /p/moved.yaml: NetworkPolicy vm-ns/annp1 is defined more \
+                 than once: a conflict; keeping the version enforced"
+            ),
+            "{}",
+            s.errors[0]
+        );
+        assert_eq!(s.network_policies, enforced);
+        let s = build(&mut l, &[("again.yaml", ANNP), ("inventory.yaml", FRONT)]);
+        assert_eq!(s.errors, Vec::<String>::new());
+        assert_eq!(s.network_policies, enforced);
+
+        // The inventory moved into the policy's file: the group keeps its member.
+        let both = format!("{ANNP}---\n{FRONT}");
+        let s = build(&mut l, &[("again.yaml", &both)]);
+        assert_eq!(s.errors, Vec::<String>::new());
+        assert_eq!(s.address_groups[0].members.len(), 1);
+        assert_eq!(s.network_policies, enforced);
+    }
+
+    #[test]
+    fn an_invalid_antrea_native_file_is_rejected_and_the_others_keep_working() {
+        let mut l = Loader::default();
+        db_node(&mut l);
+        build(&mut l, &[("annp.yaml", ANNP), ("inventory.yaml", FRONT)]);
+        // A new policy with an action Antrea does not know, and a file that does not parse.
+        let bad = ANNP
+            .replace("name: annp1", "name: annp2")
+            .replace("action: Reject", "action: Deny");
+        let s = build(
+            &mut l,
+            &[
+                ("annp.yaml", ANNP),
+                ("bad.yaml", &bad),
+                ("broken.yaml", "kind: [unclosed\n"),
+                ("inventory.yaml", FRONT),
+            ],
+        );
+        assert_eq!(s.errors.len(), 2, "{:#?}", s.errors);
+        assert!(
+            s.errors[0].starts_with(
+                "policy file /p/bad.yaml: object 1: NetworkPolicy vm-ns/annp2: spec.ingress[0].action: \
+                 Unsupported value: \"Deny\""
+            ),
+            "{}",
+            s.errors[0]
+        );
+        assert!(
+            s.errors[1].starts_with("policy file /p/broken.yaml: cannot parse"),
+            "{}",
+            s.errors[1]
+        );
+        assert_eq!(authored(&s), ["annp1"]);
+        // The others keep following their files: the inventory host leaves the group.
+        let s = build(
+            &mut l,
+            &[
+                ("annp.yaml", ANNP),
+                ("bad.yaml", &bad),
+                ("broken.yaml", "kind: [unclosed\n"),
+                ("inventory.yaml", &FRONT.replace("role: front", "role: other")),
+            ],
+        );
+        assert_eq!(s.errors.len(), 2, "{:#?}", s.errors);
+        assert!(s.address_groups[0].members.is_empty());
+        // Fixed: used.
+        let fixed = bad.replace("action: Deny", "action: Drop");
+        let s = build(&mut l, &[("annp.yaml", ANNP), ("bad.yaml", &fixed)]);
+        assert_eq!(s.errors, Vec::<String>::new());
+        assert_eq!(authored(&s), ["annp1", "annp2"]);
     }
 
     #[test]
