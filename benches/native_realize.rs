@@ -29,7 +29,8 @@
 //!    write (see `src/sources/file_stat.rs`). The entity leaves one app's AddressGroup and joins
 //!    another's, so each change must commit flow_mods; a commit without any fails the bench, and
 //!    after the last change the bridge must again equal `compile`'s output for the directory.
-//! 3. The agent's VmRSS before any policy, and VmRSS and VmHWM (peak) after all of the above.
+//! 3. The agent's VmRSS before any policy, VmRSS and VmHWM (peak) after all of the above, and
+//!    VmRSS once idle past the 5 s safety-net poll (which hands free memory back).
 //!
 //! Not measured here: the full re-translation that every change cost before the local controller
 //! kept its state (it would take a second agent build; `native_translate` measures it without
@@ -416,6 +417,9 @@ fn main() {
     let after = expected_flows(&lab, &staging);
     let matches = lab.dump_flows() == after;
     let (rss2, hwm2) = rss_mb(agent.pid());
+    // Idle past the safety-net poll (5 s): the agent hands free memory back then.
+    std::thread::sleep(Duration::from_secs(7));
+    let (rss3, _) = rss_mb(agent.pid());
     agent.kill_hard();
     drop(agent);
     drop(lab);
@@ -453,7 +457,8 @@ fn main() {
     );
     println!(
         "3. agent memory: VmRSS {rss0:.1} MB before any policy; after the fleet VmRSS {rss1:.1} MB, \
-         VmHWM {hwm1:.1} MB; after the changes VmRSS {rss2:.1} MB, peak VmHWM {hwm2:.1} MB"
+         VmHWM {hwm1:.1} MB; after the changes VmRSS {rss2:.1} MB, peak VmHWM {hwm2:.1} MB; \
+         idle 7 s later VmRSS {rss3:.1} MB"
     );
     println!("load average at the end: {}", load.trim());
     println!("reproduce: {HOW}");

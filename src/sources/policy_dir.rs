@@ -47,7 +47,8 @@ const TRIM_AFTER_BYTES: usize = 256 << 10;
 
 /// From this much text read in one pass on (parsed or not), the same. Not lower: the texts of
 /// the unchanged files are read on every pass, and trimming after each of them would cost a
-/// large directory's every change tens of milliseconds (and lock the allocator meanwhile).
+/// large directory's every change tens of milliseconds (and lock the allocator meanwhile); a
+/// pass below both hands memory back at the next idle poll instead.
 const TRIM_AFTER_READ_BYTES: usize = 16 << 20;
 
 /// How long after a large pass the free memory is handed back once more.
@@ -124,6 +125,7 @@ impl PolicyDirSource {
             last_fingerprint: None,
             last_snapshot: None,
             trim_next: false,
+            trim_when_idle: false,
         };
         stream::unfold(state, |mut st| async move {
             loop {
@@ -143,6 +145,9 @@ impl PolicyDirSource {
                         }
                         None => st.watch.wait(poll, interval).await,
                     };
+                }
+                if !woken && std::mem::take(&mut st.trim_when_idle) {
+                    let _ = tokio::task::spawn_blocking(crate::memory::release_free_memory).await;
                 }
                 st.watch.arm();
                 if let Some(node) = st.node_watch.as_mut() {
@@ -212,6 +217,9 @@ async fn build_off_thread(st: &mut StreamState, content: DirContent) -> PolicySn
     .await;
     match joined {
         Ok((loader, snapshot, large)) => {
+            // Small changes do not trim on their way (it costs tens of milliseconds with a large
+            // heap): the next idle poll does, once.
+            st.trim_when_idle |= !large && loader.parsed_bytes > 0;
             st.loader = loader;
             st.trim_next = large;
             if large {
@@ -249,6 +257,9 @@ struct StreamState {
     last_snapshot: Option<PolicySnapshot>,
     /// The last pass read a large input: the next one hands free memory back too.
     trim_next: bool,
+    /// Passes parsed changes since free memory was last handed back: the next poll that no
+    /// change woke (the directory idle for the poll period) hands it back.
+    trim_when_idle: bool,
 }
 
 /// The raw content of the directory: what polling compares.
