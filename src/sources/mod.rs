@@ -7,6 +7,7 @@ pub mod bounded;
 pub mod dir_watch;
 pub mod fake;
 pub mod file;
+pub mod file_stat;
 pub mod kube_external_node;
 #[cfg(test)]
 pub(crate) mod mutations;

@@ -4,7 +4,6 @@
 //! ([`crate::policy::native`]), whose controlplane objects join the snapshot next to the
 //! hand-written ones. One pipeline: everything downstream sees controlplane objects only.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -66,15 +65,30 @@ pub fn read_node_text(path: Option<&PathBuf>, limits: &InputLimits) -> Option<Re
     }
 }
 
+/// A policy file whose Antrea-native objects may have changed since the last pass: re-read,
+/// added or removed. `before` lists the keys it defined until now.
+#[derive(Debug)]
+pub struct ChangedFile {
+    pub path: PathBuf,
+    pub before: Vec<NativeKey>,
+}
+
 /// The local controller as the policy directory runs it: kept between passes, fed only what
-/// changed (objects added, edited or removed; the ExternalNode's entities), its output validated
-/// once per changed object.
+/// changed (the objects of the files re-read, added or removed; the ExternalNode's entities),
+/// its output validated once per changed object. What a pass costs follows the files that
+/// changed, not the directory: which files define which object is kept here, so an unchanged
+/// file's objects are never looked at again.
 #[derive(Default)]
 pub struct LocalController {
     /// `None` until the directory holds an Antrea-native object.
     state: Option<NativeState>,
     /// The controller's output, validated (or why not), by kind and name.
     validated: BTreeMap<(Kind, String), Result<ValidObject, String>>,
+    /// Every Antrea-native key with the files defining it, in path order (a file twice when it
+    /// defines the key twice).
+    defined_in: BTreeMap<NativeKey, Vec<PathBuf>>,
+    /// The keys defined more than once: reported on every pass while they last.
+    conflicts: BTreeSet<NativeKey>,
 }
 
 impl std::fmt::Debug for LocalController {
@@ -82,53 +96,134 @@ impl std::fmt::Debug for LocalController {
         f.debug_struct("LocalController")
             .field("objects", &self.state.as_ref().map_or(0, |s| s.objects().count()))
             .field("outputs", &self.validated.len())
+            .field("conflicts", &self.conflicts.len())
             .finish()
     }
 }
 
+/// The origin of an object defined by one file, as errors name it.
+fn file_origin(path: &Path) -> String {
+    format!("policy file {}", path.display())
+}
+
+/// `NetworkPolicy ns/name` or `Tier name`, from a key.
+fn describe_key((kind, namespace, name): &NativeKey) -> String {
+    if namespace.is_empty() {
+        format!("{kind} {name}")
+    } else {
+        format!("{kind} {namespace}/{name}")
+    }
+}
+
 impl LocalController {
-    /// Brings the controller to the directory's Antrea-native objects and adds its output to
-    /// `snapshot`. An object defined in two files is a conflict: the version translated before
-    /// the conflict stays in force (a second copy of a policy must never remove the first one's
-    /// enforcement), and when there was none, no definition is used until only one is left. A
-    /// translated object whose name a hand-written controlplane object already has is left out.
-    pub fn translate_into(
+    /// Brings the controller to the directory's Antrea-native objects after the files in
+    /// `changed` changed, and adds its output to `snapshot`. `current` gives the Antrea-native
+    /// objects a file holds now (empty for a removed file); only the changed files' objects are
+    /// compared with the ones held. An object defined in two files is a conflict: the version
+    /// translated before the conflict stays in force (a second copy of a policy must never
+    /// remove the first one's enforcement), and when there was none, no definition is used
+    /// until only one is left. A translated object whose name a hand-written controlplane object
+    /// already has is left out.
+    pub fn translate_into<'a>(
         &mut self,
-        natives: &[(&Path, &NativeObject)],
+        changed: &[ChangedFile],
+        current: &dyn Fn(&Path) -> &'a [NativeObject],
         local: &[Entity],
         snapshot: &mut PolicySnapshot,
         errors: &mut Vec<String>,
     ) {
-        if natives.is_empty() {
+        // Which keys the changed files touch, and their current definitions by key.
+        let mut touched: BTreeSet<NativeKey> = BTreeSet::new();
+        let mut now_in: BTreeMap<&Path, BTreeMap<NativeKey, &'a NativeObject>> = BTreeMap::new();
+        for file in changed {
+            for key in &file.before {
+                if let Some(paths) = self.defined_in.get_mut(key) {
+                    paths.retain(|p| p != &file.path);
+                    if paths.is_empty() {
+                        self.defined_in.remove(key);
+                    }
+                }
+                touched.insert(key.clone());
+            }
+        }
+        for file in changed {
+            let objects = now_in.entry(file.path.as_path()).or_default();
+            for object in current(&file.path) {
+                let key = native_key(object);
+                let paths = self.defined_in.entry(key.clone()).or_default();
+                let at = paths.partition_point(|p| p <= &file.path);
+                paths.insert(at, file.path.clone());
+                objects.insert(key.clone(), object);
+                touched.insert(key);
+            }
+        }
+        if self.defined_in.is_empty() {
             self.state = None;
             self.validated.clear();
+            self.conflicts.clear();
             return;
         }
-        let mut by_key: BTreeMap<NativeKey, Vec<(&Path, &NativeObject)>> = BTreeMap::new();
-        // One origin text per file, not per object (thousands of objects share a few files).
-        let mut origins: BTreeMap<&Path, String> = BTreeMap::new();
-        for (path, object) in natives {
-            by_key.entry(native_key(object)).or_default().push((path, object));
-            origins
-                .entry(*path)
-                .or_insert_with(|| format!("policy file {}", path.display()));
+        if self.state.is_none() {
+            // The first objects (or the first since the directory held none): every key.
+            touched = self.defined_in.keys().cloned().collect();
         }
-        // What the controller should hold now, borrowed: only what differs is cloned (and the
-        // version kept through a conflict, which the controller itself holds).
-        let mut desired: BTreeMap<NativeKey, (Cow<str>, Cow<NativeObject>)> = BTreeMap::new();
-        for (key, definitions) in by_key {
-            if let [(path, object)] = definitions.as_slice() {
-                let origin = origins.get(*path).map_or("", String::as_str);
-                desired.insert(key, (Cow::Borrowed(origin), Cow::Borrowed(*object)));
-                continue;
+        // The definition of `key` in `path` now: looked up among the changed files' objects, or
+        // (a conflict ending by the other file's change) searched in the unchanged file.
+        let definition = |path: &Path, key: &NativeKey| -> Option<&'a NativeObject> {
+            match now_in.get(path) {
+                Some(objects) => objects.get(key).copied(),
+                None => current(path).iter().find(|o| native_key(o) == *key),
             }
-            let files: Vec<String> = definitions.iter().map(|(p, _)| p.display().to_string()).collect();
-            let kept = self
-                .state
-                .as_ref()
-                .and_then(|s| s.object(&key))
-                .map(|(_, o)| o.clone());
-            let outcome = if kept.is_some() {
+        };
+        let mut changes: Vec<Change> = Vec::new();
+        let mut fresh: Vec<(String, NativeObject)> = Vec::new();
+        let state = self.state.as_ref();
+        for key in &touched {
+            let held = state.and_then(|s| s.object(key));
+            let paths = self.defined_in.get(key).map_or(&[][..], Vec::as_slice);
+            let desired: Option<(String, &NativeObject)> = match paths {
+                [] => {
+                    self.conflicts.remove(key);
+                    None
+                }
+                [path] => {
+                    self.conflicts.remove(key);
+                    definition(path, key).map(|object| (file_origin(path), object))
+                }
+                _ => {
+                    self.conflicts.insert(key.clone());
+                    let files: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+                    held.map(|(_, object)| {
+                        (
+                            format!(
+                                "policy files {} (the version enforced before the conflict)",
+                                files.join(", ")
+                            ),
+                            object,
+                        )
+                    })
+                }
+            };
+            match (desired, held) {
+                (None, Some(_)) => changes.push(Change::Delete(key.clone())),
+                (None, None) => {}
+                (Some((origin, object)), held) => {
+                    let unchanged = held.is_some_and(|(o, h)| *o == origin && h == object);
+                    if state.is_none() {
+                        fresh.push((origin, object.clone()));
+                    } else if !unchanged {
+                        changes.push(Change::Upsert {
+                            origin,
+                            object: Box::new(object.clone()),
+                        });
+                    }
+                }
+            }
+        }
+        for key in &self.conflicts {
+            let paths = self.defined_in.get(key).map_or(&[][..], Vec::as_slice);
+            let files: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+            let outcome = if state.and_then(|s| s.object(key)).is_some() {
                 "keeping the version enforced before the conflict"
             } else {
                 "none of the definitions is used"
@@ -137,23 +232,12 @@ impl LocalController {
                 "policy files {}: {} is defined more than once: a conflict; {outcome} until only one \
                  is left",
                 files.join(", "),
-                definitions[0].1.describe()
+                describe_key(key)
             ));
-            if let Some(object) = kept {
-                let origin = format!(
-                    "policy files {} (the version enforced before the conflict)",
-                    files.join(", ")
-                );
-                desired.insert(key, (Cow::Owned(origin), Cow::Owned(object)));
-            }
         }
         let delta = match &mut self.state {
             None => {
-                let objects = desired
-                    .into_iter()
-                    .map(|(_, (origin, object))| (origin.into_owned(), object.into_owned()))
-                    .collect();
-                let state = NativeState::new(objects, local.to_vec());
+                let state = NativeState::new(fresh, local.to_vec());
                 let delta = Delta {
                     upserted: state.translation().objects(),
                     deleted: Vec::new(),
@@ -162,24 +246,6 @@ impl LocalController {
                 delta
             }
             Some(state) => {
-                // Both sides are sorted by key: one walk, no lookups.
-                let mut changes: Vec<Change> = Vec::new();
-                let mut held = state.objects().peekable();
-                for (key, (origin, object)) in desired {
-                    while let Some((gone, _)) = held.next_if(|(k, _)| **k < key) {
-                        changes.push(Change::Delete(gone.clone()));
-                    }
-                    let unchanged = held
-                        .next_if(|(k, _)| **k == key)
-                        .is_some_and(|(_, (o, h))| o.as_str() == origin.as_ref() && *h == *object);
-                    if !unchanged {
-                        changes.push(Change::Upsert {
-                            origin: origin.into_owned(),
-                            object: Box::new(object.into_owned()),
-                        });
-                    }
-                }
-                changes.extend(held.map(|(gone, _)| Change::Delete(gone.clone())));
                 if !state.local_entities().eq(local.iter()) {
                     changes.push(Change::LocalEntities(local.to_vec()));
                 }
@@ -228,5 +294,190 @@ impl LocalController {
                 Err(e) => errors.push(format!("local controller: produced an invalid object: {e}")),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+    use crate::policy::native::decode;
+
+    fn object(yaml: &str) -> NativeObject {
+        let value: Value = serde_norway::from_str(yaml).expect("yaml");
+        decode(value).expect("valid")
+    }
+
+    fn entity(name: &str, app: &str, ip: &str) -> NativeObject {
+        object(&format!(
+            "apiVersion: crd.antrea.io/v1alpha2\nkind: ExternalEntity\n\
+             metadata: {{name: {name}, namespace: vm-ns, labels: {{app: {app}}}}}\n\
+             spec: {{endpoints: [{{ip: {ip}}}]}}\n"
+        ))
+    }
+
+    fn policy(name: &str, app: &str) -> NativeObject {
+        object(&format!(
+            "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\n\
+             metadata: {{name: {name}}}\n\
+             spec: {{priority: 5, appliedTo: [{{externalEntitySelector: {{matchLabels: {{role: db}}}}}}],\n\
+             ingress: [{{action: Drop, from: [{{externalEntitySelector: {{matchLabels: {{app: {app}}}}}}}]}}]}}\n"
+        ))
+    }
+
+    /// A directory in memory: what each file holds now, and which files the controller asked for.
+    struct Files {
+        files: BTreeMap<PathBuf, Vec<NativeObject>>,
+        asked: RefCell<BTreeSet<PathBuf>>,
+    }
+
+    impl Files {
+        fn pass(&self, controller: &mut LocalController, changed: &[ChangedFile]) -> PolicySnapshot {
+            self.asked.borrow_mut().clear();
+            let current = |path: &Path| -> &[NativeObject] {
+                self.asked.borrow_mut().insert(path.to_path_buf());
+                self.files.get(path).map_or(&[][..], Vec::as_slice)
+            };
+            let mut snapshot = PolicySnapshot::default();
+            let mut errors = Vec::new();
+            controller.translate_into(changed, &current, &[], &mut snapshot, &mut errors);
+            snapshot.errors = errors;
+            snapshot
+        }
+
+        /// Replaces a file's objects (`None`: removes it) and says what it held before.
+        fn set(&mut self, path: &str, objects: Option<Vec<NativeObject>>) -> ChangedFile {
+            let path = PathBuf::from(path);
+            let before = match objects {
+                Some(o) => self.files.insert(path.clone(), o),
+                None => self.files.remove(&path),
+            };
+            ChangedFile {
+                path,
+                before: before.unwrap_or_default().iter().map(native_key).collect(),
+            }
+        }
+    }
+
+    /// The AddressGroups as the sorted names of their members.
+    fn members(s: &PolicySnapshot) -> BTreeSet<Vec<String>> {
+        s.address_groups
+            .iter()
+            .map(|g| {
+                let mut names: Vec<String> = g
+                    .members
+                    .values()
+                    .map(|m| match &m.entity {
+                        crate::policy::controlplane::MemberRef::ExternalEntity { name, .. } => name.clone(),
+                        other => format!("{other:?}"),
+                    })
+                    .collect();
+                names.sort();
+                names
+            })
+            .collect()
+    }
+
+    fn groups(list: &[&[&str]]) -> BTreeSet<Vec<String>> {
+        list.iter()
+            .map(|g| g.iter().map(|n| n.to_string()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn a_pass_looks_only_at_the_changed_files() {
+        let mut dir = Files {
+            files: BTreeMap::new(),
+            asked: RefCell::new(BTreeSet::new()),
+        };
+        let mut controller = LocalController::default();
+        let all = vec![
+            dir.set(
+                "/p/policies.yaml",
+                Some(vec![policy("p1", "web"), policy("p2", "api")]),
+            ),
+            dir.set(
+                "/p/inventory-a.yaml",
+                Some(vec![
+                    entity("h1", "web", "10.0.0.1"),
+                    entity("h2", "api", "10.0.0.2"),
+                ]),
+            ),
+            dir.set("/p/inventory-b.yaml", Some(vec![entity("h3", "web", "10.0.0.3")])),
+        ];
+        let s = dir.pass(&mut controller, &all);
+        assert_eq!(s.errors, Vec::<String>::new());
+        assert_eq!(s.network_policies.len(), 2);
+        assert_eq!(members(&s), groups(&[&["h1", "h3"], &["h2"]]));
+
+        // One inventory file changes: only it is read, and its host moves from web to api.
+        let changed = dir.set("/p/inventory-b.yaml", Some(vec![entity("h3", "api", "10.0.0.3")]));
+        let s = dir.pass(&mut controller, &[changed]);
+        assert_eq!(
+            *dir.asked.borrow(),
+            BTreeSet::from([PathBuf::from("/p/inventory-b.yaml")])
+        );
+        assert_eq!(members(&s), groups(&[&["h1"], &["h2", "h3"]]));
+
+        // No file changed: nothing read, the same output.
+        let again = dir.pass(&mut controller, &[]);
+        assert!(dir.asked.borrow().is_empty());
+        assert_eq!(again, s);
+
+        // A copy of h1 lands in inventory-b: a conflict, h1 stays as it was; the unchanged
+        // inventory-a is read only once the conflict ends (the copy removed), to find the
+        // definition left.
+        let copy = dir.set(
+            "/p/inventory-b.yaml",
+            Some(vec![
+                entity("h3", "api", "10.0.0.3"),
+                entity("h1", "api", "10.0.0.9"),
+            ]),
+        );
+        let s = dir.pass(&mut controller, &[copy]);
+        assert_eq!(
+            *dir.asked.borrow(),
+            BTreeSet::from([PathBuf::from("/p/inventory-b.yaml")])
+        );
+        assert_eq!(s.errors.len(), 1, "{:#?}", s.errors);
+        assert!(
+            s.errors[0].starts_with(
+                "policy files /p/inventory-a.yaml, /p/inventory-b.yaml: ExternalEntity vm-ns/h1 is \
+                 defined more than once: a conflict; keeping the version enforced"
+            ),
+            "{}",
+            s.errors[0]
+        );
+        assert_eq!(members(&s), groups(&[&["h1"], &["h2", "h3"]]));
+        let back = dir.set("/p/inventory-b.yaml", Some(vec![entity("h3", "api", "10.0.0.3")]));
+        let s = dir.pass(&mut controller, &[back]);
+        assert_eq!(s.errors, Vec::<String>::new());
+        assert_eq!(
+            *dir.asked.borrow(),
+            BTreeSet::from([
+                PathBuf::from("/p/inventory-a.yaml"),
+                PathBuf::from("/p/inventory-b.yaml")
+            ])
+        );
+        assert_eq!(members(&s), groups(&[&["h1"], &["h2", "h3"]]));
+
+        // A file removed: its objects go (p1 and p2 with their groups).
+        let removed = dir.set("/p/policies.yaml", None);
+        let s = dir.pass(&mut controller, &[removed]);
+        assert!(s.network_policies.is_empty() && s.address_groups.is_empty());
+        assert_eq!(s.errors, Vec::<String>::new());
+
+        // Every file removed: the controller starts over when objects come back.
+        let gone: Vec<ChangedFile> = ["/p/inventory-a.yaml", "/p/inventory-b.yaml"]
+            .into_iter()
+            .map(|p| dir.set(p, None))
+            .collect();
+        let s = dir.pass(&mut controller, &gone);
+        assert_eq!(s, PolicySnapshot::default());
+        let back = dir.set("/p/policies.yaml", Some(vec![policy("p1", "web")]));
+        let s = dir.pass(&mut controller, &[back]);
+        assert_eq!(s.network_policies.len(), 1);
+        assert_eq!(members(&s), groups(&[&[] as &[&str]]));
     }
 }

@@ -74,6 +74,18 @@ impl Lab {
     /// ExternalEntity `vm1-3e616`), the given controlplane objects (YAML, one per string) and
     /// `policyBypassRules`: the flows it prints, one per line.
     pub fn compile_state(&self, objects: &[&str], bypass: serde_json::Value) -> String {
+        self.compile_state_with_policies(objects, bypass, &[], None)
+    }
+
+    /// [`Lab::compile_state`] plus Antrea-native policy files or directories (`--policies`),
+    /// translated for the ExternalNode in `external_node` (`--external-node`).
+    pub fn compile_state_with_policies(
+        &self,
+        objects: &[&str],
+        bypass: serde_json::Value,
+        policies: &[&Path],
+        external_node: Option<&Path>,
+    ) -> String {
         use super::lab::{EN_NAMESPACE, NIC, UPLINK, VM_IP4, VM_IP6};
         let ofport = |iface: &str| -> u32 {
             self.ovs_vsctl(&["get", "Interface", iface, "ofport"])
@@ -105,6 +117,12 @@ impl Lab {
         let out = Command::new(agent_binary())
             .args(["compile", "--state"])
             .arg(&path)
+            .args(policies.iter().flat_map(|p| [Path::new("--policies"), p]))
+            .args(
+                external_node
+                    .iter()
+                    .flat_map(|p| [Path::new("--external-node"), p]),
+            )
             .output()
             .expect("run compile");
         assert!(
