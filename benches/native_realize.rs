@@ -39,6 +39,7 @@
 //! This is a `harness = false` bench: `cargo test --all-targets` also builds and starts it,
 //! without `--bench`, and then it only prints how to run it. Every wait is bounded; the lab is
 //! removed on exit, also after a failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod common;
 #[path = "../tests/support/mod.rs"]
