@@ -28,9 +28,9 @@
 //! changes before packet-ins, so an answer reaching it after a rule is in the switch always
 //! finds the rule known (no first-connection race on a new rule). The installer's bundle
 //! already carried the address flows of new or moved rules (from a snapshot of the cache); on
-//! a commit the controller re-reads its flows from the switch and reconciles them all. The cache is saved under
-//! `stateDir` and loaded at start, expired records dropped, so cached names keep working across
-//! a restart without a new DNS query.
+//! a commit the controller re-reads its flows from the switch and reconciles them all. The
+//! cache is saved under `stateDir` and loaded at start, expired records dropped, so cached
+//! names keep working across a restart without a new DNS query.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
