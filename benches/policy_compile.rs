@@ -6,20 +6,23 @@
 //! Prints the median of 5 compilations and the process's peak RSS growth (VmHWM) over the run,
 //! then the flow installer's incremental path in-process: [`Compiler::update`] from no rules to
 //! the 10,000 (all adds), and one single-rule policy added, changed and deleted 20 times each
-//! with the 10,000 in place (p50/p99 of the update, flow_mods per change).
+//! with the 10,000 in place (p50/p99 of the update, flow_mods per change), once comparing the
+//! whole rule view and once told the changed rule id (as the policy cache tells the flow
+//! installer). `PCBENCH_RULES=50000` for the 50,000-rule case (the rules are in one tier).
 //! Without the `--bench` argument (as `cargo test --all-targets` starts bench targets) it only
 //! prints how to run it.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use antrea_vm_agent::policy::compiler::{compile, CompileOptions, Compiler};
-use antrea_vm_agent::policy::rule::{CompiledRuleInput, Protocol, Service};
+use antrea_vm_agent::policy::rule::{CompiledRuleInput, Protocol, RuleId, Service};
 
 mod common;
 
-const RULES: usize = 10_000;
+const DEFAULT_RULES: usize = 10_000;
 const ROUNDS: usize = 5;
 
 fn main() {
@@ -27,7 +30,8 @@ fn main() {
         println!("policy_compile: run with `cargo bench --bench policy_compile`");
         return;
     }
-    let input = common::fleet_rules(RULES);
+    let rules = common::env_usize("PCBENCH_RULES", DEFAULT_RULES).max(1);
+    let input = common::fleet_rules(rules);
     let rss_before = common::status_kib("VmRSS:");
     let mut times: Vec<Duration> = Vec::with_capacity(ROUNDS);
     let mut flows = 0;
@@ -36,11 +40,11 @@ fn main() {
         let out = compile(&input, 1, CompileOptions::default());
         times.push(start.elapsed());
         flows = out.flows.len();
-        assert_eq!(out.conjunctions.len(), RULES, "every rule compiled");
+        assert_eq!(out.conjunctions.len(), rules, "every rule compiled");
     }
     times.sort();
     let peak = common::status_kib("VmHWM:");
-    println!("compile {RULES} rules -> {flows} flows (IPv4 + IPv6)");
+    println!("compile {rules} rules -> {flows} flows (IPv4 + IPv6)");
     println!(
         "  median {:?}  (min {:?}, max {:?}, {ROUNDS} rounds)",
         times[ROUNDS / 2],
@@ -82,38 +86,55 @@ fn incremental(input: &[CompiledRuleInput]) {
         }
     );
     drop(all);
-    let mut times: Vec<Duration> = Vec::new();
-    let mut mods: Vec<usize> = Vec::new();
-    let template = input[0].clone();
-    for j in 0..20u16 {
-        for port in [Some(7000 + j), Some(17000 + j), None] {
-            let mut next = view.clone();
-            if let Some(port) = port {
+    let mut hinted = c.clone();
+    for with_hint in [false, true] {
+        let c = if with_hint { &mut hinted } else { &mut c };
+        let mut times: Vec<Duration> = Vec::new();
+        let mut mods: Vec<usize> = Vec::new();
+        let template = input[0].clone();
+        let mut previous_id = None;
+        for j in 0..20u16 {
+            for port in [Some(7000 + j), Some(17000 + j), None] {
+                let mut next = view.clone();
                 let mut r = template.clone();
                 r.id.policy_uid = "uid-inc".into();
                 r.policy.uid = "uid-inc".into();
                 r.policy.name = "inc".into();
                 r.policy_priority = 0.5;
-                r.services = Some(vec![Service::port(Protocol::Tcp, port)]);
-                next.push(Arc::new(r));
-                next.sort_by(|a, b| a.id.cmp(&b.id));
+                if let Some(port) = port {
+                    r.services = Some(vec![Service::port(Protocol::Tcp, port)]);
+                    next.push(Arc::new(r.clone()));
+                    next.sort_by(|a, b| a.id.cmp(&b.id));
+                }
+                // The ids the policy cache names: the rule's, before and after.
+                let ids: BTreeSet<RuleId> = previous_id.take().into_iter().chain([r.id.clone()]).collect();
+                previous_id = port.map(|_| r.id.clone());
+                let start = Instant::now();
+                let up = if with_hint {
+                    c.update_or_rebuild_hinted(&next, Some(&ids), 1)
+                } else {
+                    c.update_or_rebuild(&next, 1)
+                };
+                times.push(start.elapsed());
+                mods.push(up.mods.len());
             }
-            let start = Instant::now();
-            let up = c.update_or_rebuild(&next, 1);
-            times.push(start.elapsed());
-            mods.push(up.mods.len());
         }
+        times.sort();
+        println!(
+            "one rule added/changed/deleted with {} rules, {}: update p50 {:?} p99 {:?} max {:?}; flow_mods {:?}..{:?}",
+            view.len(),
+            if with_hint {
+                "told the changed rule id"
+            } else {
+                "comparing the whole view"
+            },
+            quantile(&times, 0.5),
+            quantile(&times, 0.99),
+            quantile(&times, 1.0),
+            mods.iter().min(),
+            mods.iter().max()
+        );
     }
-    times.sort();
-    println!(
-        "one rule added/changed/deleted with {} rules: update p50 {:?} p99 {:?} max {:?}; flow_mods {:?}..{:?}",
-        view.len(),
-        quantile(&times, 0.5),
-        quantile(&times, 0.99),
-        quantile(&times, 1.0),
-        mods.iter().min(),
-        mods.iter().max()
-    );
     println!(
         "  VmRSS now {:.1} MB (input, compiler state and allocator slack)",
         common::status_kib("VmRSS:") as f64 / 1024.0

@@ -185,6 +185,7 @@ async fn rule_counters_come_from_the_metric_flows_summed_per_rule() {
         policies: generations(1, 1),
         sync_epoch: 1,
         interface_ofports: interfaces().ofports(),
+        changes: None,
     });
     w.wait_realized(&PoliciesRealized {
         policies: generations(1, 1),
@@ -333,6 +334,7 @@ async fn realization_is_reported_after_each_successful_commit_only() {
         policies: generations(1, 1),
         sync_epoch: 1,
         interface_ofports: interfaces().ofports(),
+        changes: None,
     });
     w.wait_realized(&PoliciesRealized {
         policies: generations(1, 1),
@@ -353,6 +355,7 @@ async fn realization_is_reported_after_each_successful_commit_only() {
         policies: generations(2, 1),
         sync_epoch: 1,
         interface_ofports: interfaces().ofports(),
+        changes: None,
     });
     w.wait_realized(&PoliciesRealized {
         policies: generations(2, 1),
@@ -370,6 +373,7 @@ async fn realization_is_reported_after_each_successful_commit_only() {
         policies: generations(3, 1),
         sync_epoch: 2,
         interface_ofports: interfaces().ofports(),
+        changes: None,
     });
     eventually("the bundle failed", || async {
         w.metrics.ovs_flow_ops_errors.with_label_values(&["delete"]).get() > 0

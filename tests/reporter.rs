@@ -415,6 +415,7 @@ async fn stats_deltas_are_posted_from_the_rule_counters() {
         }],
         sync_epoch: 1,
         interface_ofports: interfaces().ofports(),
+        changes: None,
     });
     // The realization triggers the baseline (counters all zero).
     eventually("baseline taken", || async {

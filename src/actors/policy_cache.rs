@@ -136,11 +136,13 @@ impl PolicyCache {
         let stale = self.published.as_ref() != Some(&published);
         if changed || force || stale {
             if let Some(flows) = &self.peers.flows {
+                let changes = self.resolved.as_mut().map(ResolvedView::take_changes);
                 flows.do_send(RulesChanged {
                     policies: published.1.clone(),
                     rules,
                     sync_epoch: self.sync_epoch,
                     interface_ofports: published.2.clone(),
+                    changes,
                 });
                 self.published = Some(published);
             }

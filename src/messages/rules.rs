@@ -5,6 +5,7 @@ use std::sync::Arc;
 use actix::Message;
 
 use super::stats::PolicyGeneration;
+pub use crate::policy::resolve::RuleChanges;
 use crate::policy::rule::CompiledRuleInput;
 
 /// Every NetworkPolicy rule that applies on this node, resolved (full view, sorted by rule id).
@@ -12,7 +13,8 @@ use crate::policy::rule::CompiledRuleInput;
 /// never while either is unknown, so the switch keeps its last rules meanwhile (fail closed).
 ///
 /// The view is shared, not copied: unchanged rules keep their `Arc` from one message to the
-/// next, so the flow installer finds the changed ones by pointer comparison.
+/// next, so the flow installer finds the changed ones by pointer comparison; with
+/// [`RulesChanged::changes`] it need not even compare: only the rules of those ids changed.
 #[derive(Clone, Debug, PartialEq, Message)]
 #[rtype(result = "()")]
 pub struct RulesChanged {
@@ -27,4 +29,7 @@ pub struct RulesChanged {
     /// interface view has other ports: a re-created port must not get its pipeline flows before
     /// the rules that name its new number (that gap let denied connections through).
     pub interface_ofports: Vec<(u32, u32)>,
+    /// The rule ids whose rules may differ from those of the sender's previous view (its
+    /// version `from`); `None` when not known: the receiver compares the whole view.
+    pub changes: Option<RuleChanges>,
 }

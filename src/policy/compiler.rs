@@ -72,6 +72,7 @@ use crate::policy::flowset::FlowSet;
 use crate::policy::pipeline::{self, cookie, table, CookieCategory, Family, CT_ZONE_V4, CT_ZONE_V6};
 use crate::policy::priority::{Priority, PriorityAssigner, PriorityError, TablePriorities};
 mod plan;
+mod view_diff;
 use plan::Group;
 pub use plan::{CountChanges, DeltaChunks, FlowDelta, FlowPlan, PlacedRule, PlanChunks, CHUNK_RULES};
 
@@ -239,6 +240,13 @@ pub struct Compiler {
     generation: u64,
     /// Every accepted rule of the current set (placed or not), by id.
     held: BTreeMap<RuleId, Held>,
+    /// The held rules without a priority (waiting for room), and those with FQDN peers: a
+    /// change visits these, not every held rule.
+    unplaced: BTreeSet<RuleId>,
+    with_fqdn: BTreeSet<RuleId>,
+    /// The rules of the current view refused before placement (duplicate ids, K8s
+    /// NetworkPolicy rules), by id (see [`view_diff`]).
+    refused: BTreeMap<RuleId, Vec<SkippedRule>>,
     /// The rules using each (table, priority): a priority is released when its last user goes,
     /// and the rules of a priority that moved are found here.
     users: PriorityUsers,
@@ -362,6 +370,9 @@ impl Compiler {
             released_by_rule: BTreeMap::new(),
             generation: 0,
             held: BTreeMap::new(),
+            unplaced: BTreeSet::new(),
+            with_fqdn: BTreeSet::new(),
+            refused: BTreeMap::new(),
             users: PriorityUsers::default(),
             zones: BTreeMap::new(),
             groups: BTreeMap::new(),
@@ -415,8 +426,9 @@ impl Compiler {
     /// address clause flows to), by conjunction id.
     pub fn fqdn_placements(&self) -> Vec<FqdnPlacement> {
         let mut out: Vec<FqdnPlacement> = self
-            .held
-            .values()
+            .with_fqdn
+            .iter()
+            .filter_map(|id| self.held.get(id))
             .filter_map(|h| {
                 let fqdn = h.rule.fqdn.as_ref()?;
                 let (conj_id, priority) = h.placed?;
@@ -506,7 +518,7 @@ impl Compiler {
     /// [`CompileOutput::skipped`]; the others are unaffected.
     pub fn compile(&mut self, rules: &[CompiledRuleInput], round: u16) -> CompileOutput {
         let rules: Vec<Arc<CompiledRuleInput>> = rules.iter().cloned().map(Arc::new).collect();
-        let pass = self.apply(&rules, false);
+        let pass = self.apply(&rules, None, false);
         CompileOutput {
             flows: self.flows(round),
             conjunctions: self.live.clone(),
@@ -526,7 +538,7 @@ impl Compiler {
     /// nothing; only the flows of changed rules (and of rules whose OpenFlow priority moved)
     /// are rebuilt.
     pub fn update(&mut self, rules: &[Arc<CompiledRuleInput>], round: u16) -> Update {
-        let (mut up, delta) = self.update_delta(rules, round, true);
+        let (mut up, delta) = self.update_delta(rules, None, round, true);
         up.mods = self.materialize(delta);
         up
     }
@@ -535,13 +547,19 @@ impl Compiler {
     /// unless `want_delta`) whose flow_mods are built chunk by chunk when sent; apply its
     /// [`plan::DeltaChunks::count_changes`] afterwards. A caller that resyncs every flow anyway
     /// (a take-over) passes `want_delta = false` and builds [`Compiler::plan`] instead.
+    ///
+    /// `hint`, when known: the only rule ids whose rules may differ from those of the view the
+    /// compiler last moved to (every other rule of `rules` is that view's, and `rules` is sorted
+    /// by [`RuleId`], as the policy cache sends them). The change then costs what it touches,
+    /// not the size of the view. `None` compares the whole view.
     pub fn update_delta(
         &mut self,
         rules: &[Arc<CompiledRuleInput>],
+        hint: Option<&BTreeSet<RuleId>>,
         round: u16,
         want_delta: bool,
     ) -> (Update, FlowDelta) {
-        let pass = self.apply(rules, want_delta);
+        let pass = self.apply(rules, hint, want_delta);
         let delta = FlowDelta::new(pass.before, pass.after, round, self.opts);
         let up = Update {
             mods: Vec::new(),
@@ -558,7 +576,17 @@ impl Compiler {
     /// registration, as at start-up) is tried; if it places more rules it replaces this one and
     /// the result is [`Update::full`]. See [`Compiler::compile_or_rebuild`].
     pub fn update_or_rebuild(&mut self, rules: &[Arc<CompiledRuleInput>], round: u16) -> Update {
-        let (mut up, delta) = self.update_delta_or_rebuild(rules, round, true);
+        self.update_or_rebuild_hinted(rules, None, round)
+    }
+
+    /// [`Compiler::update_or_rebuild`] with a change hint (see [`Compiler::update_delta`]).
+    pub fn update_or_rebuild_hinted(
+        &mut self,
+        rules: &[Arc<CompiledRuleInput>],
+        hint: Option<&BTreeSet<RuleId>>,
+        round: u16,
+    ) -> Update {
+        let (mut up, delta) = self.update_delta_or_rebuild(rules, hint, round, true);
         if !up.full {
             up.mods = self.materialize(delta);
         }
@@ -580,10 +608,11 @@ impl Compiler {
     pub fn update_delta_or_rebuild(
         &mut self,
         rules: &[Arc<CompiledRuleInput>],
+        hint: Option<&BTreeSet<RuleId>>,
         round: u16,
         want_delta: bool,
     ) -> (Update, FlowDelta) {
-        let (up, delta) = self.update_delta(rules, round, want_delta);
+        let (up, delta) = self.update_delta(rules, hint, round, want_delta);
         if up.failed_now == 0 {
             // Rules still waiting for room since an earlier pass were compared with a fresh
             // compiler then; nothing new to try.
@@ -591,7 +620,7 @@ impl Compiler {
         }
         let unplaced = up.skipped.iter().filter(|s| is_priority_skip(s)).count();
         let mut fresh = Compiler::new(self.opts);
-        let pass = fresh.apply(rules, false);
+        let pass = fresh.apply(rules, None, false);
         let fresh_unplaced = pass.skipped.iter().filter(|s| is_priority_skip(s)).count();
         if fresh_unplaced >= unplaced {
             return (up, delta);
@@ -639,74 +668,22 @@ impl Compiler {
 
     /// Moves the compiler's state to the rule set `rules`; with `delta`, also returns the flows
     /// of every touched group before and after.
-    fn apply(&mut self, rules: &[Arc<CompiledRuleInput>], delta: bool) -> Pass {
+    /// `hint`: the only rule ids whose rules may differ from the view last applied (see
+    /// [`view_diff`]); `None` compares the whole view.
+    fn apply(
+        &mut self,
+        rules: &[Arc<CompiledRuleInput>],
+        hint: Option<&BTreeSet<RuleId>>,
+        delta: bool,
+    ) -> Pass {
         let mut pass = Pass::default();
 
-        // 1. Accept rules in RuleId order (the first of duplicates wins).
-        let sorted = rules.windows(2).all(|w| w[0].id <= w[1].id);
-        let mut order: Vec<&Arc<CompiledRuleInput>> = rules.iter().collect();
-        if !sorted {
-            order.sort_by(|a, b| a.id.cmp(&b.id));
-        }
-        let mut accepted: Vec<&Arc<CompiledRuleInput>> = Vec::with_capacity(order.len());
-        for (i, r) in order.iter().enumerate() {
-            if i > 0 && order[i - 1].id == r.id {
-                pass.skipped.push(SkippedRule {
-                    id: r.id.clone(),
-                    reason: CompileError::DuplicateRule,
-                });
-                continue;
-            }
-            if !r.is_antrea_native() {
-                pass.skipped.push(SkippedRule {
-                    id: r.id.clone(),
-                    reason: CompileError::NotAntreaNative,
-                });
-                continue;
-            }
-            accepted.push(r);
-        }
-
-        // 2. What changed: a merge of the sorted input with the held rules.
-        let mut removed: Vec<RuleId> = Vec::new();
-        let mut changed: Vec<Arc<CompiledRuleInput>> = Vec::new();
-        {
-            let mut held = self.held.iter_mut().peekable();
-            let mut input = accepted.iter().peekable();
-            loop {
-                let order = match (held.peek(), input.peek()) {
-                    (None, None) => break,
-                    (Some(_), None) => std::cmp::Ordering::Less,
-                    (None, Some(_)) => std::cmp::Ordering::Greater,
-                    (Some((id, _)), Some(r)) => (*id).cmp(&r.id),
-                };
-                match order {
-                    std::cmp::Ordering::Less => {
-                        if let Some((id, _)) = held.next() {
-                            removed.push(id.clone());
-                        }
-                    }
-                    std::cmp::Ordering::Greater => {
-                        if let Some(r) = input.next() {
-                            changed.push(Arc::clone(r));
-                        }
-                    }
-                    std::cmp::Ordering::Equal => {
-                        if let (Some((_, h)), Some(r)) = (held.next(), input.next()) {
-                            if Arc::ptr_eq(&h.rule, r) {
-                                continue;
-                            }
-                            if *h.rule == ***r {
-                                // Same rule, another allocation: share the caller's.
-                                h.rule = Arc::clone(r);
-                            } else {
-                                changed.push(Arc::clone(r));
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        // 1-2. Refused rules, and what changed against the held rules.
+        let view_diff::ViewDiff { removed, changed } = match hint.filter(|_| self.initialized) {
+            Some(ids) => self.diff_hinted(rules, ids),
+            None => self.diff_full(rules),
+        };
+        pass.skipped.extend(self.refusals().cloned());
         if removed.is_empty() && changed.is_empty() && self.initialized {
             // Nothing released priorities: rules that found none before still do not fit.
             pass.skipped.extend(self.waiting(&BTreeSet::new()));
@@ -786,8 +763,18 @@ impl Compiler {
         if batch {
             // Start-up: every rule's own priority in one batch per table (BatchReconcile); if
             // a table overflows, zone by zone so one policy cannot block the others.
+            // Every rule of the view: the changed ones and the held ones that stay (all of
+            // them, in id order; a batch is rare, so this walk over the held rules is too).
+            let gone: BTreeSet<&RuleId> = removed.iter().collect();
+            let mut view: BTreeMap<&RuleId, &CompiledRuleInput> = self
+                .held
+                .iter()
+                .filter(|(id, _)| !gone.contains(id))
+                .map(|(id, h)| (id, &*h.rule))
+                .collect();
+            view.extend(changed.iter().map(|r| (&r.id, &**r)));
             let mut per_table: BTreeMap<u8, Vec<Priority>> = BTreeMap::new();
-            for r in &accepted {
+            for r in view.values() {
                 per_table.entry(rule_table(r)).or_default().push(priority_of(r));
             }
             for (t, all) in per_table {
@@ -819,9 +806,8 @@ impl Compiler {
             // at a time in RuleId order.
             let mut todo: Vec<Arc<CompiledRuleInput>> = changed.clone();
             let retry: Vec<Arc<CompiledRuleInput>> = self
-                .held
-                .values()
-                .filter(|h| h.placed.is_none() && freed.contains(&h.table))
+                .unplaced_rules()
+                .filter(|h| freed.contains(&h.table))
                 .map(|h| Arc::clone(&h.rule))
                 .collect();
             todo.extend(retry);
@@ -861,9 +847,8 @@ impl Compiler {
         let mut replace: BTreeMap<RuleId, Arc<CompiledRuleInput>> =
             changed.into_iter().map(|r| (r.id.clone(), r)).collect();
         for h in self
-            .held
-            .values()
-            .filter(|h| h.placed.is_none() && (freed.contains(&h.table) || batch))
+            .unplaced_rules()
+            .filter(|h| freed.contains(&h.table) || batch)
         {
             replace
                 .entry(h.rule.id.clone())
@@ -902,7 +887,7 @@ impl Compiler {
 
         // 8. Apply: removed rules release their ids, the others take their new places.
         for id in &removed {
-            if let Some(h) = self.held.remove(id) {
+            if let Some(h) = self.unhold(id) {
                 self.unplace(id, &h);
                 pass.released_any |= h.placed.is_some();
             }
@@ -911,7 +896,7 @@ impl Compiler {
         for (r, t, p, of) in placements {
             let mut error = None;
             let id = r.id.clone();
-            let previous = self.held.remove(&id);
+            let previous = self.unhold(&id);
             let old_conj = previous.as_ref().and_then(|h| h.placed.map(|(c, _)| c));
             if let (Some(h), Some(_)) = (&previous, old_conj) {
                 self.ungroup(h);
@@ -945,7 +930,7 @@ impl Compiler {
                     None
                 }
             };
-            self.held.insert(
+            self.hold(
                 id,
                 Held {
                     rule: r,
@@ -970,14 +955,40 @@ impl Compiler {
 
     /// The rules still waiting for a priority, except those tried in this pass.
     fn waiting(&self, attempted: &BTreeSet<RuleId>) -> Vec<SkippedRule> {
-        self.held
-            .values()
-            .filter(|h| h.placed.is_none() && !attempted.contains(&h.rule.id))
+        self.unplaced_rules()
+            .filter(|h| !attempted.contains(&h.rule.id))
             .map(|h| SkippedRule {
                 id: h.rule.id.clone(),
                 reason: CompileError::Priority(h.error.clone().unwrap_or(PriorityError::NoRoom)),
             })
             .collect()
+    }
+
+    /// The held rules without a priority, in id order.
+    fn unplaced_rules(&self) -> impl Iterator<Item = &Held> {
+        self.unplaced.iter().filter_map(|id| self.held.get(id))
+    }
+
+    /// Holds `h` as the rule of `id` (replacing what was held), keeping the indexes.
+    fn hold(&mut self, id: RuleId, h: Held) {
+        if h.placed.is_none() {
+            self.unplaced.insert(id.clone());
+        } else {
+            self.unplaced.remove(&id);
+        }
+        if h.rule.fqdn.is_some() {
+            self.with_fqdn.insert(id.clone());
+        } else {
+            self.with_fqdn.remove(&id);
+        }
+        self.held.insert(id, h);
+    }
+
+    /// Stops holding the rule of `id`, keeping the indexes.
+    fn unhold(&mut self, id: &RuleId) -> Option<Held> {
+        self.unplaced.remove(id);
+        self.with_fqdn.remove(id);
+        self.held.remove(id)
     }
 
     /// Takes a placed rule out of its group and releases its conjunction id (held back).

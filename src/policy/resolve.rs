@@ -56,6 +56,29 @@ pub struct ResolvedView {
     pub warnings: Vec<String>,
     /// Per policy name: its rules, warnings and rules not enforced as written.
     per_policy: BTreeMap<String, PolicyResolution>,
+    /// The version of `rules` (unique in the process, 0 before the first change), and the
+    /// version and changed rule ids since the last [`ResolvedView::take_changes`].
+    version: u64,
+    taken: u64,
+    changed_ids: BTreeSet<RuleId>,
+}
+
+/// Which rules may differ between two versions of a [`ResolvedView`]: every rule of another id
+/// is the same (the same `Arc`) in both. What lets the flow installer's compiler look at a
+/// change instead of at every rule.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuleChanges {
+    /// The version the change starts from (0: none known) and the one it leads to.
+    pub from: u64,
+    pub to: u64,
+    pub ids: Arc<BTreeSet<RuleId>>,
+}
+
+/// Rule view versions are unique in the process, so a restarted policy cache's changes never
+/// chain onto another cache's view.
+fn next_view_version() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// One policy's share of a [`ResolvedView`].
@@ -77,6 +100,18 @@ impl ResolvedView {
         self.per_policy
             .get(policy)
             .map_or(&[], |p| p.not_enforced.as_slice())
+    }
+
+    /// The rule ids that may have changed since the previous call (since the view was created,
+    /// the first time: `from` is then 0), and the versions between.
+    pub fn take_changes(&mut self) -> RuleChanges {
+        let changes = RuleChanges {
+            from: self.taken,
+            to: self.version,
+            ids: Arc::new(std::mem::take(&mut self.changed_ids)),
+        };
+        self.taken = self.version;
+        changes
     }
 
     /// Every rule not enforced as written, policy by policy in name order.
@@ -120,6 +155,7 @@ impl ResolvedView {
             // Built into a fresh vector: collecting from `out.rules.into_iter()` would reuse
             // its buffer (sized for whole rules) to hold the pointers, and keep it.
             let mut rules: Vec<Arc<CompiledRuleInput>> = Vec::with_capacity(out.rules.len());
+            let changed_ids = &mut self.changed_ids;
             rules.extend(
                 out.rules
                     .into_iter()
@@ -129,9 +165,15 @@ impl ResolvedView {
                             kept += 1;
                             Arc::clone(o)
                         }
-                        _ => Arc::new(r),
+                        old => {
+                            // Both ids may now name other rules than before.
+                            changed_ids.extend(old.map(|o| o.id.clone()));
+                            changed_ids.insert(r.id.clone());
+                            Arc::new(r)
+                        }
                     }),
             );
+            changed_ids.extend(old_rules.iter().skip(rules.len()).map(|o| o.id.clone()));
             changed |= kept != rules.len() || kept != old_rules.len();
             if !rules.is_empty() || !out.warnings.is_empty() || !out.not_enforced.is_empty() {
                 self.per_policy.insert(
@@ -153,6 +195,7 @@ impl ResolvedView {
             // Stable: rules with the same id stay in policy name order, as in `resolve`.
             all.sort_by(|a, b| a.0.id.cmp(&b.0.id).then_with(|| a.1.cmp(b.1)));
             self.rules = all.into_iter().map(|(r, _)| Arc::clone(r)).collect();
+            self.version = next_view_version();
         }
         if warnings_changed {
             self.warnings = self
@@ -1074,14 +1117,45 @@ rules:
         assert_eq!(view.warnings, full.warnings);
     }
 
+    /// [`same`], and the view's changes chain from the last ones (`last`: version and rules)
+    /// and name every rule id whose rules are not the same allocations as before.
+    fn same_changes(
+        view: &mut ResolvedView,
+        last: &mut (u64, Arc<[Arc<CompiledRuleInput>]>),
+        full: &Resolved,
+    ) {
+        same(view, full);
+        let changes = view.take_changes();
+        assert_eq!(changes.from, last.0, "changes chain");
+        let by_id = |v: &[Arc<CompiledRuleInput>]| {
+            let mut m: BTreeMap<RuleId, Vec<*const CompiledRuleInput>> = BTreeMap::new();
+            for r in v {
+                m.entry(r.id.clone()).or_default().push(Arc::as_ptr(r));
+            }
+            m
+        };
+        let (before, after) = (by_id(&last.1), by_id(&view.rules));
+        for id in before.keys().chain(after.keys()) {
+            if before.get(id) != after.get(id) {
+                assert!(changes.ids.contains(id), "{id:?} changed but is not named");
+            }
+        }
+        *last = (changes.to, view.rules.clone());
+    }
+
     #[test]
     fn incremental_view_equals_full_resolution() {
         let mut store = store(OBJECTS);
         let eth0 = iface("eth0", 3, &["10.99.0.2", "fd00:99::2"], "vm1-3e616");
         let other = iface("eth1", 4, &["10.99.0.3"], "other");
         let mut view = ResolvedView::new();
+        let mut last = (0, Arc::from(Vec::new()));
         assert!(view.update(&store, std::slice::from_ref(&eth0), None));
-        same(&view, &resolve(&store, std::slice::from_ref(&eth0)));
+        same_changes(
+            &mut view,
+            &mut last,
+            &resolve(&store, std::slice::from_ref(&eth0)),
+        );
         let first = view.rules.clone();
 
         // A new policy that names an unknown group: only it is resolved again.
@@ -1098,7 +1172,11 @@ rules:
             std::slice::from_ref(&eth0),
             Some(&store.affected_policies(&changes))
         ));
-        same(&view, &resolve(&store, std::slice::from_ref(&eth0)));
+        same_changes(
+            &mut view,
+            &mut last,
+            &resolve(&store, std::slice::from_ref(&eth0)),
+        );
         for r in first.iter() {
             assert!(
                 view.rules.iter().any(|n| Arc::ptr_eq(n, r)),
@@ -1115,7 +1193,11 @@ rules:
         let affected = store.affected_policies(&changes);
         assert_eq!(affected, BTreeSet::from(["uid-1".to_string()]));
         assert!(view.update(&store, std::slice::from_ref(&eth0), Some(&affected)));
-        same(&view, &resolve(&store, std::slice::from_ref(&eth0)));
+        same_changes(
+            &mut view,
+            &mut last,
+            &resolve(&store, std::slice::from_ref(&eth0)),
+        );
         assert!(
             !view.update(&store, std::slice::from_ref(&eth0), Some(&affected)),
             "nothing new"
@@ -1128,9 +1210,13 @@ rules:
             std::slice::from_ref(&eth0),
             Some(&store.affected_policies(&changes))
         ));
-        same(&view, &resolve(&store, std::slice::from_ref(&eth0)));
+        same_changes(
+            &mut view,
+            &mut last,
+            &resolve(&store, std::slice::from_ref(&eth0)),
+        );
         let both = [eth0, other];
         view.update(&store, &both, None);
-        same(&view, &resolve(&store, &both));
+        same_changes(&mut view, &mut last, &resolve(&store, &both));
     }
 }

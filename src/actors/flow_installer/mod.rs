@@ -31,12 +31,12 @@ use crate::messages::{
 use crate::ovs::openflow::{OfError, Switch};
 use crate::packetin::{self, AuditLog, PacketInContext, PacketInStats};
 use crate::policy::compiler::{
-    same_rules, CompileOptions, Compiler, ConjunctionPublisher, FlowDelta, FqdnPlacement, SharedConjunctions,
+    CompileOptions, Compiler, ConjunctionPublisher, FlowDelta, FqdnPlacement, SharedConjunctions,
     SkippedRule, Update,
 };
 use crate::policy::flowset::{self, FlowSet};
 use crate::policy::pipeline::{self, PipelineOptions};
-use crate::policy::rule::{CompiledRuleInput, RuleId};
+use crate::policy::rule::RuleId;
 
 mod drift;
 mod held;
@@ -45,6 +45,7 @@ pub mod query;
 mod removal;
 mod stats;
 mod stream;
+mod view;
 pub use stats::{
     dump_metric_flows, metric_sample, rule_stats_for, rule_stats_from_flows, GetLastRealized, MetricSample,
     StatsError,
@@ -96,8 +97,9 @@ pub struct FlowInstaller {
     next_epoch: u64,
     /// `None` until the interface manager's first view arrives.
     interfaces: Option<Vec<AttachedInterface>>,
-    /// `None` until the policy cache's first view arrives.
-    rules: Option<Arc<[Arc<CompiledRuleInput>]>>,
+    /// The policy cache's rules (`None` until its first view arrives), and what changed since
+    /// the compiler last moved to them.
+    view: view::RuleView,
     /// The interface ports the rules were resolved against ([`RulesChanged::interface_ofports`]).
     rules_ofports: Vec<(u32, u32)>,
     /// Since when the rules name other ports than the interface view (and whether that was
@@ -157,7 +159,7 @@ impl FlowInstaller {
             session: None,
             next_epoch: 1,
             interfaces: None,
-            rules: None,
+            view: view::RuleView::default(),
             rules_ofports: Vec::new(),
             ports_differ_since: None,
             compiler: Compiler::new(CompileOptions::default()),
@@ -208,7 +210,7 @@ impl FlowInstaller {
         meters: bool,
         want_delta: bool,
     ) -> Option<(FlowSet, Update, FlowDelta)> {
-        let (Some(interfaces), Some(rules)) = (self.interfaces.as_ref(), self.rules.as_ref()) else {
+        let (Some(interfaces), Some(rules)) = (self.interfaces.as_ref(), self.view.rules()) else {
             return None;
         };
         let ports = crate::messages::interfaces::ofports(interfaces);
@@ -232,18 +234,16 @@ impl FlowInstaller {
         }
         self.ports_differ_since = None;
         let opts = PipelineOptions { round, meters };
-        let dns_ports: std::collections::BTreeSet<u32> = rules
-            .iter()
-            .filter_map(|r| r.fqdn.as_ref())
-            .flat_map(|f| f.ports.iter().copied())
-            .collect();
         let flows = flowset::desired_flows(
             opts,
             &self.deps.config.policy_bypass_rules,
             interfaces,
-            &dns_ports,
+            &self.view.dns_ports(),
         );
-        let (update, delta) = self.compiler.update_delta_or_rebuild(rules, round, want_delta);
+        let (update, delta) =
+            self.compiler
+                .update_delta_or_rebuild(rules, self.view.changed_ids(), round, want_delta);
+        self.view.applied();
         self.report_not_installed(&update.skipped);
         // Rules removed a moment ago stay known, so their late packet-ins still name them.
         self.conjunctions_tx
@@ -681,9 +681,9 @@ impl Handler<RulesChanged> for FlowInstaller {
     fn handle(&mut self, msg: RulesChanged, ctx: &mut Context<Self>) {
         self.realization.set_view(msg.policies, msg.sync_epoch);
         self.rules_ofports = msg.interface_ofports;
-        if !self.rules.as_ref().is_some_and(|r| same_rules(r, &msg.rules)) {
-            debug!(rules = msg.rules.len(), "rule view changed");
-            self.rules = Some(msg.rules);
+        let count = msg.rules.len();
+        if self.view.set(msg.rules, msg.changes) {
+            debug!(rules = count, "rule view changed");
             self.rules_changed_at.get_or_insert_with(std::time::Instant::now);
         }
         ctx.notify(Sync);

@@ -269,7 +269,7 @@ impl Handler<GetRuleStats> for FlowInstaller {
         Box::pin(dump.into_actor(self).map(|res, act, _| {
             let flows = res.map_err(|e| StatsError::Switch(e).to_string())?;
             let conjunctions = act.conjunctions_tx.borrow().clone();
-            let rules = act.rules.as_deref().unwrap_or_default();
+            let rules = act.view.rules().map(|r| &**r).unwrap_or_default();
             Ok(rule_stats_for(&flows, &conjunctions, rules))
         }))
     }

@@ -52,11 +52,11 @@ fn rendered_set(flows: &FlowSet) -> BTreeSet<String> {
     rendered(&v)
 }
 
-fn ip(s: &str) -> Peer {
+pub(super) fn ip(s: &str) -> Peer {
     Peer::Cidr(s.parse().expect("test cidr"))
 }
 
-fn anp(name: &str) -> PolicyRef {
+pub(super) fn anp(name: &str) -> PolicyRef {
     PolicyRef {
         policy_type: PolicyType::AntreaNetworkPolicy,
         namespace: "vm-ns".into(),
@@ -875,7 +875,7 @@ fn ipv6_peers_and_disabled_families() {
 
 // === stability ===
 
-fn many_rules(n: usize) -> Vec<CompiledRuleInput> {
+pub(super) fn many_rules(n: usize) -> Vec<CompiledRuleInput> {
     (0..n)
         .map(|i| {
             let dir = if i % 2 == 0 { Direction::In } else { Direction::Out };
@@ -1324,7 +1324,7 @@ fn apply_mods(installed: &mut FlowSet, mods: Vec<FlowMod>) {
 fn step(c: &mut Compiler, installed: &mut FlowSet, rules: &[Arc<CompiledRuleInput>]) -> usize {
     static STEPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let size = [1, 2, 3, 7, CHUNK_RULES][STEPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 5];
-    let (up, delta) = c.update_delta(rules, 1, true);
+    let (up, delta) = c.update_delta(rules, None, 1, true);
     assert!(!up.full);
     let mut chunks = delta.into_chunks(size);
     let mods: Vec<FlowMod> = chunks.by_ref().flatten().collect();
