@@ -588,8 +588,24 @@ impl Lab {
     pub fn unisolate_uplink(&self) {
         self.vm(&format!("nft delete table netdev {} 2>/dev/null", self.nft_table));
         if self.vm_link_exists(UPLINK) {
-            self.vm_ok(&format!("ip link set dev '{UPLINK}' arp on"));
-        } else if self.vm_link_driver(NIC).as_deref() == Some("veth") {
+            let out = self.vm(&format!("ip link set dev '{UPLINK}' arp on"));
+            if out.status.success() {
+                self.isolated.store(false, Ordering::SeqCst);
+                return;
+            }
+            // Gone between the check and the command: the agent is detaching (renaming `eth0~`
+            // back to `eth0`). Give the rename a moment, then treat the NIC as below.
+            assert!(
+                !self.vm_link_exists(UPLINK),
+                "ip link set dev '{UPLINK}' arp on: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while !self.vm_link_exists(NIC) && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        if self.vm_link_driver(NIC).as_deref() == Some("veth") {
             self.vm_ok(&format!("ip link set dev '{NIC}' arp on"));
         }
         self.isolated.store(false, Ordering::SeqCst);
