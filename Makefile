@@ -58,7 +58,8 @@ test: deps cargo-deb
 	$(MAKE) test-lab
 
 test-unit:
-	$(CARGO) test --lib --bins --benches $(addprefix --test ,$(UNIT_TEST_CRATES)) -- --skip lab_ --test-threads=$(TEST_THREADS)
+	$(CARGO) test --lib -- --skip lab_ --test-threads=$(TEST_THREADS)
+	$(CARGO) test --bins --benches $(addprefix --test ,$(UNIT_TEST_CRATES)) -- --test-threads=$(TEST_THREADS)
 
 test-lab: deps cargo-deb
 	@[ "$$(id -u)" = 0 ] || { echo "test-lab needs root (network namespaces, Open vSwitch)"; exit 1; }

@@ -59,6 +59,8 @@ pub const CACHE_FILE: &str = "fqdn-cache.json";
 const HOLD_SAMPLES: usize = 8192;
 /// The cache is saved at most this often.
 const SAVE_DELAY: Duration = Duration::from_millis(200);
+/// How long a catch-up after a placement change may wait behind queued DNS answers.
+const CATCH_UP_DEFERRAL: Duration = Duration::from_millis(20);
 
 /// Counters over the agent's lifetime.
 #[derive(Debug, Default)]
@@ -199,16 +201,26 @@ pub struct PublishedPlacements {
 impl PublishedPlacements {
     /// Every placement of `committed` and `pending`, each once; `None` until the installer
     /// published anything.
+    ///
+    /// A rule changed in place (same conjunction, table and priority, other selectors or
+    /// clause count) keeps its committed version until the commit: both versions on one flow
+    /// would give the rule in the switch the new selectors' addresses early (or a conjunction
+    /// action twice). A rule added or moved elsewhere is in the union from the start.
     pub fn union(&self) -> Option<Vec<FqdnPlacement>> {
         if self.committed.is_none() && self.pending.is_none() {
             return None;
         }
-        let mut all: Vec<FqdnPlacement> = self
-            .committed
+        let committed: &[FqdnPlacement] = self.committed.as_deref().map_or(&[], Vec::as_slice);
+        let in_place: BTreeSet<(u32, u8, u16)> = committed
             .iter()
-            .chain(&self.pending)
-            .flat_map(|p| p.iter().cloned())
+            .map(|p| (p.conj_id, p.table, p.priority))
             .collect();
+        let pending = self
+            .pending
+            .iter()
+            .flat_map(|p| p.iter())
+            .filter(|p| !in_place.contains(&(p.conj_id, p.table, p.priority)));
+        let mut all: Vec<FqdnPlacement> = committed.iter().chain(pending).cloned().collect();
         all.sort();
         all.dedup();
         Some(all)
@@ -339,6 +351,8 @@ struct State {
     /// switch.
     committed_seen: Option<Arc<Vec<FqdnPlacement>>>,
     catch_up: Option<CatchUp>,
+    /// Since when `catch_up` has waited.
+    catch_up_since: Option<Instant>,
     /// The FQDN flows the switch holds (as far as the controller knows).
     installed: FlowSet,
     tcp: TcpReassembly,
@@ -429,6 +443,7 @@ pub async fn run(
         placements: None,
         committed_seen: None,
         catch_up: None,
+        catch_up_since: None,
         installed: FlowSet::new(),
         tcp: TcpReassembly::new(),
         schedule,
@@ -519,6 +534,12 @@ async fn session(
                 let latest = placements_rx.borrow_and_update().clone();
                 state.set_placements(&latest);
             }
+            // A catch-up waits behind queued answers for at most CATCH_UP_DEFERRAL: under a
+            // steady stream of answers, flows of removed rules must not linger (their
+            // conjunction ids are reused after a grace period).
+            () = std::future::ready(()), if state.catch_up_overdue() => {
+                state.catch_up(switch.as_ref()).await;
+            }
             ev = sub.recv() => match ev {
                 None => return,
                 Some(Event::PacketIn(pi)) => state.packet_in(switch.as_ref(), *pi).await,
@@ -576,9 +597,16 @@ impl State {
 
     fn want(&mut self, step: CatchUp) {
         self.catch_up = Some(self.catch_up.map_or(step, |s| s.max(step)));
+        self.catch_up_since.get_or_insert_with(Instant::now);
+    }
+
+    fn catch_up_overdue(&self) -> bool {
+        self.catch_up_since
+            .is_some_and(|t| t.elapsed() >= CATCH_UP_DEFERRAL)
     }
 
     async fn catch_up(&mut self, switch: &dyn Switch) {
+        self.catch_up_since = None;
         match self.catch_up.take() {
             Some(CatchUp::TakeOver) => {
                 if self.take_over(switch).await {
@@ -905,6 +933,13 @@ impl State {
                     .collect();
                 self.apply(switch, ips).await;
                 committed_at = Some(paused_at.elapsed());
+            } else if self.catch_up.is_some() {
+                // The placements changed and the flows have not caught up yet: an address
+                // already cached may still lack its flow under a new or moved rule (the
+                // installer's snapshot of the cache can miss the last answers). Make sure of
+                // this answer's addresses before releasing it.
+                let ips: BTreeSet<IpAddr> = answers.iter().map(|a| a.ip).collect();
+                self.apply(switch, ips).await;
             }
         }
         if pi.continuation.is_some() {

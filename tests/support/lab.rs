@@ -600,10 +600,9 @@ impl Lab {
                 "ip link set dev '{UPLINK}' arp on: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
-            let deadline = std::time::Instant::now() + Duration::from_secs(5);
-            while !self.vm_link_exists(NIC) && std::time::Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            wait_until(Duration::from_secs(10), "the NIC back after a detach", || {
+                self.vm_link_exists(NIC)
+            });
         }
         if self.vm_link_driver(NIC).as_deref() == Some("veth") {
             self.vm_ok(&format!("ip link set dev '{NIC}' arp on"));

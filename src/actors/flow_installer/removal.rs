@@ -22,8 +22,10 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::ovs::openflow::{port, Flow, FlowMod, FlowModCommand, Match};
 
-/// At most this many held deletes per chunk sent.
-const DELETE_CHUNK: usize = 4096;
+/// At most this many deletes per chunk sent (the take-over's leftovers too).
+pub(super) const DELETE_CHUNK: usize = 4096;
+/// OFPFF_RESET_COUNTS.
+const RESET_COUNTS: u16 = 1 << 2;
 
 /// Passes the chunks of `inner` through, holding back their plain DELETE_STRICTs, then sends
 /// those in OVS's cheap order.
@@ -81,12 +83,16 @@ impl<I> DeletesLast<I> {
                     .insert(priority);
                 continue;
             }
+            let mut fm = fm;
             if matches!(fm.command, FlowModCommand::Add) && !self.held.is_empty() {
                 // An add replaces a flow of the same identity: a held delete of it came earlier
-                // in the bundle and is superseded.
+                // in the bundle and is superseded. The add then starts the flow's counters
+                // afresh, as the delete would have.
                 if let Some(lists) = self.held.get_mut(&fm.flow.table) {
                     if let Some(list) = lists.get_mut(&fm.flow.matches) {
-                        list.remove(&fm.flow.priority);
+                        if list.remove(&fm.flow.priority) {
+                            fm.flags |= RESET_COUNTS;
+                        }
                         if list.is_empty() {
                             lists.remove(&fm.flow.matches);
                         }
@@ -168,6 +174,33 @@ mod tests {
         let mut f = Flow::new(table, priority, Match::new().in_port(port_no));
         f.actions = vec![Action::Output(out)];
         f
+    }
+
+    /// What the switch ends with after `mods` applied in order: identity → (actions, whether
+    /// its counters started afresh after the first `fresh_after` flow_mods).
+    fn apply_counting(
+        mods: impl IntoIterator<Item = FlowMod>,
+        fresh_after: usize,
+    ) -> BTreeMap<FlowKey, (Vec<Action>, bool)> {
+        let mut state: BTreeMap<FlowKey, (Vec<Action>, bool)> = BTreeMap::new();
+        for (i, fm) in mods.into_iter().enumerate() {
+            let fresh = i >= fresh_after;
+            match fm.command {
+                FlowModCommand::Add => {
+                    // OVS keeps the counters of a flow an ADD replaces, unless reset_counts.
+                    let keep = state
+                        .get(&fm.flow.key())
+                        .map(|(_, f)| *f)
+                        .filter(|_| fm.flags & RESET_COUNTS == 0);
+                    state.insert(fm.flow.key(), (fm.flow.actions.clone(), keep.unwrap_or(fresh)));
+                }
+                FlowModCommand::DeleteStrict => {
+                    state.remove(&fm.flow.key());
+                }
+                other => panic!("not generated: {other:?}"),
+            }
+        }
+        state
     }
 
     /// What the switch ends with after `mods` applied in order (identity → output).
@@ -279,6 +312,22 @@ mod tests {
                     FlowMod::add(f)
                 })
                 .chain(DeletesLast::new(chunks.clone().into_iter()).flatten()),
+            );
+            prop_assert_eq!(original, reordered);
+            // Counters too: a flow the bundle deleted and added again starts afresh either way.
+            let start_mods: Vec<FlowMod> = before.iter().map(|(k, a)| {
+                let mut f = Flow::new(k.table, k.priority, k.matches.clone());
+                f.actions = a.clone();
+                FlowMod::add(f)
+            }).collect();
+            let n = start_mods.len();
+            let original = apply_counting(
+                start_mods.iter().cloned().chain(chunks.iter().flatten().cloned()),
+                n,
+            );
+            let reordered = apply_counting(
+                start_mods.into_iter().chain(DeletesLast::new(chunks.clone().into_iter()).flatten()),
+                n,
             );
             prop_assert_eq!(original, reordered);
         }

@@ -12,14 +12,11 @@ use std::collections::BTreeMap;
 use tracing::{debug, warn};
 
 use super::held::HeldFlows;
-use super::removal::DeletesLast;
+use super::removal::{DeletesLast, DELETE_CHUNK};
 use crate::ovs::openflow::{FlowFilter, FlowMod, OfError, Switch};
 use crate::policy::compiler::{CountChanges, FlowDelta, FlowPlan, PlanChunks, CHUNK_RULES};
 use crate::policy::flowset::FlowSet;
 use crate::policy::pipeline::{self, ROUND_MASK};
-
-/// At most this many DELETE_STRICTs of leftover flows per chunk.
-const DELETE_CHUNK: usize = 4096;
 
 /// What a sync sends.
 pub(super) enum Outgoing {

@@ -195,3 +195,20 @@ fn publications_send_only_changes_and_the_union_counts_each_rule_once() {
     let now = handle.placements.borrow().clone();
     assert_eq!((now.committed.as_deref(), now.pending), (Some(&b), None));
 }
+
+#[test]
+fn a_rule_changed_in_place_keeps_its_committed_version_until_the_commit() {
+    let handle = FqdnHandle::default();
+    let old = rule(11, "*.a.test");
+    let moved = rule(12, "*.m.test");
+    handle.publish_placements(vec![old.clone(), moved.clone()]);
+    // Rule 11 changes its selectors in place, rule 12 moves, rule 13 is new.
+    let changed = rule(11, "*.b.test");
+    let mut moved_to = moved.clone();
+    moved_to.priority += 1;
+    let new = rule(13, "*.n.test");
+    handle.publish_pending(&[changed, moved_to.clone(), new.clone()]);
+    let mut want = vec![old, moved.clone(), moved_to, new];
+    want.sort();
+    assert_eq!(handle.placements.borrow().union(), Some(want));
+}
