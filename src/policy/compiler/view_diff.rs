@@ -29,7 +29,26 @@ pub(super) struct ViewDiff {
     pub changed: Vec<Arc<CompiledRuleInput>>,
 }
 
+/// Why a rule of the view is refused before placement: a later rule with an id already seen
+/// (the first of duplicates wins), or a K8s NetworkPolicy rule.
+fn refusal(r: &CompiledRuleInput, duplicate: bool) -> Option<CompileError> {
+    if duplicate {
+        Some(CompileError::DuplicateRule)
+    } else if !r.is_antrea_native() {
+        Some(CompileError::NotAntreaNative)
+    } else {
+        None
+    }
+}
+
 impl Compiler {
+    fn refuse(&mut self, id: &RuleId, reason: CompileError) {
+        self.refused.entry(id.clone()).or_default().push(SkippedRule {
+            id: id.clone(),
+            reason,
+        });
+    }
+
     /// The whole view against the held rules. `rules` in any order (sorted is cheapest).
     pub(super) fn diff_full(&mut self, rules: &[Arc<CompiledRuleInput>]) -> ViewDiff {
         // Accept rules in RuleId order (the first of duplicates wins).
@@ -42,18 +61,8 @@ impl Compiler {
         self.refused.clear();
         let mut accepted: Vec<&Arc<CompiledRuleInput>> = Vec::with_capacity(order.len());
         for (i, r) in order.iter().enumerate() {
-            let refusal = if i > 0 && order[i - 1].id == r.id {
-                Some(CompileError::DuplicateRule)
-            } else if !r.is_antrea_native() {
-                Some(CompileError::NotAntreaNative)
-            } else {
-                None
-            };
-            match refusal {
-                Some(reason) => self.refused.entry(r.id.clone()).or_default().push(SkippedRule {
-                    id: r.id.clone(),
-                    reason,
-                }),
+            match refusal(r, i > 0 && order[i - 1].id == r.id) {
+                Some(reason) => self.refuse(&r.id, reason),
                 None => accepted.push(r),
             }
         }
@@ -117,18 +126,8 @@ impl Compiler {
             self.refused.remove(id);
             let mut accepted = None;
             for (i, r) in same_id.enumerate() {
-                let refusal = if i > 0 {
-                    Some(CompileError::DuplicateRule)
-                } else if !r.is_antrea_native() {
-                    Some(CompileError::NotAntreaNative)
-                } else {
-                    None
-                };
-                match refusal {
-                    Some(reason) => self.refused.entry(id.clone()).or_default().push(SkippedRule {
-                        id: id.clone(),
-                        reason,
-                    }),
+                match refusal(r, i > 0) {
+                    Some(reason) => self.refuse(id, reason),
                     None => accepted = Some(r),
                 }
             }
