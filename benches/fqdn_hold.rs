@@ -48,6 +48,7 @@ use std::time::{Duration, Instant};
 use antrea_vm_agent::fqdn::Hold;
 use antrea_vm_agent::ovs::openflow::conn::{ConnOptions, OfConnection};
 use antrea_vm_agent::ovs::openflow::Switch;
+use common::agent::write_atomic;
 use common::{env_usize, quantile};
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RData, RecordType};
@@ -120,12 +121,6 @@ rules:
 {rules}",
         1.0 + i as f64 * 0.07
     )
-}
-
-fn write_atomic(dir: &Path, file: &str, text: &str) {
-    let tmp = dir.join(format!(".{file}.tmp"));
-    std::fs::write(&tmp, text).unwrap_or_else(|e| panic!("write {}: {e}", tmp.display()));
-    std::fs::rename(&tmp, dir.join(file)).unwrap_or_else(|e| panic!("rename into {}: {e}", dir.display()));
 }
 
 fn addr4(i: usize) -> String {

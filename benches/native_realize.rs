@@ -50,6 +50,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
+use common::agent::{commit_ms, parse_commit, rss_mb, write_atomic, Commit};
 use common::native::{entity, next_app, policy, APPS, NAMESPACES};
 use common::{env_usize, ms, quantile};
 use serde_json::Value;
@@ -64,33 +65,6 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 const SMALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// The marker of the flow installer's commit log line.
 const COMMITTED: &str = "flows committed";
-
-/// One `flows committed` line of the agent log.
-#[derive(Clone, Debug)]
-struct Commit {
-    at: Option<SystemTime>,
-    flow_mods: Option<usize>,
-    realization_ms: Option<f64>,
-}
-
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace().find_map(|w| w.strip_prefix(key))
-}
-
-fn parse_commit(line: &str) -> Commit {
-    let at = line
-        .split_whitespace()
-        .next()
-        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-        .map(SystemTime::from);
-    Commit {
-        at,
-        flow_mods: field(line, "flow_mods=").and_then(|v| v.parse().ok()),
-        realization_ms: field(line, "realization_ms=Some(")
-            .and_then(|v| v.strip_suffix(')'))
-            .and_then(|v| v.parse().ok()),
-    }
-}
 
 /// The agent's `flows committed` lines, read incrementally from its log file: the bench polls
 /// it every millisecond while a change is timed, and must not take the CPU the agent needs.
@@ -177,30 +151,28 @@ fn installed_rules(lab: &Lab) -> usize {
     ids.len()
 }
 
-/// `(VmRSS, VmHWM)` of a process, in MB.
-fn rss_mb(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb = |key: &str| -> f64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(f64::NAN)
-    };
-    (kb("VmRSS:") / 1024.0, kb("VmHWM:") / 1024.0)
-}
-
-/// Milliseconds from `t0` to a commit's log timestamp (`fallback` without one).
-fn commit_ms(t0: SystemTime, c: &Commit, fallback: SystemTime) -> f64 {
-    c.at.unwrap_or(fallback).duration_since(t0).map(ms).unwrap_or(0.0)
-}
-
-/// Writes `text` to `dir/file` atomically (a hidden temporary file, then a rename).
-fn write_atomic(dir: &Path, file: &str, text: &str) {
-    let tmp = dir.join(format!(".{file}.tmp"));
-    std::fs::write(&tmp, text).unwrap_or_else(|e| panic!("write {}: {e}", tmp.display()));
-    std::fs::rename(&tmp, dir.join(file)).unwrap_or_else(|e| panic!("rename into {}: {e}", dir.display()));
+/// Moves entity `i` to its next app label (step `n`), rewrites its namespace's inventory file
+/// and waits for the agent's next commit: the commit, when the file was written, and when the
+/// commit was seen.
+fn relabel(
+    apps: &mut [usize],
+    i: usize,
+    n: usize,
+    staging: &Path,
+    log: &mut CommitLog,
+    agent: &AgentProcess,
+    what: &str,
+) -> (Commit, SystemTime, SystemTime) {
+    apps[i] = next_app(apps[i], i, n);
+    let (file, text) = inventory_file(i % NAMESPACES, apps);
+    let seen = log.poll().len();
+    let t0 = SystemTime::now();
+    write_atomic(staging, &file, &text);
+    let new = log
+        .wait(agent, seen, SMALL_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let now = SystemTime::now();
+    (new.first().cloned().expect("a commit"), t0, now)
 }
 
 /// Objects as YAML documents.
@@ -369,16 +341,15 @@ fn main() {
     // their last write are read again on the next pass (their timestamps cannot yet prove them
     // unchanged), so it re-reads most of the directory once.
     let first_change = {
-        let i = entities - 1;
-        apps[i] = next_app(apps[i], i, 0);
-        let (file, text) = inventory_file(i % NAMESPACES, &apps);
-        let seen = log.poll().len();
-        let t0 = SystemTime::now();
-        write_atomic(&staging, &file, &text);
-        let new = log
-            .wait(&agent, seen, SMALL_TIMEOUT)
-            .unwrap_or_else(|e| panic!("the first change: {e}"));
-        let c = new.first().cloned().expect("a commit");
+        let (c, t0, _) = relabel(
+            &mut apps,
+            entities - 1,
+            0,
+            &staging,
+            &mut log,
+            &agent,
+            "the first change",
+        );
         assert!(
             c.flow_mods.unwrap_or(0) > 0,
             "the first label change committed no flow_mod"
@@ -391,17 +362,8 @@ fn main() {
     let mut mods = Vec::new();
     let mut no_flows = 0usize;
     for n in 0..changes {
-        let i = n * 97 % entities;
-        apps[i] = next_app(apps[i], i, n);
-        let (file, text) = inventory_file(i % NAMESPACES, &apps);
-        let seen = log.poll().len();
-        let t0 = SystemTime::now();
-        write_atomic(&staging, &file, &text);
-        let new = log
-            .wait(&agent, seen, SMALL_TIMEOUT)
-            .unwrap_or_else(|e| panic!("change {n}: {e}"));
-        let now = SystemTime::now();
-        let c = new.first().cloned().expect("a commit");
+        let what = format!("change {n}");
+        let (c, t0, now) = relabel(&mut apps, n * 97 % entities, n, &staging, &mut log, &agent, &what);
         // The commit timed must be the change's: it carries flow_mods.
         let flow_mods = c.flow_mods.unwrap_or(0);
         if flow_mods == 0 {

@@ -58,10 +58,10 @@ mod common;
 mod support;
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
+use common::agent::{commit_ms, field, parse_commit, rss_mb, write_atomic, Commit};
 use common::replay::{largest_bundle, recording_proxy, replay};
 use common::{env_usize, ms, quantile};
 use support::*;
@@ -186,41 +186,6 @@ rules:
     )
 }
 
-/// Writes `text` to `dir/file` atomically (a hidden temporary file, then a rename).
-fn write_atomic(dir: &Path, file: &str, text: &str) {
-    let tmp = dir.join(format!(".{file}.tmp"));
-    std::fs::write(&tmp, text).unwrap_or_else(|e| panic!("write {}: {e}", tmp.display()));
-    std::fs::rename(&tmp, dir.join(file)).unwrap_or_else(|e| panic!("rename into {}: {e}", dir.display()));
-}
-
-/// One `flows committed` line of the agent log.
-#[derive(Clone, Debug)]
-struct Commit {
-    /// The log line's timestamp.
-    at: Option<SystemTime>,
-    flow_mods: Option<usize>,
-    realization_ms: Option<f64>,
-}
-
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace().find_map(|w| w.strip_prefix(key))
-}
-
-fn parse_commit(line: &str) -> Commit {
-    let at = line
-        .split_whitespace()
-        .next()
-        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-        .map(SystemTime::from);
-    Commit {
-        at,
-        flow_mods: field(line, "flow_mods=").and_then(|v| v.parse().ok()),
-        realization_ms: field(line, "realization_ms=Some(")
-            .and_then(|v| v.strip_suffix(')'))
-            .and_then(|v| v.parse().ok()),
-    }
-}
-
 fn commits(agent: &AgentProcess) -> Vec<Commit> {
     agent
         .log()
@@ -287,26 +252,6 @@ fn compile_flows(lab: &Lab, objects: &[String]) -> (String, Duration) {
     let t = Instant::now();
     let flows = lab.compile_state(&objects, serde_json::json!([]));
     (flows, t.elapsed())
-}
-
-/// `(VmRSS, VmHWM)` of a process, in MB.
-fn rss_mb(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb = |key: &str| -> f64 {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(f64::NAN)
-    };
-    (kb("VmRSS:") / 1024.0, kb("VmHWM:") / 1024.0)
-}
-
-/// Milliseconds from `t0` to a commit's log timestamp, or to `fallback` without one.
-fn commit_ms(t0: SystemTime, c: &Commit, fallback: SystemTime) -> f64 {
-    let at = c.at.unwrap_or(fallback);
-    at.duration_since(t0).map(ms).unwrap_or(0.0)
 }
 
 struct Incremental {

@@ -5,6 +5,7 @@
 // Every bench includes this module and uses a different part of it.
 #![allow(dead_code)]
 
+pub mod agent;
 pub mod native;
 pub mod replay;
 
