@@ -399,6 +399,10 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
             // start the bridge appears a moment after the agent, and after an OVS restart.
             reconnect_min: std::time::Duration::from_millis(50),
             reconnect_max: std::time::Duration::from_secs(1),
+            datapath: Arc::new(antrea_vm_agent::ovs::vswitchd::Vswitchd::new(
+                config.ovs_run_dir.clone(),
+                config.ovs_datapath_type.as_str(),
+            )),
         };
         // Its connection announces a controller id of its own, the one the DNS interception
         // names: DNS packet-ins go to it only, and the others to the flow installer only.

@@ -419,7 +419,26 @@ fn fresh_names_connect_at_once_every_time_and_other_names_stay_blocked() {
         "default deny"
     );
 
-    // Zero races: every fresh name resolves and its first connection succeeds at once.
+    // Zero races, made deterministic: OVS's revalidators are paused for the whole run, so every
+    // datapath flow cached before a commit stays as it was (as a late revalidation leaves it).
+    // The default-deny connection above left a drop megaflow whose destination is wildcarded,
+    // so it covers the fresh names' addresses too: only the agent's eviction of the cached
+    // flows toward each new address, after its commit and before the answer's release, lets
+    // the first SYN reach the new flows. (Without it, every first connection here fails.)
+    let appctl = |args: &[&str]| {
+        let out = lab.ovs_appctl(args);
+        assert!(out.status.success(), "ovs-appctl {args:?}: {}", out.describe());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    appctl(&["revalidator/pause"]);
+    let covering = appctl(&["dpctl/dump-flows", &format!("filter=ip,nw_dst={}", addr4(0))]);
+    assert!(
+        covering.lines().any(|l| l.ends_with("actions:drop")),
+        "precondition: a cached drop flow covers {}:\n{covering}",
+        addr4(0)
+    );
+
+    // Every fresh name resolves and its first connection succeeds at once.
     let started = std::time::Instant::now();
     let failures: Vec<String> = in_netns(lab.vm_ns(), move || {
         (0..n)
@@ -435,6 +454,7 @@ fn fresh_names_connect_at_once_every_time_and_other_names_stay_blocked() {
     .join()
     .expect("client thread");
     eprintln!("{n} resolve+connect in {:?}", started.elapsed());
+    appctl(&["revalidator/resume"]);
     assert!(
         failures.is_empty(),
         "{} of {n} first connections failed: {:?}",
@@ -573,6 +593,13 @@ fn fresh_names_connect_at_once_every_time_and_other_names_stay_blocked() {
         ) > before
     });
     assert!(metric(&lab, "antrea_agent_fqdn_cache_size") >= n as u64);
+    // The fresh names' stale datapath flows were evicted through ovs-vswitchd's control socket,
+    // never in vain.
+    assert!(metric(&lab, "antrea_vm_agent_fqdn_datapath_flows_evicted_total") >= 1);
+    assert_eq!(
+        metric(&lab, "antrea_vm_agent_fqdn_datapath_evict_failures_total"),
+        0
+    );
     // The DNS packet-ins went to the FQDN controller's connection only (its own controller id):
     // the flow installer's connection, which handles Reject and audit packet-ins, got none.
     assert!(

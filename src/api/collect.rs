@@ -290,6 +290,30 @@ fn render_fqdn(f: &Value, out: &mut String) {
         &[],
         n("commitFailures"),
     );
+    header(
+        out,
+        "antrea_vm_agent_fqdn_datapath_flows_evicted_total",
+        "counter",
+        "Cached datapath flows (megaflows) toward changed FQDN addresses deleted after a commit, before the DNS response was released.",
+    );
+    sample(
+        out,
+        "antrea_vm_agent_fqdn_datapath_flows_evicted_total",
+        &[],
+        n("datapathFlowsEvicted"),
+    );
+    header(
+        out,
+        "antrea_vm_agent_fqdn_datapath_evict_failures_total",
+        "counter",
+        "Commits after which the cached datapath flows toward the changed addresses could not be evicted (ovs-vswitchd's control socket failed; the response was released anyway).",
+    );
+    sample(
+        out,
+        "antrea_vm_agent_fqdn_datapath_evict_failures_total",
+        &[],
+        n("datapathEvictFailures"),
+    );
 }
 
 fn detail(c: &Collected, kind: ActorKind) -> Option<&Value> {

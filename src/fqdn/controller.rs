@@ -8,7 +8,11 @@
 //!    is resumed at once and counted;
 //! 2. the answers enter the cache; the addresses new to a rule become clause flows, one per
 //!    (rule table and priority, address), committed in one bundle;
-//! 3. only then is the response resumed (NXT_RESUME with its continuation). A failed commit is
+//! 3. the datapath's cached flows (megaflows) toward the changed addresses are evicted through
+//!    ovs-vswitchd's control socket: OVS revalidates them only asynchronously after a commit,
+//!    and a wide drop megaflow left by an earlier blocked connection would otherwise drop the
+//!    first packet to the newly allowed address;
+//! 4. only then is the response resumed (NXT_RESUME with its continuation). A failed commit is
 //!    logged and counted, and the response is still resumed (the flows are retried at the
 //!    next reconcile).
 //!
@@ -49,6 +53,7 @@ use super::flows::{self, Placements};
 use super::requery::Schedule;
 use super::resolver::{self, Outcome, OwnPorts, ServerSource};
 use crate::ovs::openflow::{Event, FlowFilter, PacketIn, Switch, SwitchConnector};
+use crate::ovs::vswitchd::DatapathCache;
 use crate::policy::compiler::FqdnPlacement;
 use crate::policy::flowset::{self, FlowSet};
 use crate::policy::pipeline::{FQDN_COOKIE, PACKET_IN_CATEGORY_DNS};
@@ -82,6 +87,10 @@ pub struct FqdnStats {
     pub requeries_answered: AtomicU64,
     /// Re-queries no server answered (retried with a doubling delay while the name is cached).
     pub requery_failures: AtomicU64,
+    /// Cached datapath flows toward changed addresses deleted after a commit.
+    pub datapath_flows_evicted: AtomicU64,
+    /// Commits after which the cached datapath flows could not be evicted.
+    pub datapath_evict_failures: AtomicU64,
     /// Recent holds of responses that needed new flows.
     holds: Mutex<std::collections::VecDeque<Hold>>,
     holds_total: AtomicU64,
@@ -106,6 +115,8 @@ pub struct FqdnCounts {
     pub requeries: u64,
     pub requeries_answered: u64,
     pub requery_failures: u64,
+    pub datapath_flows_evicted: u64,
+    pub datapath_evict_failures: u64,
     /// Responses that needed new flows (each one's hold is sampled).
     pub holds_total: u64,
 }
@@ -145,6 +156,8 @@ impl FqdnStats {
             requeries: g(&self.requeries),
             requeries_answered: g(&self.requeries_answered),
             requery_failures: g(&self.requery_failures),
+            datapath_flows_evicted: g(&self.datapath_flows_evicted),
+            datapath_evict_failures: g(&self.datapath_evict_failures),
             holds_total: g(&self.holds_total),
         }
     }
@@ -332,6 +345,9 @@ pub struct ControllerConfig {
     pub state_dir: PathBuf,
     pub reconnect_min: Duration,
     pub reconnect_max: Duration,
+    /// The switch's datapath flow cache: after a commit, the cached flows toward the changed
+    /// addresses are evicted before the answer is released (see [`crate::ovs::vswitchd`]).
+    pub datapath: Arc<dyn DatapathCache>,
 }
 
 fn now_ms() -> u64 {
@@ -840,7 +856,10 @@ impl State {
         }
         bump(&self.handle.stats.bundles);
         match switch.bundle(mods).await {
-            Ok(()) => true,
+            Ok(()) => {
+                self.evict_cached_paths(&ips).await;
+                true
+            }
             Err(e) => {
                 let n = bump(&self.handle.stats.commit_failures);
                 warn!(
@@ -850,6 +869,32 @@ impl State {
                 // Off the DNS path: the next tick reads the switch again and reconciles.
                 self.resync = true;
                 false
+            }
+        }
+    }
+
+    /// Deletes the datapath's cached flows toward `ips`, after their flows changed: OVS
+    /// revalidates its cache asynchronously, and until then a wide drop megaflow left by an
+    /// earlier blocked connection would drop the first packet to a newly allowed address (a
+    /// stale allow would let one through to a newly dropped one). A failure is counted and
+    /// logged; the answer is released anyway (revalidation catches up within moments).
+    async fn evict_cached_paths(&self, ips: &BTreeSet<IpAddr>) {
+        let ips: Vec<IpAddr> = ips.iter().copied().collect();
+        match self.config.datapath.evict_toward(&ips).await {
+            Ok(n) => {
+                self.handle
+                    .stats
+                    .datapath_flows_evicted
+                    .fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                let n = bump(&self.handle.stats.datapath_evict_failures);
+                if n.is_power_of_two() {
+                    warn!(
+                        count = n,
+                        "cannot evict the datapath's cached flows toward new FQDN addresses: {e}"
+                    );
+                }
             }
         }
     }

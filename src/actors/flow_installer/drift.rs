@@ -195,34 +195,19 @@ pub(super) fn report_repair(metrics: &AgentMetrics, found: &Found, flow_mods: us
     );
 }
 
-/// Asks ovs-vswitchd (its unixctl socket, `<ovsRunDir>/ovs-vswitchd.<pid>.ctl`, or
-/// `ovs-vswitchd.ctl`) to purge its datapath flow cache after a repair. The userspace datapath can
-/// keep a wide drop megaflow installed while the tables were empty, and revalidation after the
-/// repair does not always replace it (seen for IPv6 TCP with OVS 3.1); purging costs one upcall
-/// per flow and interrupts nothing. Best effort: a failure is logged.
+/// Asks ovs-vswitchd (its control socket in `run_dir`) to purge its datapath flow cache after a
+/// repair. The userspace datapath can keep a wide drop megaflow installed while the tables were
+/// empty, and revalidation after the repair does not always replace it (seen for IPv6 TCP with
+/// OVS 3.1); purging costs one upcall per flow and interrupts nothing. Best effort: a failure is
+/// logged.
 pub(super) async fn purge_datapath_cache(run_dir: std::path::PathBuf) {
-    let pid = std::fs::read_to_string(run_dir.join("ovs-vswitchd.pid"))
-        .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok());
-    let candidates = pid
-        .map(|p| run_dir.join(format!("ovs-vswitchd.{p}.ctl")))
-        .into_iter()
-        .chain([run_dir.join("ovs-vswitchd.ctl")]);
-    for path in candidates.filter(|p| p.exists()) {
-        let purged = async {
-            let conn = crate::ovs::ovsdb::jsonrpc::JsonRpcConnection::connect(&path).await?;
-            conn.call("revalidator/purge", serde_json::json!([])).await
-        };
-        match tokio::time::timeout(Duration::from_secs(2), purged).await {
-            Ok(Ok(_)) => {
-                debug!(socket = %path.display(), "purged the datapath flow cache after a repair");
-                return;
-            }
-            Ok(Err(e)) => warn!(socket = %path.display(), "cannot purge the datapath flow cache: {e}"),
-            Err(_) => warn!(socket = %path.display(), "cannot purge the datapath flow cache: timed out"),
-        }
+    // The purge does not depend on the datapath type.
+    let vswitchd = crate::ovs::vswitchd::Vswitchd::new(run_dir, "system");
+    match vswitchd.purge().await {
+        Ok(()) => debug!("purged the datapath flow cache after a repair"),
+        Err(e @ crate::ovs::vswitchd::VswitchdError::NoSocket { .. }) => debug!("{e}"),
+        Err(e) => warn!("cannot purge the datapath flow cache: {e}"),
     }
-    debug!(run_dir = %run_dir.display(), "no ovs-vswitchd control socket found to purge the datapath flow cache");
 }
 
 #[cfg(test)]

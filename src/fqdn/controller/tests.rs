@@ -12,6 +12,7 @@ use super::*;
 use crate::fqdn::dns::tests::{record, response, udp_frame};
 use crate::ovs::openflow::fake::FakeConnector;
 use crate::ovs::openflow::{Action, Flow, Match};
+use crate::ovs::vswitchd::FakeDatapathCache;
 use crate::policy::pipeline::table;
 
 const RULE_PRIORITY: u16 = 14_000;
@@ -63,9 +64,20 @@ fn clause_conjunctions(switch: &FakeConnector, ip: Ipv4Addr) -> Option<Vec<u32>>
         })
 }
 
+/// What the switch showed when the controller evicted the datapath's cached flows toward some
+/// addresses: for each address, whether its clause flow was there, and how many answers had been
+/// released.
+#[derive(Clone, Debug, PartialEq)]
+struct Eviction {
+    ips: Vec<IpAddr>,
+    clause_flows_in: Vec<bool>,
+    released_before: usize,
+}
+
 struct Running {
     handle: FqdnHandle,
     connector: FakeConnector,
+    evictions: Arc<Mutex<Vec<Eviction>>>,
     _requests: mpsc::UnboundedReceiver<String>,
     _outcomes: mpsc::UnboundedSender<Outcome>,
     _state_dir: tempfile::TempDir,
@@ -74,6 +86,24 @@ struct Running {
 async fn start() -> Running {
     let handle = FqdnHandle::default();
     let connector = FakeConnector::new();
+    let evictions = Arc::new(Mutex::new(Vec::new()));
+    let datapath = {
+        let (connector, evictions) = (connector.clone(), Arc::clone(&evictions));
+        FakeDatapathCache::with_hook(move |ips| {
+            let seen = Eviction {
+                ips: ips.to_vec(),
+                clause_flows_in: ips
+                    .iter()
+                    .map(|ip| match ip {
+                        IpAddr::V4(v4) => clause_conjunctions(&connector, *v4).is_some(),
+                        IpAddr::V6(_) => false,
+                    })
+                    .collect(),
+                released_before: connector.current().map_or(0, |f| f.resumed().len()),
+            };
+            evictions.lock().expect("evictions").push(seen);
+        })
+    };
     let state_dir = tempfile::tempdir().expect("tempdir");
     let (requests, requests_rx) = mpsc::unbounded_channel();
     let (outcomes_tx, outcomes) = mpsc::unbounded_channel();
@@ -88,12 +118,14 @@ async fn start() -> Running {
         state_dir: state_dir.path().to_path_buf(),
         reconnect_min: Duration::from_millis(10),
         reconnect_max: Duration::from_millis(50),
+        datapath: Arc::new(datapath),
     };
     tokio::spawn(run(handle.clone(), Arc::new(connector.clone()), config, link));
     wait_for("the controller's connection", || connector.current().is_some()).await;
     Running {
         handle,
         connector,
+        evictions,
         _requests: requests_rx,
         _outcomes: outcomes_tx,
         _state_dir: state_dir,
@@ -128,6 +160,37 @@ async fn an_answer_queued_with_a_placement_change_is_answered_against_the_new_ru
     // Resumed only after the address flow was committed: it is there now.
     assert_eq!(clause_conjunctions(&r.connector, ip), Some(vec![11]));
     assert_eq!(r.handle.stats.snapshot().holds_total, 1);
+}
+
+#[tokio::test]
+async fn cached_datapath_flows_toward_a_new_address_go_after_its_commit_and_before_the_release() {
+    let r = start().await;
+    r.handle.publish_placements(vec![rule(11, "*.allowed.test")]);
+    let fake = r.connector.current().expect("connected");
+    let first = Ipv4Addr::new(10, 1, 2, 3);
+    inject(&r, answer("a.allowed.test", first));
+    wait_for("the first answer resumed", || fake.resumed().len() == 1).await;
+    // The same answer again changes no flow: nothing to evict.
+    inject(&r, answer("a.allowed.test", first));
+    let second = Ipv4Addr::new(10, 1, 2, 4);
+    inject(&r, answer("b.allowed.test", second));
+    wait_for("the answers resumed", || fake.resumed().len() == 3).await;
+    let seen = r.evictions.lock().expect("evictions").clone();
+    assert_eq!(
+        seen,
+        vec![
+            Eviction {
+                ips: vec![IpAddr::V4(first)],
+                clause_flows_in: vec![true],
+                released_before: 0,
+            },
+            Eviction {
+                ips: vec![IpAddr::V4(second)],
+                clause_flows_in: vec![true],
+                released_before: 2,
+            },
+        ]
+    );
 }
 
 #[tokio::test]

@@ -1,0 +1,277 @@
+//! ovs-vswitchd's control socket (unixctl: JSON-RPC over `<ovsRunDir>/ovs-vswitchd.<pid>.ctl`)
+//! and the two things the agent asks of it about the datapath flow cache (megaflows): purge it
+//! all after a repair, and evict the cached flows that can carry a packet to given addresses
+//! before a held DNS answer is released. The eviction sits behind the small [`DatapathCache`]
+//! trait with a fake beside it.
+//!
+//! Why eviction is needed: OVS revalidates its cached datapath flows *asynchronously* after a
+//! flow-table change. A connection to a blocked address can leave a drop megaflow whose
+//! destination is wildcarded (no flow matched any address yet), and until a revalidator thread
+//! gets to it, that megaflow keeps dropping packets to an address the new flows allow: the first
+//! SYN after a released DNS answer could still be dropped although the bundle was committed.
+//! Deleting the cached flows that cover the new addresses makes the next packet go up to the
+//! flow tables, which already hold the new flows.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use tracing::debug;
+
+use crate::ovs::ovsdb::jsonrpc::JsonRpcConnection;
+
+/// How long one control-socket call may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What went wrong talking to ovs-vswitchd's control socket.
+#[derive(Debug, thiserror::Error)]
+pub enum VswitchdError {
+    #[error("no ovs-vswitchd control socket in {run_dir} (ovs-vswitchd.<pid>.ctl or ovs-vswitchd.ctl)")]
+    NoSocket { run_dir: String },
+    #[error("ovs-vswitchd control socket {socket}: {method}: {why}")]
+    Call {
+        socket: String,
+        method: String,
+        why: String,
+    },
+    #[error("ovs-vswitchd control socket {socket}: {method}: timed out")]
+    Timeout { socket: String, method: String },
+    #[error("ovs-vswitchd control socket: {method} answered {answer}, not text")]
+    NotText { method: String, answer: String },
+}
+
+/// The switch's datapath flow cache, as the FQDN controller needs it.
+#[async_trait]
+pub trait DatapathCache: Send + Sync {
+    /// Deletes every cached datapath flow that can match a packet to one of `ips` (whatever its
+    /// verdict: the next packet is decided by the flow tables again). Returns how many were
+    /// deleted.
+    async fn evict_toward(&self, ips: &[IpAddr]) -> Result<usize, VswitchdError>;
+}
+
+/// The control socket's path: `ovs-vswitchd.<pid>.ctl` (the pid from `ovs-vswitchd.pid`) or
+/// `ovs-vswitchd.ctl` (a daemon started with `--unixctl`), whichever exists.
+pub fn control_socket(run_dir: &Path) -> Option<PathBuf> {
+    let pid = std::fs::read_to_string(run_dir.join("ovs-vswitchd.pid"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok());
+    pid.map(|p| run_dir.join(format!("ovs-vswitchd.{p}.ctl")))
+        .into_iter()
+        .chain([run_dir.join("ovs-vswitchd.ctl")])
+        .find(|p| p.exists())
+}
+
+/// ovs-vswitchd's control socket, one connection kept open between calls (re-opened after a
+/// failure, so a restarted ovs-vswitchd is found again).
+pub struct Vswitchd {
+    run_dir: PathBuf,
+    /// `<type>@ovs-<type>`: named, because dpctl refuses to guess when the daemon has both a
+    /// kernel and a userspace datapath.
+    datapath: String,
+    conn: tokio::sync::Mutex<Option<(PathBuf, JsonRpcConnection)>>,
+}
+
+impl Vswitchd {
+    /// `datapath_type` is the bridge's (`system` or `netdev`).
+    pub fn new(run_dir: PathBuf, datapath_type: &str) -> Self {
+        Vswitchd {
+            run_dir,
+            datapath: format!("{datapath_type}@ovs-{datapath_type}"),
+            conn: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// One unixctl command; its text answer.
+    pub async fn call(&self, method: &str, args: &[String]) -> Result<String, VswitchdError> {
+        let mut conn = self.conn.lock().await;
+        let socket = match conn.as_ref() {
+            Some((path, c)) if !c.is_closed() => path.clone(),
+            _ => {
+                let path = control_socket(&self.run_dir).ok_or_else(|| VswitchdError::NoSocket {
+                    run_dir: self.run_dir.display().to_string(),
+                })?;
+                let c = JsonRpcConnection::connect(&path)
+                    .await
+                    .map_err(|e| VswitchdError::Call {
+                        socket: path.display().to_string(),
+                        method: method.to_string(),
+                        why: e.to_string(),
+                    })?;
+                *conn = Some((path.clone(), c));
+                path
+            }
+        };
+        let Some((_, c)) = conn.as_ref() else {
+            return Err(VswitchdError::NoSocket {
+                run_dir: self.run_dir.display().to_string(),
+            });
+        };
+        let failed = |why: String| VswitchdError::Call {
+            socket: socket.display().to_string(),
+            method: method.to_string(),
+            why,
+        };
+        let answer = match tokio::time::timeout(CALL_TIMEOUT, c.call(method, json!(args))).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(e)) => {
+                // A refused command keeps the connection; a broken one is re-opened next time.
+                if c.is_closed() {
+                    *conn = None;
+                }
+                return Err(failed(e.to_string()));
+            }
+            Err(_) => {
+                *conn = None;
+                return Err(VswitchdError::Timeout {
+                    socket: socket.display().to_string(),
+                    method: method.to_string(),
+                });
+            }
+        };
+        match answer {
+            Value::String(text) => Ok(text),
+            Value::Null => Ok(String::new()),
+            other => Err(VswitchdError::NotText {
+                method: method.to_string(),
+                answer: other.to_string(),
+            }),
+        }
+    }
+
+    /// Drops every cached datapath flow (`revalidator/purge`).
+    pub async fn purge(&self) -> Result<(), VswitchdError> {
+        self.call("revalidator/purge", &[]).await.map(|_| ())
+    }
+}
+
+/// The datapath-flow filter (dpctl's `filter=` syntax) that selects flows toward `ip`.
+fn filter_toward(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(a) => format!("filter=ip,nw_dst={a}"),
+        IpAddr::V6(a) => format!("filter=ipv6,ipv6_dst={a}"),
+    }
+}
+
+/// The `ufid:` of each flow of a `dpctl/dump-flows -m` answer.
+fn ufids(dump: &str) -> Vec<&str> {
+    dump.lines()
+        .filter_map(|line| line.trim_start().split(',').next())
+        .filter(|first| first.starts_with("ufid:"))
+        .collect()
+}
+
+#[async_trait]
+impl DatapathCache for Vswitchd {
+    async fn evict_toward(&self, ips: &[IpAddr]) -> Result<usize, VswitchdError> {
+        let mut evicted = 0;
+        for ip in ips {
+            let args = ["-m".to_string(), self.datapath.clone(), filter_toward(*ip)];
+            let dump = self.call("dpctl/dump-flows", &args).await?;
+            for ufid in ufids(&dump) {
+                let args = [self.datapath.clone(), ufid.to_string()];
+                match self.call("dpctl/del-flow", &args).await {
+                    Ok(_) => evicted += 1,
+                    // A revalidator got to it first.
+                    Err(VswitchdError::Call { why, .. }) if why.contains("No such file or directory") => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if evicted > 0 {
+            debug!(
+                evicted,
+                ?ips,
+                "evicted cached datapath flows toward new addresses"
+            );
+        }
+        Ok(evicted)
+    }
+}
+
+/// A datapath cache that only records what it was asked (for tests of its callers); `on_evict`
+/// runs at each call, so a test can look at the rest of the world at that moment.
+#[derive(Default)]
+pub struct FakeDatapathCache {
+    calls: std::sync::Mutex<Vec<Vec<IpAddr>>>,
+    #[allow(clippy::type_complexity)]
+    on_evict: Option<Box<dyn Fn(&[IpAddr]) + Send + Sync>>,
+}
+
+impl FakeDatapathCache {
+    pub fn with_hook(on_evict: impl Fn(&[IpAddr]) + Send + Sync + 'static) -> Self {
+        FakeDatapathCache {
+            calls: std::sync::Mutex::default(),
+            on_evict: Some(Box::new(on_evict)),
+        }
+    }
+
+    /// The addresses of every call, in order.
+    pub fn calls(&self) -> Vec<Vec<IpAddr>> {
+        self.calls.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl DatapathCache for FakeDatapathCache {
+    async fn evict_toward(&self, ips: &[IpAddr]) -> Result<usize, VswitchdError> {
+        if let Some(hook) = &self.on_evict {
+            hook(ips);
+        }
+        if let Ok(mut calls) = self.calls.lock() {
+            calls.push(ips.to_vec());
+        }
+        Ok(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flows_of_a_dump_are_named_by_their_ufids() {
+        let dump = "flow-dump from the main thread:\n\
+            ufid:d42c0ced-8bd1-4021-b6dc-d5091e259a1b, skb_priority(0/0),recirc_id(0),in_port(mfa-br),eth_type(0x0800),ipv4(src=10.0.0.1/0.0.0.0,dst=10.0.0.200/0.0.0.0,frag=no), packets:0, bytes:0, used:never, dp:ovs, actions:drop\n\
+            flow-dump from pmd on cpu core: 1\n\
+            ufid:16e19b98-17b7-4e09-8b50-732f39abd8ad, recirc_id(0x2),ct_state(+new+trk), packets:1, bytes:66, used:0.1s, actions:2\n";
+        assert_eq!(
+            ufids(dump),
+            vec![
+                "ufid:d42c0ced-8bd1-4021-b6dc-d5091e259a1b",
+                "ufid:16e19b98-17b7-4e09-8b50-732f39abd8ad"
+            ]
+        );
+        assert!(ufids("flow-dump from the main thread:\n").is_empty());
+    }
+
+    #[test]
+    fn filters_name_the_destination_of_each_family() {
+        assert_eq!(
+            filter_toward("10.100.0.1".parse().unwrap()),
+            "filter=ip,nw_dst=10.100.0.1"
+        );
+        assert_eq!(
+            filter_toward("fd00:100::1".parse().unwrap()),
+            "filter=ipv6,ipv6_dst=fd00:100::1"
+        );
+    }
+
+    #[test]
+    fn the_control_socket_is_found_by_pid_or_by_its_fixed_name() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(control_socket(dir.path()), None);
+        std::fs::write(dir.path().join("ovs-vswitchd.ctl"), "").unwrap();
+        assert_eq!(
+            control_socket(dir.path()),
+            Some(dir.path().join("ovs-vswitchd.ctl"))
+        );
+        std::fs::write(dir.path().join("ovs-vswitchd.pid"), "42\n").unwrap();
+        std::fs::write(dir.path().join("ovs-vswitchd.42.ctl"), "").unwrap();
+        assert_eq!(
+            control_socket(dir.path()),
+            Some(dir.path().join("ovs-vswitchd.42.ctl"))
+        );
+    }
+}
