@@ -46,24 +46,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use antrea_vm_agent::fqdn::Hold;
-use antrea_vm_agent::ovs::openflow::conn::{ConnOptions, OfConnection};
-use antrea_vm_agent::ovs::openflow::Switch;
 use common::agent::write_atomic;
+use common::lab_fleet::{fleet_policy, flow_count, in_netns, ovs_stall_probe, APPLIED_TO, RULES_PER_POLICY};
 use common::{env_usize, quantile};
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RData, RecordType};
 use support::*;
 
 const HOW: &str = "cargo bench --bench fqdn_hold";
-const RULES_PER_POLICY: usize = 5;
 const ECHO_PORT: u16 = 8080;
-
-const APPLIED_TO: &str = "\
-apiVersion: controlplane.antrea.io/v1beta2
-kind: AppliedToGroup
-metadata: {name: atg-vm1}
-groupMembers: [{externalEntity: {name: vm1-3e616, namespace: vm-ns}}]
-";
 
 /// In the Emergency tier, so the fleet's reload never moves its priorities.
 const FQDN_POLICY: &str = "\
@@ -90,53 +81,8 @@ rules:
   priority: 2
 ";
 
-/// NetworkPolicy `i` of the 10,000-rule fleet (as `benches/policy_realize.rs`'s): 5 rules,
-/// ingress and egress, ipBlocks, TCP ports and ranges, every action.
-fn fleet_policy(i: usize) -> String {
-    let mut rules = String::new();
-    for r in 0..RULES_PER_POLICY {
-        let k = i * RULES_PER_POLICY + r;
-        let cidr = format!("10.{}.{}.0/24", (k / 256) % 256, k % 256);
-        let peer = if k.is_multiple_of(2) {
-            format!("direction: In, from: {{ipBlocks: [{{cidr: {cidr}}}, {{cidr: 192.168.0.0/16}}]}}")
-        } else {
-            format!("direction: Out, to: {{ipBlocks: [{{cidr: {cidr}}}, {{cidr: \"fd00::/8\"}}]}}")
-        };
-        let action = ["Allow", "Drop", "Reject", "Pass"][k % 4];
-        rules.push_str(&format!(
-            "- {{{peer}, services: [{{protocol: TCP, port: 22}}, {{protocol: TCP, port: 8000, endPort: {}}}], \
-             action: {action}, priority: {r}}}\n",
-            8080 + k % 7
-        ));
-    }
-    format!(
-        "apiVersion: controlplane.antrea.io/v1beta2
-kind: NetworkPolicy
-metadata: {{name: uid-fleet-{i}, uid: uid-fleet-{i}}}
-sourceRef: {{type: AntreaClusterNetworkPolicy, name: fleet-{i}, uid: uid-fleet-{i}}}
-appliedToGroups: [atg-vm1]
-priority: {}
-tierPriority: 250
-rules:
-{rules}",
-        1.0 + i as f64 * 0.07
-    )
-}
-
 fn addr4(i: usize) -> String {
     format!("10.100.{}.{}", i / 250, i % 250 + 1)
-}
-
-fn in_netns<T: Send + 'static>(
-    ns: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    let path = format!("/var/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let handle = std::fs::File::open(&path).expect("open the netns");
-        nix::sched::setns(handle, nix::sched::CloneFlags::CLONE_NEWNET).expect("enter the netns");
-        f()
-    })
 }
 
 fn start_dnsmasq(lab: &Lab, names: usize) -> Dnsmasq {
@@ -234,56 +180,6 @@ fn report(what: &str, holds: &[Hold], rtts: &[f64], failures: usize) {
         quantile(rtts, 0.99),
         rtts.len(),
     );
-}
-
-/// The bridge's flow count (`ovs-ofctl dump-aggregate`), or `None` if the switch did not answer.
-fn flow_count(lab: &Lab) -> Option<usize> {
-    let out = std::process::Command::new("ovs-ofctl")
-        .args(["-O", "OpenFlow15", "--timeout=30", "dump-aggregate"])
-        .arg(format!("unix:{}", lab.mgmt_sock().display()))
-        .output()
-        .ok()?;
-    // "OFPST_AGGREGATE reply (OF1.5) (xid=0x2): packet_count=0 byte_count=0 flow_count=157000"
-    out.stdout_text()
-        .split("flow_count=")
-        .nth(1)?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-/// Barrier round trips on a connection of the probe's own, back to back, until `stop`: every
-/// round trip in milliseconds. A barrier is answered by ovs-vswitchd's main loop, the same loop
-/// that applies a bundle commit and an NXT_RESUME, so the longest round trip is how long the
-/// switch itself could not have resumed any paused packet.
-fn ovs_stall_probe(lab: &Lab, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<f64>> {
-    let path = lab.mgmt_sock();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("probe runtime");
-        rt.block_on(async move {
-            let opts = ConnOptions {
-                // The probe measures stalls: it must survive them.
-                echo_timeout: Duration::from_secs(3600),
-                request_timeout: Duration::from_secs(3600),
-                ..ConnOptions::default()
-            };
-            let conn = OfConnection::connect(&path, 77, opts)
-                .await
-                .expect("probe connection");
-            let mut rtts = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                conn.barrier().await.expect("probe barrier");
-                rtts.push(t.elapsed().as_secs_f64() * 1000.0);
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            rtts
-        })
-    })
 }
 
 fn meter_258_drops(lab: &Lab) -> u64 {
@@ -420,17 +316,17 @@ fn main() {
         std::os::unix::fs::symlink(to, &link).expect("link");
         std::fs::rename(&link, &dir).expect("swap the policy dir");
     };
-    let full_count = flow_count(&lab).expect("flow count");
+    let full_count = flow_count(&lab.mgmt_sock()).expect("flow count");
     let probe_stop = Arc::new(AtomicBool::new(false));
-    let probe = ovs_stall_probe(&lab, probe_stop.clone());
+    let probe = ovs_stall_probe(&lab.mgmt_sock(), probe_stop.clone());
     swap(&empty);
     wait_until(Duration::from_secs(300), "the 10,000 rules removed", || {
-        flow_count(&lab).is_some_and(|n| n < full_count / 10)
+        flow_count(&lab.mgmt_sock()).is_some_and(|n| n < full_count / 10)
     });
     let removed = reload.elapsed();
     swap(&full);
     wait_until(Duration::from_secs(600), "the 10,000 rules back", || {
-        flow_count(&lab).is_some_and(|n| n >= full_count - 5)
+        flow_count(&lab.mgmt_sock()).is_some_and(|n| n >= full_count - 5)
     });
     let reloaded = reload.elapsed();
     let during = holds_since(&socket, before);

@@ -2,13 +2,19 @@
 //! interface manager, ExternalNode watcher, reporter), restarts any that dies — after an error
 //! stop or a panic — with exponential backoff, re-wires every actor to the new addresses, and asks
 //! all actors to resend their facts so the restarted one converges.
+//!
+//! Threads: the flow installer runs on a thread (actix arbiter) of its own, and the packet-ins
+//! of its connection (Reject replies, audit writes) are answered on another, so a full compile
+//! or a large bundle stalls neither the other actors (health, status) nor a Reject reply. The
+//! other four actors share the system thread. [`ONE_THREAD_ENV`] puts everything back on one
+//! thread: the benchmarks' baseline for the Reject latency during a recompile.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::{Actor, ActorContext, AsyncContext, Context, Handler, Message};
+use actix::{Actor, ActorContext, Arbiter, AsyncContext, Context, Handler, Message};
 use serde::Serialize;
 use tracing::{error, info, warn};
 
@@ -95,6 +101,22 @@ pub struct Deps {
 /// lab tests to see several reports quickly; operators normally keep upstream's 60 s.
 pub const REPORT_INTERVAL_ENV: &str = "ANTREA_VM_AGENT_REPORT_INTERVAL";
 pub const STATS_INTERVAL_ENV: &str = "ANTREA_VM_AGENT_STATS_INTERVAL";
+/// Set (to anything) to run every actor and the packet-in responder on one thread, as before
+/// the flow installer and the responder had threads of their own: a benchmark's baseline only.
+pub const ONE_THREAD_ENV: &str = "ANTREA_VM_AGENT_ONE_ACTOR_THREAD";
+
+/// The threads beside the system thread (see the module header). Stopped with the supervisor.
+struct Threads {
+    flow_installer: Arbiter,
+    packet_ins: Arbiter,
+}
+
+impl Drop for Threads {
+    fn drop(&mut self) {
+        self.flow_installer.stop();
+        self.packet_ins.stop();
+    }
+}
 
 impl Timing {
     /// The defaults with the overrides of [`REPORT_INTERVAL_ENV`] and [`STATS_INTERVAL_ENV`]
@@ -167,6 +189,8 @@ pub struct Supervisor {
     children: HashMap<ActorKind, ChildState>,
     next_generation: u64,
     shutting_down: bool,
+    /// `None` until started, or with [`ONE_THREAD_ENV`] set.
+    threads: Option<Threads>,
 }
 
 impl Supervisor {
@@ -177,6 +201,7 @@ impl Supervisor {
             children: HashMap::new(),
             next_generation: 1,
             shutting_down: false,
+            threads: None,
         }
     }
 
@@ -188,7 +213,16 @@ impl Supervisor {
         let peers = self.peers.clone();
         match kind {
             ActorKind::FlowInstaller => {
-                self.peers.flows = Some(FlowInstaller::new(deps, peers, lifeline).start());
+                let installer = match &self.threads {
+                    Some(threads) => {
+                        let packet_ins = threads.packet_ins.handle();
+                        FlowInstaller::start_in_arbiter(&threads.flow_installer.handle(), move |_| {
+                            FlowInstaller::new(deps, peers, lifeline).with_packet_in_thread(packet_ins)
+                        })
+                    }
+                    None => FlowInstaller::new(deps, peers, lifeline).start(),
+                };
+                self.peers.flows = Some(installer);
             }
             ActorKind::PolicyCache => {
                 self.peers.policy = Some(PolicyCache::new(deps, peers, lifeline).start());
@@ -273,6 +307,12 @@ impl Actor for Supervisor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        if std::env::var_os(ONE_THREAD_ENV).is_none() {
+            self.threads = Some(Threads {
+                flow_installer: Arbiter::new(),
+                packet_ins: Arbiter::new(),
+            });
+        }
         for kind in ActorKind::ALL {
             self.start_child(kind, ctx);
         }

@@ -88,6 +88,10 @@ struct Session {
     meters: bool,
     /// Set once the first full resync of this session committed.
     synced: bool,
+    /// Stops this connection's packet-in responder when the session ends (dropped with it): on
+    /// a thread of its own the responder is not tied to this actor's lifetime, and it holds the
+    /// connection open.
+    _responder: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 pub struct FlowInstaller {
@@ -139,6 +143,9 @@ pub struct FlowInstaller {
     reconnect_delay: Duration,
     connecting: bool,
     last_error: Option<String>,
+    /// The thread packet-ins are answered on (Reject replies, audit writes), so they never wait
+    /// behind a compile or a bundle; `None`: this actor's own thread.
+    packet_in_thread: Option<actix::ArbiterHandle>,
     _lifeline: Lifeline,
 }
 
@@ -179,8 +186,15 @@ impl FlowInstaller {
             reconnect_delay,
             connecting: false,
             last_error: None,
+            packet_in_thread: None,
             _lifeline: lifeline,
         }
+    }
+
+    /// Answers packet-ins on `thread` instead of this actor's own.
+    pub fn with_packet_in_thread(mut self, thread: actix::ArbiterHandle) -> Self {
+        self.packet_in_thread = Some(thread);
+        self
     }
 
     fn schedule_reconnect(&mut self, ctx: &mut Context<Self>) {
@@ -400,7 +414,23 @@ impl Handler<Connect> for FlowInstaller {
                         packet_in_rate: act.deps.config.packet_in_rate,
                         stats: act.packet_in_stats.clone(),
                     };
-                    ctx.spawn(packetin::serve(packet_ins, switch.clone(), responder).into_actor(act));
+                    let serve = packetin::serve(packet_ins, switch.clone(), responder);
+                    let stop_responder = match &act.packet_in_thread {
+                        Some(thread) => {
+                            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                            thread.spawn(async move {
+                                tokio::select! {
+                                    () = serve => {}
+                                    _ = stopped => {}
+                                }
+                            });
+                            Some(stop)
+                        }
+                        None => {
+                            ctx.spawn(serve.into_actor(act));
+                            None
+                        }
+                    };
                     let audit_every = act.deps.timing.flow_audit;
                     ctx.spawn(
                         drift::watch(switch.clone(), epoch, ctx.address(), audit_every).into_actor(act),
@@ -420,6 +450,7 @@ impl Handler<Connect> for FlowInstaller {
                         previous_round,
                         meters,
                         synced: false,
+                        _responder: stop_responder,
                     });
                     act.installed.clear();
                     act.pending_audit = None;

@@ -1,0 +1,119 @@
+//! The lab pieces shared by the benches that run the agent against a real switch with the
+//! 10,000-rule fleet (`fqdn_hold`, `reject_latency`): the fleet's controlplane policies, a thread
+//! in a namespace, the bridge's flow count, and the probe of OVS's own stalls (the physical limit
+//! of anything that waits for ovs-vswitchd's main loop).
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use antrea_vm_agent::ovs::openflow::conn::{ConnOptions, OfConnection};
+use antrea_vm_agent::ovs::openflow::Switch;
+
+/// Rules per fleet policy: 2,000 policies make the 10,000 rules.
+pub const RULES_PER_POLICY: usize = 5;
+
+/// The AppliedToGroup of the lab VM's ExternalEntity, which every bench policy applies to.
+pub const APPLIED_TO: &str = "\
+apiVersion: controlplane.antrea.io/v1beta2
+kind: AppliedToGroup
+metadata: {name: atg-vm1}
+groupMembers: [{externalEntity: {name: vm1-3e616, namespace: vm-ns}}]
+";
+
+/// NetworkPolicy `i` of the 10,000-rule fleet (as `benches/policy_realize.rs`'s): 5 rules,
+/// ingress and egress, ipBlocks, TCP ports and ranges, every action.
+pub fn fleet_policy(i: usize) -> String {
+    let mut rules = String::new();
+    for r in 0..RULES_PER_POLICY {
+        let k = i * RULES_PER_POLICY + r;
+        let cidr = format!("10.{}.{}.0/24", (k / 256) % 256, k % 256);
+        let peer = if k.is_multiple_of(2) {
+            format!("direction: In, from: {{ipBlocks: [{{cidr: {cidr}}}, {{cidr: 192.168.0.0/16}}]}}")
+        } else {
+            format!("direction: Out, to: {{ipBlocks: [{{cidr: {cidr}}}, {{cidr: \"fd00::/8\"}}]}}")
+        };
+        let action = ["Allow", "Drop", "Reject", "Pass"][k % 4];
+        rules.push_str(&format!(
+            "- {{{peer}, services: [{{protocol: TCP, port: 22}}, {{protocol: TCP, port: 8000, endPort: {}}}], \
+             action: {action}, priority: {r}}}\n",
+            8080 + k % 7
+        ));
+    }
+    format!(
+        "apiVersion: controlplane.antrea.io/v1beta2
+kind: NetworkPolicy
+metadata: {{name: uid-fleet-{i}, uid: uid-fleet-{i}}}
+sourceRef: {{type: AntreaClusterNetworkPolicy, name: fleet-{i}, uid: uid-fleet-{i}}}
+appliedToGroups: [atg-vm1]
+priority: {}
+tierPriority: 250
+rules:
+{rules}",
+        1.0 + i as f64 * 0.07
+    )
+}
+
+/// Runs `f` on a new thread inside network namespace `ns`.
+pub fn in_netns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let handle = std::fs::File::open(&path).expect("open the netns");
+        nix::sched::setns(handle, nix::sched::CloneFlags::CLONE_NEWNET).expect("enter the netns");
+        f()
+    })
+}
+
+/// The bridge's flow count (`ovs-ofctl dump-aggregate`), or `None` if the switch did not answer.
+pub fn flow_count(mgmt_sock: &Path) -> Option<usize> {
+    let out = std::process::Command::new("ovs-ofctl")
+        .args(["-O", "OpenFlow15", "--timeout=30", "dump-aggregate"])
+        .arg(format!("unix:{}", mgmt_sock.display()))
+        .output()
+        .ok()?;
+    // "OFPST_AGGREGATE reply (OF1.5) (xid=0x2): packet_count=0 byte_count=0 flow_count=157000"
+    String::from_utf8_lossy(&out.stdout)
+        .split("flow_count=")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Barrier round trips on a connection of the probe's own, back to back, until `stop`: every
+/// round trip in milliseconds. A barrier is answered by ovs-vswitchd's main loop, the same loop
+/// that applies a bundle commit and an NXT_RESUME, so the longest round trip is how long the
+/// switch itself could not have resumed any paused packet.
+pub fn ovs_stall_probe(mgmt_sock: &Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<f64>> {
+    let path = mgmt_sock.to_path_buf();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("probe runtime");
+        rt.block_on(async move {
+            let opts = ConnOptions {
+                // The probe measures stalls: it must survive them.
+                echo_timeout: Duration::from_secs(3600),
+                request_timeout: Duration::from_secs(3600),
+                ..ConnOptions::default()
+            };
+            let conn = OfConnection::connect(&path, 77, opts)
+                .await
+                .expect("probe connection");
+            let mut rtts = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                conn.barrier().await.expect("probe barrier");
+                rtts.push(t.elapsed().as_secs_f64() * 1000.0);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            rtts
+        })
+    })
+}

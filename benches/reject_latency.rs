@@ -1,0 +1,265 @@
+//! Benchmark: how long a Reject reply takes (the VM's SYN → packet-in → the agent's RST
+//! packet-out → the VM's `connect` refused) while the flow installer recompiles and installs the
+//! 10,000-rule fleet, with the agent's threads as they are (the flow installer and the packet-in
+//! responder each on a thread of its own) and, in the same run, with every actor and the
+//! responder on one thread (`ANTREA_VM_AGENT_ONE_ACTOR_THREAD`, the layout before), next to
+//! OVS's own limit.
+//!
+//! Run (as root, with the lab's tools installed: `make deps`):
+//!
+//! ```sh
+//! cargo bench --bench reject_latency
+//! # options: RJBENCH_POLICIES (default 2000, 5 rules each)
+//! ```
+//!
+//! For each layout, one agent is started on the fleet plus one Reject rule (TCP port 9 of the
+//! outside host, in the Emergency tier so the fleet's reload never moves it); the outside host
+//! listens on that port, so a connection that is not rejected succeeds and is counted as a
+//! failure. A prober in the VM connects back to back (one at a time, 5 ms apart):
+//! 1. idle, 300 probes;
+//! 2. while the 10,000 rules are removed and loaded again (the policy directory swapped to one
+//!    without the fleet and back: two full recompiles and two bundles of about 157,000
+//!    flow_mods), every probe started during the reload.
+//!
+//! OVS's own limit: a probe on a connection of its own sends barriers back to back through each
+//! reload; ovs-vswitchd answers a barrier, a packet-in and a packet-out from the same main loop,
+//! so the longest barrier round trip is how long no Reject reply could have got through,
+//! whatever the agent does.
+//!
+//! `harness = false`: without `--bench` it only prints how to run it.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
+
+mod common;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use antrea_vm_agent::actors::supervisor::ONE_THREAD_ENV;
+use common::agent::write_atomic;
+use common::lab_fleet::{fleet_policy, flow_count, in_netns, ovs_stall_probe, APPLIED_TO, RULES_PER_POLICY};
+use common::{env_usize, quantile};
+use support::*;
+
+const HOW: &str = "cargo bench --bench reject_latency";
+const REJECTED_PORT: u16 = 9;
+
+/// TCP to the outside host's port 9 is rejected; in the Emergency tier (the fleet is in
+/// Application), so the reload never moves it.
+const REJECT_POLICY: &str = "\
+apiVersion: controlplane.antrea.io/v1beta2
+kind: NetworkPolicy
+metadata: {name: uid-reject, uid: uid-reject}
+sourceRef: {type: AntreaClusterNetworkPolicy, name: reject-probe, uid: uid-reject}
+appliedToGroups: [atg-vm1]
+priority: 5
+tierPriority: 50
+rules:
+- direction: Out
+  to: {ipBlocks: [{cidr: 10.99.0.1/32}]}
+  services: [{protocol: TCP, port: 9}]
+  action: Reject
+  priority: 0
+";
+
+/// One probe: when it started (since the phase began) and how long the refusal took; `None`:
+/// not refused (connected, or timed out).
+type Probe = (Duration, Option<f64>);
+
+/// Connects to the rejected port back to back until `stop` (or `max` probes).
+fn prober(lab: &Lab, stop: Arc<AtomicBool>, max: usize) -> std::thread::JoinHandle<Vec<Probe>> {
+    in_netns(lab.vm_ns(), move || {
+        let target = SocketAddr::from(([10, 99, 0, 1], REJECTED_PORT));
+        let began = Instant::now();
+        let mut probes = Vec::new();
+        while !stop.load(Ordering::Relaxed) && probes.len() < max {
+            let t = Instant::now();
+            let refused = match TcpStream::connect_timeout(&target, Duration::from_secs(5)) {
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    Some(t.elapsed().as_secs_f64() * 1000.0)
+                }
+                _ => None,
+            };
+            probes.push((t - began, refused));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        probes
+    })
+}
+
+fn summary(probes: &[Probe]) -> String {
+    let ms: Vec<f64> = probes.iter().filter_map(|p| p.1).collect();
+    let failed = probes.len() - ms.len();
+    format!(
+        "{} probes: refused in p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms; not refused {failed}",
+        probes.len(),
+        quantile(&ms, 0.5),
+        quantile(&ms, 0.99),
+        quantile(&ms, 1.0),
+    )
+}
+
+/// One layout: the agent started on the fleet, idle probes, then probes through a reload.
+struct Setup<'a> {
+    lab: &'a Lab,
+    config: &'a Path,
+    dir: &'a Path,
+    full: &'a Path,
+    empty: &'a Path,
+    policies: usize,
+}
+
+fn run(setup: &Setup, one_thread: bool) -> usize {
+    let Setup {
+        lab,
+        config,
+        dir,
+        full,
+        empty,
+        policies,
+    } = *setup;
+    let swap = |to: &Path| {
+        let link = lab.dir().join(".policies.new");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(to, &link).expect("link");
+        std::fs::rename(&link, dir).expect("swap the policy dir");
+    };
+    swap(full);
+    let config_arg = config.display().to_string();
+    let env: &[(&str, &str)] = if one_thread { &[(ONE_THREAD_ENV, "1")] } else { &[] };
+    let layout = if one_thread {
+        "one thread for every actor and the responder (before)"
+    } else {
+        "flow installer and packet-in responder on threads of their own (now)"
+    };
+    let agent = lab.start_agent_with_env(&["run", "--config", &config_arg], env);
+    // Idempotent; the second agent finds the uplink the first one attached (SIGKILL leaves it).
+    lab.isolate_uplink();
+    let mgmt = lab.mgmt_sock();
+    let started = Instant::now();
+    let mut full_count = 0;
+    wait_until(Duration::from_secs(600), "the fleet installed", || {
+        full_count = flow_count(&mgmt).unwrap_or(0);
+        full_count > policies * RULES_PER_POLICY * 10
+    });
+    // Settle: the count stops moving.
+    loop {
+        std::thread::sleep(Duration::from_secs(2));
+        let now = flow_count(&mgmt).unwrap_or(0);
+        if now == full_count {
+            break;
+        }
+        full_count = now;
+    }
+    println!(
+        "[{layout}] agent up, {full_count} flows, in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    let idle = prober(lab, Arc::new(AtomicBool::new(false)), 300)
+        .join()
+        .expect("prober");
+    println!("[{layout}] idle: {}", summary(&idle));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let probes = prober(lab, stop.clone(), usize::MAX);
+    let barrier_stop = Arc::new(AtomicBool::new(false));
+    let barriers = ovs_stall_probe(&mgmt, barrier_stop.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    let reload = Instant::now();
+    swap(empty);
+    wait_until(Duration::from_secs(300), "the fleet removed", || {
+        flow_count(&mgmt).is_some_and(|n| n < full_count / 10)
+    });
+    let removed = reload.elapsed();
+    swap(full);
+    wait_until(Duration::from_secs(600), "the fleet back", || {
+        flow_count(&mgmt).is_some_and(|n| n >= full_count - 5)
+    });
+    let reloaded = reload.elapsed();
+    // The installer's last commit may trail the count by its barrier.
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    barrier_stop.store(true, Ordering::Relaxed);
+    let probes = probes.join().expect("prober");
+    let stalls = barriers.join().expect("barrier probe");
+    // Only the probes started during the reload (the prober started 300 ms before it).
+    let during: Vec<Probe> = probes
+        .into_iter()
+        .filter(|p| p.0 >= Duration::from_millis(300) && p.0 <= reloaded + Duration::from_millis(300))
+        .collect();
+    println!(
+        "[{layout}] reload: fleet removed in {:.1} s, back in {:.1} s; during it: {}",
+        removed.as_secs_f64(),
+        reloaded.as_secs_f64(),
+        summary(&during)
+    );
+    println!(
+        "[{layout}] OVS's own limit meanwhile: barrier round trip p50 {:.2} ms, p99 {:.2} ms, max {:.0} ms ({} barriers)",
+        quantile(&stalls, 0.5),
+        quantile(&stalls, 0.99),
+        quantile(&stalls, 1.0),
+        stalls.len()
+    );
+    let not_refused = idle.iter().chain(&during).filter(|p| p.1.is_none()).count();
+    drop(agent);
+    not_refused
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("reject_latency: a benchmark, not a test; run it with `{HOW}` (as root)");
+        return;
+    }
+    let policies = env_usize("RJBENCH_POLICIES", 2000).max(1);
+    println!(
+        "reject_latency: {} fleet rules and one Reject rule; command: {HOW}",
+        policies * RULES_PER_POLICY
+    );
+    let lab = Lab::new();
+    let dir = lab.dir().join("policies");
+    let full = lab.dir().join("policies-full");
+    let empty = lab.dir().join("policies-empty");
+    for d in [&full, &empty] {
+        std::fs::create_dir_all(d).expect("policy dirs");
+        write_atomic(d, "00-atg.yaml", APPLIED_TO);
+        write_atomic(d, "05-reject.yaml", REJECT_POLICY);
+    }
+    for i in 0..policies {
+        std::fs::write(full.join(format!("10-fleet-{i:05}.yaml")), fleet_policy(i)).expect("write a policy");
+    }
+    std::os::unix::fs::symlink(&full, &dir).expect("link the policy dir");
+    let config = lab.write_config(&format!("standalone:\n  policyDir: {}\n", dir.display()));
+    lab.write_external_node(&[VM_IP4, VM_IP6]);
+    // The outside host accepts on the rejected port: a probe that is not rejected connects.
+    let (tx, rx) = std::sync::mpsc::channel();
+    in_netns(lab.ext_ns(), move || {
+        let listener = TcpListener::bind(("0.0.0.0", REJECTED_PORT)).expect("bind port 9");
+        let _ = tx.send(());
+        for conn in listener.incoming().flatten() {
+            drop(conn);
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(5)).expect("listener up");
+
+    let mut not_refused = 0;
+    for one_thread in [true, false] {
+        let setup = Setup {
+            lab: &lab,
+            config: &config,
+            dir: &dir,
+            full: &full,
+            empty: &empty,
+            policies,
+        };
+        not_refused += run(&setup, one_thread);
+    }
+    if not_refused > 0 {
+        eprintln!("reject_latency: {not_refused} probes were not refused");
+        std::process::exit(1);
+    }
+}
