@@ -54,6 +54,7 @@ async fn world(report_interval: Duration) -> World {
         }),
         agent_info_path: Some(dir.path().join("agent-info.json")),
         fqdn: Default::default(),
+        packet_ins: None,
         ..fakes.deps(
             config,
             Timing {

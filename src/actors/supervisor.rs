@@ -95,6 +95,10 @@ pub struct Deps {
     /// The FQDN controller (its own thread): the flow installer publishes the FQDN rule
     /// placements to it, the API reads its cache and counters.
     pub fqdn: crate::fqdn::FqdnHandle,
+    /// Connections of the packet-in responder's own (announcing the controller id the Reject and
+    /// audit flows name), kept open by the flow installer while it lives; `None`: the responder
+    /// serves the flow installer's connection (then announcing that id).
+    pub packet_ins: Option<Arc<dyn SwitchConnector>>,
 }
 
 /// Environment variables overriding the reporting periods (e.g. `2s`, `500ms`, `5m`): used by the

@@ -26,4 +26,4 @@ pub use audit::{AuditError, AuditLog, AuditRecord};
 pub use meta::NpPacketIn;
 pub use packet::{PacketError, ParsedPacket};
 pub use reject::{build_reject, RejectError, RejectOutcome};
-pub use responder::{run, serve, PacketInContext, PacketInCounts, PacketInStats};
+pub use responder::{run, serve, serve_own_connection, PacketInContext, PacketInCounts, PacketInStats};

@@ -24,7 +24,7 @@ use super::meta::NpPacketIn;
 use super::packet::{self, PacketError};
 use super::reject::{reject_parsed, RejectError, RejectOutcome};
 use crate::messages::AttachedInterface;
-use crate::ovs::openflow::{Event, PacketIn, Subscription, Switch};
+use crate::ovs::openflow::{Event, PacketIn, Subscription, Switch, SwitchConnector};
 use crate::policy::compiler::{ConjunctionMap, SharedConjunctions};
 
 /// What the responder needs besides the connection. Clone it for each connection.
@@ -254,6 +254,34 @@ fn flush_audit(ctx: &PacketInContext) -> Option<Instant> {
             let n = bump(&ctx.stats.log_failed);
             warn_sometimes(n, "cannot write the NetworkPolicy audit log", &e);
             None
+        }
+    }
+}
+
+/// Handles the packet-ins of connections of the responder's own, made by `connector`, for ever:
+/// after a connection ends (OVS restarted, the bridge recreated) the next is opened, with a
+/// delay doubling from `retry_min` to `retry_max` while connecting fails.
+pub async fn serve_own_connection(
+    connector: Arc<dyn SwitchConnector>,
+    ctx: PacketInContext,
+    retry_min: std::time::Duration,
+    retry_max: std::time::Duration,
+) {
+    let mut delay = retry_min;
+    loop {
+        match connector.connect().await {
+            Ok(switch) => {
+                delay = retry_min;
+                debug!("packet-in responder: connected");
+                let sub = switch.subscribe();
+                serve(sub, switch, ctx.clone()).await;
+                tokio::time::sleep(retry_min).await;
+            }
+            Err(e) => {
+                debug!("packet-in responder: cannot connect to the switch: {e}");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(retry_max);
+            }
         }
     }
 }

@@ -151,6 +151,11 @@ pub const CONTROLLER_ID: u16 = 32776;
 /// paused DNS responses, the FQDN controller the Reject and audit ones), twice the traffic on
 /// the management socket and DNS packet-ins counted by the installer's responder.
 pub const FQDN_CONTROLLER_ID: u16 = 32777;
+/// The controller id of the flow installer's connection when the packet-in responder has a
+/// connection of its own (announcing [`CONTROLLER_ID`]): no flow names it, so the installer's
+/// connection gets no packet-ins, and a Reject reply's packet-out never queues behind a bundle's
+/// thousands of messages on the installer's connection (OVS reads each connection in order).
+pub const INSTALLER_CONTROLLER_ID: u16 = 32778;
 
 /// IP families the pipeline handles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -164,6 +164,7 @@ impl Fakes {
             metrics: self.metrics.clone(),
             agent_info_path: None,
             fqdn: Default::default(),
+            packet_ins: None,
             timing,
         }
     }

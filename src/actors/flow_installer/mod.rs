@@ -146,6 +146,8 @@ pub struct FlowInstaller {
     /// The thread packet-ins are answered on (Reject replies, audit writes), so they never wait
     /// behind a compile or a bundle; `None`: this actor's own thread.
     packet_in_thread: Option<actix::ArbiterHandle>,
+    /// Stops the responder of [`Deps::packet_ins`] (its own connections) with this actor.
+    responder_stop: Option<tokio::sync::oneshot::Sender<()>>,
     _lifeline: Lifeline,
 }
 
@@ -187,7 +189,44 @@ impl FlowInstaller {
             connecting: false,
             last_error: None,
             packet_in_thread: None,
+            responder_stop: None,
             _lifeline: lifeline,
+        }
+    }
+
+    /// What the packet-in responder needs, following this actor's rules and interfaces.
+    fn packet_in_context(&self) -> PacketInContext {
+        PacketInContext {
+            rules: self.conjunctions_tx.subscribe(),
+            interfaces: self.interfaces_tx.subscribe(),
+            audit: self.audit.clone(),
+            packet_in_rate: self.deps.config.packet_in_rate,
+            stats: self.packet_in_stats.clone(),
+        }
+    }
+
+    /// Runs a responder on the packet-in thread (stopped when the returned sender is dropped),
+    /// or on this actor's own thread (stopped with it) when there is none.
+    fn spawn_responder(
+        &mut self,
+        serve: impl std::future::Future<Output = ()> + Send + 'static,
+        ctx: &mut Context<Self>,
+    ) -> Option<tokio::sync::oneshot::Sender<()>> {
+        match &self.packet_in_thread {
+            Some(thread) => {
+                let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                thread.spawn(async move {
+                    tokio::select! {
+                        () = serve => {}
+                        _ = stopped => {}
+                    }
+                });
+                Some(stop)
+            }
+            None => {
+                ctx.spawn(serve.into_actor(self));
+                None
+            }
         }
     }
 
@@ -353,6 +392,16 @@ impl Actor for FlowInstaller {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        if let Some(connector) = self.deps.packet_ins.clone() {
+            // The responder's own connection lives as long as this actor.
+            let serve = packetin::serve_own_connection(
+                connector,
+                self.packet_in_context(),
+                self.deps.timing.reconnect_min.min(Duration::from_millis(100)),
+                self.deps.timing.reconnect_max.min(Duration::from_secs(1)),
+            );
+            self.responder_stop = self.spawn_responder(serve, ctx);
+        }
         ctx.notify(Connect);
     }
 }
@@ -405,31 +454,14 @@ impl Handler<Connect> for FlowInstaller {
                     let epoch = act.next_epoch;
                     act.next_epoch += 1;
                     info!(round, ?previous_round, meters, "connected to OpenFlow switch");
-                    // Packet-ins (Reject, audit log) of this connection; the responder ends with it.
-                    let packet_ins = switch.subscribe();
-                    let responder = PacketInContext {
-                        rules: act.conjunctions_tx.subscribe(),
-                        interfaces: act.interfaces_tx.subscribe(),
-                        audit: act.audit.clone(),
-                        packet_in_rate: act.deps.config.packet_in_rate,
-                        stats: act.packet_in_stats.clone(),
-                    };
-                    let serve = packetin::serve(packet_ins, switch.clone(), responder);
-                    let stop_responder = match &act.packet_in_thread {
-                        Some(thread) => {
-                            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-                            thread.spawn(async move {
-                                tokio::select! {
-                                    () = serve => {}
-                                    _ = stopped => {}
-                                }
-                            });
-                            Some(stop)
-                        }
-                        None => {
-                            ctx.spawn(serve.into_actor(act));
-                            None
-                        }
+                    // Without a connection of its own, the responder serves this one (Reject,
+                    // audit log) and ends with it.
+                    let stop_responder = if act.deps.packet_ins.is_none() {
+                        let packet_ins = switch.subscribe();
+                        let serve = packetin::serve(packet_ins, switch.clone(), act.packet_in_context());
+                        act.spawn_responder(serve, ctx)
+                    } else {
+                        None
                     };
                     let audit_every = act.deps.timing.flow_audit;
                     ctx.spawn(
