@@ -221,6 +221,17 @@ async fn health_metrics_and_agent_api() {
         .filter_map(|f| f.as_str().map(str::to_string))
         .collect();
     assert!(!web_flows.is_empty() && web_flows.len() < all_flows);
+    // Built from the policy's flow groups only, yet each flow exactly as in the full dump (a
+    // shared clause flow names the group's other rules too).
+    let all_rendered: std::collections::BTreeSet<&str> = all["flows"]
+        .as_array()
+        .expect("flows")
+        .iter()
+        .filter_map(|f| f.as_str())
+        .collect();
+    for f in &web_flows {
+        assert!(all_rendered.contains(f.as_str()), "{f} not in the full dump");
+    }
     for id in &ids {
         assert!(
             web_flows.iter().any(|f| f.contains(&format!("conj_id={id}"))),

@@ -331,7 +331,11 @@ pub async fn ovs_flows(state: web::Data<ApiState>, q: web::Query<FlowsQuery>) ->
     let Some(flows) = collect::peers(&state.supervisor).await.and_then(|p| p.flows) else {
         return unavailable("the flow installer");
     };
-    let Some(dump) = ask(flows.send(GetFlowDump)).await else {
+    let Some(dump) = ask(flows.send(GetFlowDump {
+        policy_uids: uids.clone(),
+    }))
+    .await
+    else {
         return unavailable("the flow installer");
     };
     let ids: Option<BTreeSet<u32>> = uids.as_ref().map(|uids| {

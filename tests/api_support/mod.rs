@@ -275,7 +275,7 @@ impl World {
         let dump = peers
             .flows
             .expect("flow installer")
-            .send(GetFlowDump)
+            .send(GetFlowDump::default())
             .await
             .expect("dump");
         let ids: std::collections::BTreeSet<u32> = dump

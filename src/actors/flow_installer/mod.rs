@@ -352,6 +352,21 @@ impl FlowInstaller {
         flows
     }
 
+    /// [`FlowInstaller::installed_flows`], the NetworkPolicy flows limited to the groups holding
+    /// a rule of `conj_ids` (built group by group; the other groups are never built).
+    fn installed_flows_of(
+        &self,
+        conj_ids: &std::collections::BTreeSet<u32>,
+    ) -> Vec<crate::ovs::openflow::Flow> {
+        let mut flows: Vec<crate::ovs::openflow::Flow> = self.installed.values().cloned().collect();
+        if let Some(s) = self.session.as_ref().filter(|s| s.synced && !self.policy_resync) {
+            let mut plan = self.compiler.plan(s.round);
+            plan.retain_groups_with(conj_ids);
+            flows.extend(plan.into_chunks(crate::policy::compiler::CHUNK_RULES).flatten());
+        }
+        flows
+    }
+
     fn flows_per_table(&self) -> BTreeMap<String, usize> {
         let names: BTreeMap<u8, &str> = pipeline::tables().into_iter().map(|t| (t.id, t.name)).collect();
         let mut counts = BTreeMap::new();

@@ -1,6 +1,10 @@
 //! Read-only queries on the flow installer for the agent API: the flows it installed together
 //! with what is needed to filter them by policy (conjunction ids → rules) and to render them with
-//! port names. A child module so the handler can read the installer's fields.
+//! port names. A query about some policies builds only the flow groups of their rules, not all
+//! 150,000 flows of a large rule set. A child module so the handler can read the installer's
+//! fields.
+
+use std::collections::BTreeSet;
 
 use actix::{Context, Handler, Message};
 
@@ -20,21 +24,37 @@ pub struct FlowDump {
     pub interfaces: Vec<AttachedInterface>,
 }
 
-#[derive(Clone, Copy, Debug, Default, Message)]
+/// The installer's flows; with `policy_uids`, the NetworkPolicy flows only of the flow groups
+/// holding a rule of those policies (the caller still picks the rules' own flows out of them).
+#[derive(Clone, Debug, Default, Message)]
 #[rtype(result = "FlowDump")]
-pub struct GetFlowDump;
+pub struct GetFlowDump {
+    pub policy_uids: Option<BTreeSet<String>>,
+}
 
 impl Handler<GetFlowDump> for FlowInstaller {
     type Result = actix::MessageResult<GetFlowDump>;
-    fn handle(&mut self, _: GetFlowDump, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, q: GetFlowDump, _: &mut Context<Self>) -> Self::Result {
+        let conjunctions: Vec<ConjunctionInfo> = self
+            .conjunctions_tx
+            .borrow()
+            .values()
+            .map(|info| (**info).clone())
+            .collect();
+        let flows = match &q.policy_uids {
+            None => self.installed_flows(),
+            Some(uids) => {
+                let ids: BTreeSet<u32> = conjunctions
+                    .iter()
+                    .filter(|c| uids.contains(&c.policy.uid))
+                    .map(|c| c.conj_id)
+                    .collect();
+                self.installed_flows_of(&ids)
+            }
+        };
         actix::MessageResult(FlowDump {
-            flows: self.installed_flows(),
-            conjunctions: self
-                .conjunctions_tx
-                .borrow()
-                .values()
-                .map(|info| (**info).clone())
-                .collect(),
+            flows,
+            conjunctions,
             interfaces: self.interfaces.clone().unwrap_or_default(),
         })
     }

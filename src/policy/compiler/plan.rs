@@ -77,6 +77,14 @@ impl FlowPlan {
         self.groups.iter().map(|(_, rs)| rs.len()).sum()
     }
 
+    /// Keeps only the groups holding a rule of `conj_ids` (with all their rules: a group's
+    /// shared flows name every rule of the group), so a query about a few rules builds their
+    /// groups' flows and not all of them.
+    pub fn retain_groups_with(&mut self, conj_ids: &BTreeSet<u32>) {
+        self.groups
+            .retain(|(_, rules)| rules.iter().any(|r| conj_ids.contains(&r.conj_id)));
+    }
+
     /// The flows, in runs of whole groups of about `max_rules` rules each (each run sorted by
     /// identity; runs in group order).
     pub fn into_chunks(self, max_rules: usize) -> PlanChunks {
