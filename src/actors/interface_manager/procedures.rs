@@ -195,11 +195,14 @@ async fn begin(env: &Env, record: &mut InterfaceRecord, step: Step) -> Result<()
         return Ok(());
     }
     record.step = step;
-    env.store.save(record).map_err(|source| ProcedureError::Store {
-        iface: record.name.clone(),
-        step: "journal step",
-        source,
-    })?;
+    env.store
+        .save_off_thread(record)
+        .await
+        .map_err(|source| ProcedureError::Store {
+            iface: record.name.clone(),
+            step: "journal step",
+            source,
+        })?;
     failpoint::hit(&format!("{}:{}", record.phase.as_str(), step.as_str()));
     Ok(())
 }
@@ -357,14 +360,17 @@ pub async fn attach(
         phase: Phase::Attaching,
         step: Step::Saved,
     };
-    env.store.save(&record).map_err(store_err(&name, "save record"))?;
+    env.store
+        .save_off_thread(&record)
+        .await
+        .map_err(store_err(&name, "save record"))?;
     failpoint::hit("attaching:saved");
     info!(iface = %name, entity = %entity.name, "attaching interface");
     match attach_steps(env, link, &mut record).await {
         Ok((ofport, uplink_ofport)) => {
             record.phase = Phase::Attached;
             record.step = Step::Done;
-            if let Err(e) = env.store.save(&record) {
+            if let Err(e) = env.store.save_off_thread(&record).await {
                 // Attached but not recorded: a crash now would leave nothing saying so. Put the
                 // NIC back (from memory) rather than keep an attach the journal does not know.
                 let e = store_err(&name, "save record")(e);
@@ -535,7 +541,7 @@ pub async fn roll_back(env: &Env, record: &InterfaceRecord) -> Result<(), Proced
         (Step::RestoreAddresses, Step::RestoreRoutes),
     )
     .await?;
-    if let Err(e) = env.store.remove(name) {
+    if let Err(e) = env.store.remove_off_thread(name).await {
         // The NIC is back; a stale record only makes the next pass restore it again.
         warn!(iface = %name, "interface restored, but its record could not be removed: {e}");
     }
@@ -794,7 +800,10 @@ async fn recover_port(
                     })?;
                 move_config(env, &mut r, uplink_link.as_ref(), &internal).await?;
                 r.phase = Phase::Attached;
-                env.store.save(&r).map_err(store_err(name, "save record"))?;
+                env.store
+                    .save_off_thread(&r)
+                    .await
+                    .map_err(store_err(name, "save record"))?;
             }
             r
         }
@@ -865,7 +874,10 @@ pub(crate) async fn adopt_without_record(
         phase: Phase::Attached,
         step: Step::Done,
     };
-    env.store.save(&record).map_err(store_err(name, "save record"))?;
+    env.store
+        .save_off_thread(&record)
+        .await
+        .map_err(store_err(name, "save record"))?;
     Ok(record)
 }
 

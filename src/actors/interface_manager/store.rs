@@ -238,6 +238,33 @@ impl RecordStore {
         std::fs::rename(&tmp, &path).map_err(io)
     }
 
+    /// [`RecordStore::save`] on the blocking pool: the fsync never holds the actor thread, and
+    /// the caller still resumes only once the record is on disk (the journal's order holds).
+    pub async fn save_off_thread(&self, record: &InterfaceRecord) -> Result<(), StoreError> {
+        let (store, owned) = (self.clone(), record.clone());
+        tokio::task::spawn_blocking(move || store.save(&owned))
+            .await
+            .unwrap_or_else(|e| {
+                self.note(Err(StoreError::Io {
+                    path: self.path(&record.name),
+                    source: std::io::Error::other(format!("the record writer failed: {e}")),
+                }))
+            })
+    }
+
+    /// [`RecordStore::remove`] on the blocking pool.
+    pub async fn remove_off_thread(&self, name: &str) -> Result<(), StoreError> {
+        let (store, owned) = (self.clone(), name.to_string());
+        tokio::task::spawn_blocking(move || store.remove(&owned))
+            .await
+            .unwrap_or_else(|e| {
+                self.note(Err(StoreError::Io {
+                    path: self.path(name),
+                    source: std::io::Error::other(format!("the record writer failed: {e}")),
+                }))
+            })
+    }
+
     pub fn remove(&self, name: &str) -> Result<(), StoreError> {
         let path = self.path(name);
         match std::fs::remove_file(&path) {
