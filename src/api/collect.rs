@@ -114,7 +114,7 @@ pub async fn collect(supervisor: &Addr<Supervisor>, depth: Depth) -> Collected {
         match (&p.flows, want_stats) {
             (Some(flows), true) => match tokio::time::timeout(ASK_TIMEOUT, flows.send(GetRuleStats)).await {
                 Ok(Ok(Ok(s))) => (Some(s), None),
-                Ok(Ok(Err(e))) => (None, Some(e)),
+                Ok(Ok(Err(e))) => (None, Some(e.to_string())),
                 Ok(Err(e)) => (None, Some(format!("flow installer: {e}"))),
                 Err(_) => (None, Some("flow installer: no answer in time".to_string())),
             },

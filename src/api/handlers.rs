@@ -206,7 +206,7 @@ pub async fn network_policies(state: web::Data<ApiState>, q: web::Query<NameQuer
         let stats = match collect::peers(&state.supervisor).await.and_then(|p| p.flows) {
             None => Err("the flow installer is not running".to_string()),
             Some(flows) => match tokio::time::timeout(collect::ASK_TIMEOUT, flows.send(GetRuleStats)).await {
-                Ok(Ok(r)) => r,
+                Ok(Ok(r)) => r.map_err(|e| e.to_string()),
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(_) => Err("the flow installer did not answer in time".to_string()),
             },

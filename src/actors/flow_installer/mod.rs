@@ -48,7 +48,6 @@ mod stream;
 mod view;
 pub use stats::{
     dump_metric_flows, metric_sample, rule_stats_for, rule_stats_from_flows, GetLastRealized, MetricSample,
-    StatsError,
 };
 
 /// How long a removed rule keeps its conjunction id after its flows were removed.
