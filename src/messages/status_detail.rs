@@ -94,7 +94,8 @@ impl Serialize for ActorDetail {
 
 /// Serializes `value` with the keys of every object sorted, at every depth: what a `json!` value
 /// gave, so the typed details keep the exact text they had as `serde_json::Value`s. (Passes
-/// through a `serde_json::Value`; status answers are small and asked for seldom.)
+/// through a `serde_json::Value`; only `agent-info.json` and the agent API serialize statuses, at
+/// most once per report or request, and `/readyz` and `/metrics` read the fields directly.)
 pub fn sorted_json<T: Serialize, S: Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
     serde_json::to_value(value)
         .map_err(serde::ser::Error::custom)?
