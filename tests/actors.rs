@@ -345,9 +345,10 @@ async fn an_ineligible_uplink_is_refused_and_the_host_is_untouched() {
         );
         eventually("the refusal reported", || async {
             let status = im.send(StatusQuery).await.expect("alive");
-            status.detail["errors"]
-                .as_array()
-                .is_some_and(|e| e.iter().any(|m| m.as_str().is_some_and(|m| m.starts_with(&want))))
+            status
+                .detail
+                .interface_manager()
+                .is_some_and(|s| s.errors.iter().any(|m| m.starts_with(&want)))
         })
         .await;
         assert!(w.attached(), "eth0 stays attached");
@@ -618,15 +619,17 @@ async fn an_interface_vanishing_mid_attach_fails_alone() {
     let im = w.peers().await.interfaces.expect("interface manager");
     eventually("an error naming eth1", || async {
         let status = im.send(StatusQuery).await.expect("alive");
-        status.detail["errors"]
-            .as_array()
-            .is_some_and(|e| e.iter().any(|m| m.as_str().is_some_and(|m| m.contains("eth1"))))
+        status
+            .detail
+            .interface_manager()
+            .is_some_and(|s| s.errors.iter().any(|m| m.contains("eth1")))
     })
     .await;
     let status = im.send(StatusQuery).await.expect("alive");
-    let attached: Vec<&str> = status.detail["interfaces"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|i| i["name"].as_str()).collect())
+    let attached: Vec<&str> = status
+        .detail
+        .interface_manager()
+        .map(|s| s.interfaces.iter().map(|i| i.name.as_str()).collect())
         .unwrap_or_default();
     assert_eq!(attached, vec!["eth0"], "only eth0 is attached");
     assert!(

@@ -40,7 +40,7 @@ use antrea_vm_agent::k8s::controlplane_watch::{
 use antrea_vm_agent::k8s::external_node::ExternalNodeObject;
 use antrea_vm_agent::k8s::fallback::FallbackStore;
 use antrea_vm_agent::k8s::{policy_status, stats_summary};
-use antrea_vm_agent::messages::{ActorKind, ActorStatus};
+use antrea_vm_agent::messages::{ActorDetail, ActorStatus, FlowInstallerStatus, PolicyCacheStatus};
 use antrea_vm_agent::policy::controlplane::{
     ControlplaneObject, Group, Kind, Member, MemberRef, MembersPatch, PortMatch, ValidObject,
 };
@@ -907,18 +907,26 @@ async fn controlplane_fallback_is_written_then_used_when_the_controller_is_unrea
 
 fn heartbeat_inputs() -> AgentInfoInputs {
     let statuses = vec![
-        ActorStatus {
-            actor: ActorKind::PolicyCache,
-            healthy: true,
-            last_error: None,
-            detail: json!({"controllerConnected": true, "networkPolicies": 1, "addressGroups": 1, "appliedToGroups": 1}),
-        },
-        ActorStatus {
-            actor: ActorKind::FlowInstaller,
-            healthy: true,
-            last_error: None,
-            detail: json!({"connected": true, "flowsPerTable": {"NonIP": 2, "Output": 2}}),
-        },
+        ActorStatus::new(
+            true,
+            None,
+            ActorDetail::PolicyCache(PolicyCacheStatus {
+                controller_connected: Some(true),
+                network_policies: 1,
+                address_groups: 1,
+                applied_to_groups: 1,
+                ..PolicyCacheStatus::default()
+            }),
+        ),
+        ActorStatus::new(
+            true,
+            None,
+            ActorDetail::FlowInstaller(FlowInstallerStatus {
+                connected: true,
+                flows_per_table: [("NonIP".to_string(), 2), ("Output".to_string(), 2)].into(),
+                ..FlowInstallerStatus::default()
+            }),
+        ),
     ];
     AgentInfoInputs {
         node_name: NODE.into(),

@@ -17,7 +17,8 @@ use antrea_vm_agent::k8s::api::Method;
 use antrea_vm_agent::k8s::fake_api::{Call, FakeApi};
 use antrea_vm_agent::k8s::ClusterClients;
 use antrea_vm_agent::messages::{
-    ActorKind, InterfacesChanged, PoliciesRealized, PolicyGeneration, RulesChanged, StatusQuery,
+    ActorKind, InterfacesChanged, KubernetesWrites, PoliciesRealized, PolicyGeneration, RulesChanged,
+    StatusQuery,
 };
 use antrea_vm_agent::ovs::openflow::fake::FakeConnector;
 use antrea_vm_agent::policy::pipeline::table;
@@ -105,8 +106,14 @@ fn rv_of(call: &Call) -> String {
         .to_string()
 }
 
-async fn reporter_detail(r: &Addr<AgentInfoReporter>) -> Value {
-    r.send(StatusQuery).await.expect("reporter alive").detail
+/// The reporter's Kubernetes writes, from its status.
+async fn writes(r: &Addr<AgentInfoReporter>) -> KubernetesWrites {
+    let status = r.send(StatusQuery).await.expect("reporter alive");
+    status
+        .detail
+        .reporter()
+        .and_then(|s| s.kubernetes.clone())
+        .expect("the reporter's status has its Kubernetes writes")
 }
 
 #[actix_rt::test]
@@ -118,11 +125,12 @@ async fn agent_info_waits_for_the_controller_to_create_it_then_updates_it() {
         .wait_for_calls(2, WAIT, is(Method::Get, AAI))
         .await
         .expect("GET retried at each report");
-    let detail = reporter_detail(&r).await;
-    let err = detail["kubernetes"]["agentInfo"]["log"]["lastError"]
-        .as_str()
-        .expect("the 404 is reported")
-        .to_string();
+    let err = writes(&r)
+        .await
+        .agent_info
+        .log
+        .last_error
+        .expect("the 404 is reported");
     assert!(err.contains("does not exist yet"), "{err}");
 
     // The controller creates it.
@@ -178,9 +186,8 @@ async fn agent_info_waits_for_the_controller_to_create_it_then_updates_it() {
         .expect("second PUT");
     assert_eq!(calls[second_put - 1].method, Method::Put);
     eventually("the reporter reports the success", || async {
-        let d = reporter_detail(&r).await;
-        d["kubernetes"]["agentInfo"]["log"]["lastError"].is_null()
-            && d["kubernetes"]["agentInfo"]["resourceVersion"] == "2"
+        let a = writes(&r).await.agent_info;
+        a.log.last_error.is_none() && a.resource_version.as_deref() == Some("2")
     })
     .await;
 }
@@ -299,7 +306,7 @@ async fn statuses_are_posted_once_per_generation_and_again_after_a_resync() {
         "never the K8s NetworkPolicy"
     );
     eventually("three posts counted", || async {
-        reporter_detail(&r).await["kubernetes"]["policyStatus"]["state"]["postsOk"] == 3
+        writes(&r).await.policy_status.state.posts_ok == 3
     })
     .await;
 }
@@ -329,12 +336,8 @@ async fn a_failed_status_post_is_retried() {
         .expect("a retry");
     assert_eq!(posts[0].body, posts[1].body);
     eventually("the retry succeeded", || async {
-        let d = reporter_detail(&r).await;
-        let s = &d["kubernetes"]["policyStatus"];
-        s["state"]["posted"] == 1
-            && s["state"]["pending"] == 0
-            && s["state"]["postsFailed"] == 1
-            && s["log"]["lastError"].is_null()
+        let s = writes(&r).await.policy_status;
+        s.state.posted == 1 && s.state.pending == 0 && s.state.posts_failed == 1 && s.log.last_error.is_none()
     })
     .await;
 }
@@ -420,9 +423,8 @@ async fn stats_deltas_are_posted_from_the_rule_counters() {
     });
     // The realization triggers the baseline (counters all zero).
     eventually("baseline taken", || async {
-        let d = reporter_detail(&r).await;
-        d["kubernetes"]["stats"]["baseline"] == true
-            && d["kubernetes"]["stats"]["log"]["lastResult"] == "baseline"
+        let s = writes(&r).await.stats;
+        s.baseline && s.log.last_result.as_deref() == Some("baseline")
     })
     .await;
     let sw = w.connector.switch();
@@ -447,9 +449,8 @@ async fn stats_deltas_are_posted_from_the_rule_counters() {
         let r = r.clone();
         async move {
             eventually(&format!("{n} stats rounds done"), || async {
-                let d = reporter_detail(&r).await;
-                let log = &d["kubernetes"]["stats"]["log"];
-                log["successes"].as_u64().unwrap_or(0) + log["failures"].as_u64().unwrap_or(0) >= n
+                let log = writes(&r).await.stats.log;
+                log.successes + log.failures >= n
             })
             .await
         }
@@ -474,8 +475,11 @@ async fn stats_deltas_are_posted_from_the_rule_counters() {
     r.do_send(CollectStats);
     stats_posts(2).await;
     eventually("failure recorded", || async {
-        reporter_detail(&r).await["kubernetes"]["stats"]["log"]["lastError"]
-            .as_str()
+        writes(&r)
+            .await
+            .stats
+            .log
+            .last_error
             .is_some_and(|e| e.contains("503"))
     })
     .await;
@@ -490,7 +494,7 @@ async fn stats_deltas_are_posted_from_the_rule_counters() {
     // Nothing moved: nothing is posted.
     r.do_send(CollectStats);
     eventually("nothing to report", || async {
-        reporter_detail(&r).await["kubernetes"]["stats"]["log"]["lastResult"] == "nothing to report"
+        writes(&r).await.stats.log.last_result.as_deref() == Some("nothing to report")
     })
     .await;
     assert_eq!(w.controller.requests(Method::Post, STATS).len(), 3);

@@ -5,12 +5,12 @@
 use std::sync::Arc;
 
 use actix::{Actor, AsyncContext, Context, Handler, StreamHandler};
-use serde_json::json;
 use tracing::{error, info};
 
 use super::{common_handlers, Deps, Lifeline, Peers};
 use crate::k8s::external_node::ExternalNode;
-use crate::messages::{ActorKind, ActorStatus, ExternalNodeChanged, Resync, StatusQuery};
+use crate::messages::status_detail::{ExternalNodeState, ExternalNodeWatcherStatus};
+use crate::messages::{ActorDetail, ActorStatus, ExternalNodeChanged, Resync, StatusQuery};
 use crate::sources::{ExternalNodeSource, SourceEvent};
 
 pub struct ExternalNodeWatcher {
@@ -113,22 +113,26 @@ impl Handler<StatusQuery> for ExternalNodeWatcher {
     type Result = actix::MessageResult<StatusQuery>;
     fn handle(&mut self, _: StatusQuery, _: &mut Context<Self>) -> Self::Result {
         let state = match &self.current {
-            None => "unknown",
-            Some(None) => "absent",
-            Some(Some(_)) => "present",
+            None => ExternalNodeState::Unknown,
+            Some(None) => ExternalNodeState::Absent,
+            Some(Some(_)) => ExternalNodeState::Present,
         };
-        actix::MessageResult(ActorStatus {
-            actor: ActorKind::ExternalNodeWatcher,
-            healthy: self.last_error.is_none(),
-            last_error: self.last_error.clone(),
-            detail: json!({
-                "source": self.source.describe(),
-                "nodeName": self.node_name,
-                "namespace": self.namespace,
-                "state": state,
-                "interfaces": self.current.as_ref().and_then(|c| c.as_ref()).map(|n| n.interfaces.len()).unwrap_or(0),
-            }),
-        })
+        let detail = ExternalNodeWatcherStatus {
+            interfaces: self
+                .current
+                .as_ref()
+                .and_then(|c| c.as_ref())
+                .map_or(0, |n| n.interfaces.len()),
+            namespace: self.namespace.clone(),
+            node_name: self.node_name.clone(),
+            source: self.source.describe(),
+            state,
+        };
+        actix::MessageResult(ActorStatus::new(
+            self.last_error.is_none(),
+            self.last_error.clone(),
+            ActorDetail::ExternalNodeWatcher(detail),
+        ))
     }
 }
 

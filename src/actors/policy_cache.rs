@@ -10,12 +10,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use actix::{Actor, AsyncContext, Context, Handler, StreamHandler};
-use serde_json::json;
 use tracing::{info, warn};
 
 use super::{common_handlers, Deps, Lifeline, Peers};
+use crate::messages::status_detail::PolicyCacheStatus;
 use crate::messages::{
-    ActorKind, ActorStatus, AttachedInterface, EntityRef, InterfacesChanged, PolicyGeneration, Resync,
+    ActorDetail, ActorStatus, AttachedInterface, EntityRef, InterfacesChanged, PolicyGeneration, Resync,
     RulesChanged, StatusQuery,
 };
 use crate::policy::controlplane::store::{Changes, PolicyStore};
@@ -339,24 +339,24 @@ impl Handler<StatusQuery> for PolicyCache {
             .map(|e| format!("{}/{}", e.namespace, e.name))
             .collect();
         let resolved = self.resolved.as_ref();
-        actix::MessageResult(ActorStatus {
-            actor: ActorKind::PolicyCache,
-            healthy: true,
-            last_error: self.source_errors.last().cloned(),
-            detail: json!({
-                "policiesKnown": self.policies_known,
-                "controllerConnected": self.controller_connected(),
-                "addressGroups": self.store.address_groups().count(),
-                "appliedToGroups": self.store.applied_to_groups().count(),
-                "syncEpoch": self.sync_epoch,
-                "interfacesKnown": self.interfaces.is_some(),
-                "localEntities": entities,
-                "networkPolicies": self.store.policies().count(),
-                "rules": resolved.map_or(0, |r| r.rules.len()),
-                "warnings": resolved.map(|r| r.warnings.clone()).unwrap_or_default(),
-                "sourceErrors": self.source_errors,
-            }),
-        })
+        let detail = PolicyCacheStatus {
+            address_groups: self.store.address_groups().count(),
+            applied_to_groups: self.store.applied_to_groups().count(),
+            controller_connected: self.controller_connected(),
+            interfaces_known: self.interfaces.is_some(),
+            local_entities: entities,
+            network_policies: self.store.policies().count(),
+            policies_known: self.policies_known,
+            rules: resolved.map_or(0, |r| r.rules.len()),
+            source_errors: self.source_errors.clone(),
+            sync_epoch: self.sync_epoch,
+            warnings: resolved.map(|r| r.warnings.clone()).unwrap_or_default(),
+        };
+        actix::MessageResult(ActorStatus::new(
+            true,
+            self.source_errors.last().cloned(),
+            ActorDetail::PolicyCache(detail),
+        ))
     }
 }
 

@@ -24,18 +24,24 @@ use std::time::{Duration, Instant, SystemTime};
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, ResponseActFuture, WrapFuture};
 use chrono::Utc;
 use serde::Serialize;
-use serde_json::json;
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use super::{common_handlers, Deps, Lifeline, Peers};
 use crate::k8s::agent_info::{
     self, AgentInfoInputs, AntreaAgentInfo, ConditionReport, ConditionTracker, OvsdbProbe,
 };
 use crate::k8s::api::{ApiClient, ApiError, Method};
-use crate::k8s::policy_status::{self, Post, PosterSummary, StatusPoster};
+use crate::k8s::policy_status::{self, Post, StatusPoster};
 use crate::k8s::stats_summary::{self, Collection, StatsBaseline, StatsStep};
+use crate::k8s::write_log::WriteLog;
 use crate::k8s::ClusterClients;
-use crate::messages::{ActorKind, ActorStatus, GetRuleStats, PoliciesRealized, Resync, StatusQuery};
+use crate::messages::status_detail::{
+    sorted_json, AgentInfoWrites, KubernetesWrites, PolicyStatusWrites, ReporterMode, ReporterStatus,
+    StatsWrites,
+};
+use crate::messages::{
+    ActorDetail, ActorKind, ActorStatus, GetRuleStats, PoliciesRealized, Resync, StatusQuery,
+};
 use crate::ovs::ovsdb::Ovsdb;
 
 /// Bound on one status query, the OVSDB probe and the rule-counter read.
@@ -62,8 +68,8 @@ pub struct AgentInfo {
     /// serves it, in standalone mode too.
     pub antrea_agent_info: AntreaAgentInfo,
     /// Results of the writes to the Kubernetes API (absent in standalone mode).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kubernetes: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "sorted_json")]
+    pub kubernetes: Option<KubernetesWrites>,
 }
 
 /// "Refresh and publish now."
@@ -80,48 +86,6 @@ pub struct CollectStats;
 #[derive(Clone, Copy, Debug, Message)]
 #[rtype(result = "Option<AgentInfo>")]
 pub struct GetAgentInfo;
-
-/// The outcome of one kind of write, for reports; logs each new error once.
-#[derive(Clone, Debug, Default, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WriteLog {
-    /// RFC 3339.
-    pub last_attempt: Option<String>,
-    pub last_success: Option<String>,
-    /// What the last success did (e.g. `partial`, `full`, `baseline`, `posted`).
-    pub last_result: Option<String>,
-    /// The current error; cleared by the next success.
-    pub last_error: Option<String>,
-    pub successes: u64,
-    pub failures: u64,
-}
-
-impl WriteLog {
-    fn ok(&mut self, what: &str, result: impl Into<String>) {
-        let now = agent_info::rfc3339(Utc::now());
-        let result = result.into();
-        if let Some(e) = self.last_error.take() {
-            info!("{what}: working again ({result}; last error: {e})");
-        } else if self.successes == 0 {
-            info!("{what}: first write done ({result})");
-        }
-        self.last_attempt = Some(now.clone());
-        self.last_success = Some(now);
-        self.last_result = Some(result);
-        self.successes += 1;
-    }
-
-    fn err(&mut self, what: &str, error: String) {
-        if self.last_error.as_deref() == Some(error.as_str()) {
-            debug!("{what}: {error}");
-        } else {
-            warn!("{what}: {error}");
-        }
-        self.last_attempt = Some(agent_info::rfc3339(Utc::now()));
-        self.last_error = Some(error);
-        self.failures += 1;
-    }
-}
 
 /// Kubernetes-mode state.
 struct Writers {
@@ -140,25 +104,27 @@ struct Writers {
 }
 
 impl Writers {
-    fn report(&self) -> serde_json::Value {
-        let summary: PosterSummary = self.statuses.summary();
-        json!({
-            "agentInfo": {
-                "log": self.agent_info,
-                "cached": self.agent_info_cache.is_some(),
-                "resourceVersion": self.agent_info_cache.as_ref().map(|c| c.metadata.resource_version.clone()),
+    fn report(&self) -> KubernetesWrites {
+        KubernetesWrites {
+            agent_info: AgentInfoWrites {
+                cached: self.agent_info_cache.is_some(),
+                log: self.agent_info.clone(),
+                resource_version: self
+                    .agent_info_cache
+                    .as_ref()
+                    .map(|c| c.metadata.resource_version.clone()),
             },
-            "policyStatus": {
-                "enabled": self.post_statuses,
-                "log": self.status_log,
-                "state": summary,
+            policy_status: PolicyStatusWrites {
+                enabled: self.post_statuses,
+                log: self.status_log.clone(),
+                state: self.statuses.summary(),
             },
-            "stats": {
-                "enabled": self.collect_stats,
-                "log": self.stats,
-                "baseline": self.baseline.has_baseline(),
+            stats: StatsWrites {
+                baseline: self.baseline.has_baseline(),
+                enabled: self.collect_stats,
+                log: self.stats.clone(),
             },
-        })
+        }
     }
 
     fn first_error(&self) -> Option<String> {
@@ -540,16 +506,20 @@ impl Handler<StatusQuery> for AgentInfoReporter {
     type Result = actix::MessageResult<StatusQuery>;
     fn handle(&mut self, _: StatusQuery, _: &mut Context<Self>) -> Self::Result {
         let last_error = self.k8s.as_ref().and_then(Writers::first_error);
-        actix::MessageResult(ActorStatus {
-            actor: ActorKind::AgentInfoReporter,
-            healthy: last_error.is_none(),
+        let detail = ReporterStatus {
+            kubernetes: self.k8s.as_ref().map(Writers::report),
+            last_report: self.last.as_ref().map(|i| i.updated_at),
+            mode: if self.k8s.is_some() {
+                ReporterMode::Kubernetes
+            } else {
+                ReporterMode::Standalone
+            },
+        };
+        actix::MessageResult(ActorStatus::new(
+            last_error.is_none(),
             last_error,
-            detail: json!({
-                "lastReport": self.last.as_ref().map(|i| i.updated_at),
-                "mode": if self.k8s.is_some() { "kubernetes" } else { "standalone" },
-                "kubernetes": self.k8s.as_ref().map(Writers::report),
-            }),
-        })
+            ActorDetail::AgentInfoReporter(detail),
+        ))
     }
 }
 

@@ -22,7 +22,6 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use actix::Addr;
-use serde_json::Value;
 use tracing::debug;
 
 use super::metrics::AgentMetrics;
@@ -30,7 +29,11 @@ use super::views::tier_name;
 use crate::actors::policy_cache::query::{GetPolicyCounts, PolicyCounts};
 use crate::actors::supervisor::{GetPeers, GetSupervisorReport, SupervisorReport};
 use crate::actors::{Peers, Supervisor};
-use crate::messages::{ActorKind, ActorStatus, GetRuleStats, RuleStatsSnapshot, StatusQuery};
+use crate::fqdn::FqdnCounts;
+use crate::messages::{
+    ActorDetail, ActorKind, ActorStatus, ExternalNodeState, ExternalNodeWatcherStatus, FlowInstallerStatus,
+    GetRuleStats, InterfaceManagerStatus, PolicyCacheStatus, RuleStatsSnapshot, StatusQuery,
+};
 use crate::policy::rule::{Direction, RuleAction};
 
 /// How long one question to one actor may take before its part of the answer is left out.
@@ -111,7 +114,7 @@ pub async fn collect(supervisor: &Addr<Supervisor>, depth: Depth) -> Collected {
         match (&p.flows, want_stats) {
             (Some(flows), true) => match tokio::time::timeout(ASK_TIMEOUT, flows.send(GetRuleStats)).await {
                 Ok(Ok(Ok(s))) => (Some(s), None),
-                Ok(Ok(Err(e))) => (None, Some(e)),
+                Ok(Ok(Err(e))) => (None, Some(e.to_string())),
                 Ok(Err(e)) => (None, Some(format!("flow installer: {e}"))),
                 Err(_) => (None, Some("flow installer: no answer in time".to_string())),
             },
@@ -221,29 +224,26 @@ pub fn liveness(report: Option<&SupervisorReport>) -> HealthReport {
 
 /// The FQDN controller's metrics (upstream's cache size gauge, evictions by reason, and this
 /// agent's DNS interception counters).
-fn render_fqdn(f: &Value, out: &mut String) {
-    let n = |k: &str| f.get(k).and_then(Value::as_u64).unwrap_or(0);
+fn render_fqdn(f: &FqdnCounts, out: &mut String) {
     gauge(
         out,
         "antrea_agent_fqdn_cache_size",
         "Number of names in the FQDN cache.",
-        n("cacheSize"),
+        f.cache_size,
     );
-    if let Some(ev) = f.get("evictions").and_then(Value::as_object) {
-        header(
+    header(
+        out,
+        "antrea_agent_fqdn_cache_evictions_total",
+        "counter",
+        "Names that left the FQDN cache, by reason (expired, cache_full, selector_full, unselected).",
+    );
+    for (reason, n) in &f.evictions {
+        sample(
             out,
             "antrea_agent_fqdn_cache_evictions_total",
-            "counter",
-            "Names that left the FQDN cache, by reason (expired, cache_full, selector_full, unselected).",
+            &[("reason", reason)],
+            n,
         );
-        for (reason, v) in ev {
-            sample(
-                out,
-                "antrea_agent_fqdn_cache_evictions_total",
-                &[("reason", reason)],
-                v.as_u64().unwrap_or(0),
-            );
-        }
     }
     header(
         out,
@@ -251,17 +251,17 @@ fn render_fqdn(f: &Value, out: &mut String) {
         "counter",
         "Intercepted DNS responses, by outcome: all received, malformed (passed through unparsed), answers for names no rule selects, new addresses added to rules.",
     );
-    for (outcome, key) in [
-        ("received", "responses"),
-        ("malformed", "malformed"),
-        ("unwanted_answers", "unwantedAnswers"),
-        ("ips_added", "ipsAdded"),
+    for (outcome, n) in [
+        ("received", f.responses),
+        ("malformed", f.malformed),
+        ("unwanted_answers", f.unwanted_answers),
+        ("ips_added", f.ips_added),
     ] {
         sample(
             out,
             "antrea_vm_agent_fqdn_dns_responses_total",
             &[("outcome", outcome)],
-            n(key),
+            n,
         );
     }
     header(
@@ -270,12 +270,12 @@ fn render_fqdn(f: &Value, out: &mut String) {
         "counter",
         "Names the agent asked its DNS server again before they expired, by outcome: answered (possibly with no address), failed (no server answered; retried while the name is cached).",
     );
-    for (outcome, key) in [("answered", "requeriesAnswered"), ("failed", "requeryFailures")] {
+    for (outcome, n) in [("answered", f.requeries_answered), ("failed", f.requery_failures)] {
         sample(
             out,
             "antrea_vm_agent_fqdn_requeries_total",
             &[("outcome", outcome)],
-            n(key),
+            n,
         );
     }
     header(
@@ -288,7 +288,7 @@ fn render_fqdn(f: &Value, out: &mut String) {
         out,
         "antrea_vm_agent_fqdn_flow_commit_failures_total",
         &[],
-        n("commitFailures"),
+        f.commit_failures,
     );
     header(
         out,
@@ -316,77 +316,76 @@ fn render_fqdn(f: &Value, out: &mut String) {
     );
 }
 
-fn detail(c: &Collected, kind: ActorKind) -> Option<&Value> {
-    c.statuses.get(&kind).map(|s| &s.detail)
-}
+impl Collected {
+    fn detail(&self, kind: ActorKind) -> Option<&ActorDetail> {
+        self.statuses.get(&kind).map(|s| &s.detail)
+    }
 
-fn flag(v: Option<&Value>, key: &str) -> bool {
-    v.and_then(|d| d.get(key))
-        .and_then(Value::as_bool)
-        .unwrap_or(false)
+    /// The ExternalNode watcher's report, if it answered.
+    pub fn external_node_watcher(&self) -> Option<&ExternalNodeWatcherStatus> {
+        self.detail(ActorKind::ExternalNodeWatcher)
+            .and_then(ActorDetail::external_node_watcher)
+    }
+
+    /// The interface manager's report, if it answered.
+    pub fn interface_manager(&self) -> Option<&InterfaceManagerStatus> {
+        self.detail(ActorKind::InterfaceManager)
+            .and_then(ActorDetail::interface_manager)
+    }
+
+    /// The policy cache's report, if it answered.
+    pub fn policy_cache(&self) -> Option<&PolicyCacheStatus> {
+        self.detail(ActorKind::PolicyCache)
+            .and_then(ActorDetail::policy_cache)
+    }
+
+    /// The flow installer's report, if it answered.
+    pub fn flow_installer(&self) -> Option<&FlowInstallerStatus> {
+        self.detail(ActorKind::FlowInstaller)
+            .and_then(ActorDetail::flow_installer)
+    }
 }
 
 fn attached_interfaces(c: &Collected) -> Option<usize> {
-    detail(c, ActorKind::InterfaceManager)
-        .and_then(|d| d.get("interfaces"))
-        .and_then(Value::as_array)
-        .map(Vec::len)
+    c.interface_manager().map(|im| im.interfaces.len())
 }
 
 /// `/readyz`: the first sync is realized (see the module header).
 pub fn readiness(c: &Collected) -> HealthReport {
-    let watcher = detail(c, ActorKind::ExternalNodeWatcher);
-    let state = watcher.and_then(|d| d.get("state")).and_then(Value::as_str);
-    let external_node = match state {
+    let watcher = c.external_node_watcher();
+    let external_node = match watcher.map(|w| w.state) {
         None => Some("the ExternalNode watcher did not answer".to_string()),
-        Some("unknown") => Some("the ExternalNode has not been read yet".to_string()),
-        Some(_) => None,
+        Some(ExternalNodeState::Unknown) => Some("the ExternalNode has not been read yet".to_string()),
+        Some(ExternalNodeState::Absent | ExternalNodeState::Present) => None,
     };
-    let wanted = match state {
-        Some("present") => watcher
-            .and_then(|d| d.get("interfaces"))
-            .and_then(Value::as_u64)
-            .map(|n| n as usize),
-        Some("absent") => Some(0),
-        _ => None,
-    };
-    let im = detail(c, ActorKind::InterfaceManager);
-    let im_errors: Vec<String> = im
-        .and_then(|d| d.get("errors"))
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
-        .unwrap_or_default();
+    let wanted = watcher.and_then(|w| match w.state {
+        ExternalNodeState::Present => Some(w.interfaces),
+        ExternalNodeState::Absent => Some(0),
+        ExternalNodeState::Unknown => None,
+    });
     let attached = attached_interfaces(c);
-    let interfaces = if im.is_none() {
-        Some("the interface manager did not answer".to_string())
-    } else if !flag(im, "recovered") {
-        Some("recovering the interfaces' state".to_string())
-    } else if !flag(im, "externalNodeKnown") {
-        Some("waiting for the ExternalNode".to_string())
-    } else if let Some(e) = im_errors.first() {
-        Some(e.clone())
-    } else {
-        match (wanted, attached) {
+    let interfaces = match c.interface_manager() {
+        None => Some("the interface manager did not answer".to_string()),
+        Some(im) if !im.recovered => Some("recovering the interfaces' state".to_string()),
+        Some(im) if !im.external_node_known => Some("waiting for the ExternalNode".to_string()),
+        Some(im) if !im.errors.is_empty() => im.errors.first().cloned(),
+        Some(_) => match (wanted, attached) {
             (Some(w), Some(a)) if a < w => Some(format!("{a} of {w} interfaces attached")),
             (Some(_), Some(_)) => None,
             _ => Some("the ExternalNode's interfaces are not known yet".to_string()),
-        }
+        },
     };
-    let policies = match (&c.counts, detail(c, ActorKind::PolicyCache)) {
+    let policies = match (&c.counts, c.policy_cache()) {
         (Some(k), _) if k.policies_known => None,
-        (None, Some(d)) if flag(Some(d), "policiesKnown") => None,
+        (None, Some(d)) if d.policies_known => None,
         (None, None) => Some("the policy cache did not answer".to_string()),
         _ => Some("waiting for the first complete view of the NetworkPolicies".to_string()),
     };
-    let fi = detail(c, ActorKind::FlowInstaller);
-    let flows = if fi.is_none() {
-        Some("the flow installer did not answer".to_string())
-    } else if !flag(fi, "connected") {
-        Some("not connected to the OpenFlow switch".to_string())
-    } else if !flag(fi, "synced") {
-        Some("the first flow sync is not committed yet".to_string())
-    } else {
-        None
+    let flows = match c.flow_installer() {
+        None => Some("the flow installer did not answer".to_string()),
+        Some(fi) if !fi.connected => Some("not connected to the OpenFlow switch".to_string()),
+        Some(fi) if !fi.synced => Some("the first flow sync is not committed yet".to_string()),
+        Some(_) => None,
     };
     HealthReport {
         checks: vec![
@@ -632,67 +631,56 @@ pub fn render_metrics(c: &Collected, out: &mut String) {
         "Number of Pods on local Node which are managed by the Antrea Agent (always 0 on a VM).",
         0,
     );
-    if let Some(fi) = detail(c, ActorKind::FlowInstaller) {
-        let mut total = None;
-        if let Some(per_table) = fi.get("flowsPerTable").and_then(Value::as_object) {
-            let ids: BTreeMap<&str, u8> = crate::policy::pipeline::tables()
-                .into_iter()
-                .map(|t| (t.name, t.id))
-                .collect();
-            let mut rows: Vec<(u8, &str, u64)> = per_table
-                .iter()
-                .filter_map(|(name, n)| {
-                    let id = ids.get(name.as_str()).copied().or_else(|| name.parse().ok())?;
-                    Some((id, name.as_str(), n.as_u64().unwrap_or(0)))
-                })
-                .collect();
-            rows.sort_unstable();
-            total = Some(rows.iter().map(|r| r.2).sum::<u64>());
-            header(
+    if let Some(fi) = c.flow_installer() {
+        let ids: BTreeMap<&str, u8> = crate::policy::pipeline::tables()
+            .into_iter()
+            .map(|t| (t.name, t.id))
+            .collect();
+        let mut rows: Vec<(u8, &str, usize)> = fi
+            .flows_per_table
+            .iter()
+            .filter_map(|(name, n)| {
+                let id = ids.get(name.as_str()).copied().or_else(|| name.parse().ok())?;
+                Some((id, name.as_str(), *n))
+            })
+            .collect();
+        rows.sort_unstable();
+        header(
+            out,
+            "antrea_agent_ovs_flow_count",
+            "gauge",
+            "Flow count for each OVS flow table. The TableID and TableName are used as labels.",
+        );
+        for (id, name, n) in &rows {
+            sample(
                 out,
                 "antrea_agent_ovs_flow_count",
-                "gauge",
-                "Flow count for each OVS flow table. The TableID and TableName are used as labels.",
+                &[("table_id", &id.to_string()), ("table_name", name)],
+                n,
             );
-            for (id, name, n) in &rows {
-                sample(
-                    out,
-                    "antrea_agent_ovs_flow_count",
-                    &[("table_id", &id.to_string()), ("table_name", name)],
-                    n,
-                );
-            }
         }
         // The total is the sum of the tables (as upstream's), whatever `flowCount` counts.
-        if let Some(total) = total.or_else(|| fi.get("flowCount").and_then(Value::as_u64)) {
-            gauge(
-                out,
-                "antrea_agent_ovs_total_flow_count",
-                "Total flow count of all OVS flow tables.",
-                total,
-            );
-        }
-        if let Some(p) = fi.get("packetIns").and_then(Value::as_object) {
-            header(
+        gauge(
+            out,
+            "antrea_agent_ovs_total_flow_count",
+            "Total flow count of all OVS flow tables.",
+            rows.iter().map(|r| r.2).sum::<usize>(),
+        );
+        header(
+            out,
+            "antrea_vm_agent_packet_ins_total",
+            "counter",
+            "NetworkPolicy packet-ins (audit logging, Reject) on the current OpenFlow connection handler, by outcome.",
+        );
+        for (outcome, n) in fi.packet_ins.by_outcome() {
+            sample(
                 out,
                 "antrea_vm_agent_packet_ins_total",
-                "counter",
-                "NetworkPolicy packet-ins (audit logging, Reject) on the current OpenFlow connection handler, by outcome.",
+                &[("outcome", outcome)],
+                n,
             );
-            for (outcome, n) in p {
-                if let Some(n) = n.as_u64() {
-                    sample(
-                        out,
-                        "antrea_vm_agent_packet_ins_total",
-                        &[("outcome", outcome)],
-                        n,
-                    );
-                }
-            }
         }
-    }
-    if let Some(f) = detail(c, ActorKind::FlowInstaller).and_then(|fi| fi.get("fqdn")) {
-        render_fqdn(f, out);
+        render_fqdn(&fi.fqdn, out);
     }
     if let Some(stats) = &c.rule_stats {
         let denied: u64 = stats
@@ -709,10 +697,7 @@ pub fn render_metrics(c: &Collected, out: &mut String) {
         );
         render_rule_families(stats, out);
     }
-    if let Some(errors) = detail(c, ActorKind::PolicyCache)
-        .and_then(|d| d.get("sourceErrors"))
-        .and_then(Value::as_array)
-    {
+    if let Some(errors) = c.policy_cache().map(|p| &p.source_errors) {
         gauge(
             out,
             "antrea_vm_agent_policy_source_errors",
@@ -768,8 +753,9 @@ pub fn render_metrics(c: &Collected, out: &mut String) {
 mod tests {
     use super::*;
     use crate::messages::RuleStats;
+    use crate::messages::{AttachedInterface, EntityRef};
+    use crate::packetin::PacketInCounts;
     use crate::policy::rule::{PolicyRef, PolicyType};
-    use serde_json::json;
 
     fn rule(name: &str, action: RuleAction, tier: i32, packets: u64) -> RuleStats {
         RuleStats {
@@ -813,13 +799,39 @@ mod tests {
         assert!(empty.is_empty());
     }
 
-    fn status(actor: ActorKind, detail: Value) -> ActorStatus {
-        ActorStatus {
-            actor,
-            healthy: true,
-            last_error: None,
-            detail,
-        }
+    fn status(detail: ActorDetail) -> ActorStatus {
+        ActorStatus::new(true, None, detail)
+    }
+
+    fn watcher(state: ExternalNodeState, interfaces: usize) -> ActorStatus {
+        status(ActorDetail::ExternalNodeWatcher(ExternalNodeWatcherStatus {
+            state,
+            interfaces,
+            ..ExternalNodeWatcherStatus::default()
+        }))
+    }
+
+    fn interface_manager(attached: &[&str]) -> ActorStatus {
+        let interfaces = attached
+            .iter()
+            .map(|name| AttachedInterface {
+                name: name.to_string(),
+                ofport: 3,
+                uplink_name: format!("{name}~"),
+                uplink_ofport: 2,
+                ips: vec![],
+                entity: EntityRef {
+                    namespace: "vm-ns".into(),
+                    name: format!("vm1-{name}"),
+                },
+            })
+            .collect();
+        status(ActorDetail::InterfaceManager(InterfaceManagerStatus {
+            recovered: true,
+            external_node_known: true,
+            interfaces,
+            ..InterfaceManagerStatus::default()
+        }))
     }
 
     fn ready_world() -> Collected {
@@ -833,20 +845,23 @@ mod tests {
             ..Collected::default()
         };
         for s in [
-            status(
-                ActorKind::ExternalNodeWatcher,
-                json!({"state": "present", "interfaces": 1}),
-            ),
-            status(
-                ActorKind::InterfaceManager,
-                json!({"recovered": true, "externalNodeKnown": true, "interfaces": [{}], "errors": []}),
-            ),
-            status(
-                ActorKind::FlowInstaller,
-                json!({"connected": true, "synced": true, "flowCount": 3,
-                       "flowsPerTable": {"IngressMetric": 2, "ConntrackZone": 1},
-                       "packetIns": {"received": 5, "rejected": 1}}),
-            ),
+            watcher(ExternalNodeState::Present, 1),
+            interface_manager(&["eth0"]),
+            status(ActorDetail::FlowInstaller(FlowInstallerStatus {
+                connected: true,
+                synced: true,
+                flow_count: 3,
+                flows_per_table: BTreeMap::from([
+                    ("IngressMetric".to_string(), 2),
+                    ("ConntrackZone".to_string(), 1),
+                ]),
+                packet_ins: PacketInCounts {
+                    received: 5,
+                    rejected: 1,
+                    ..PacketInCounts::default()
+                },
+                ..FlowInstallerStatus::default()
+            })),
         ] {
             c.statuses.insert(s.actor, s);
         }
@@ -864,13 +879,9 @@ mod tests {
         );
 
         let mut not_attached = c.clone();
-        not_attached.statuses.insert(
-            ActorKind::InterfaceManager,
-            status(
-                ActorKind::InterfaceManager,
-                json!({"recovered": true, "externalNodeKnown": true, "interfaces": [], "errors": []}),
-            ),
-        );
+        not_attached
+            .statuses
+            .insert(ActorKind::InterfaceManager, interface_manager(&[]));
         let r = readiness(&not_attached);
         assert!(!r.ok());
         assert_eq!(
@@ -882,10 +893,11 @@ mod tests {
         let mut unsynced = c.clone();
         unsynced.statuses.insert(
             ActorKind::FlowInstaller,
-            status(
-                ActorKind::FlowInstaller,
-                json!({"connected": true, "synced": false}),
-            ),
+            status(ActorDetail::FlowInstaller(FlowInstallerStatus {
+                connected: true,
+                synced: false,
+                ..FlowInstallerStatus::default()
+            })),
         );
         assert!(!readiness(&unsynced).ok());
 
@@ -896,15 +908,11 @@ mod tests {
         let mut absent = c;
         absent.statuses.insert(
             ActorKind::ExternalNodeWatcher,
-            status(ActorKind::ExternalNodeWatcher, json!({"state": "absent"})),
+            watcher(ExternalNodeState::Absent, 0),
         );
-        absent.statuses.insert(
-            ActorKind::InterfaceManager,
-            status(
-                ActorKind::InterfaceManager,
-                json!({"recovered": true, "externalNodeKnown": true, "interfaces": [], "errors": []}),
-            ),
-        );
+        absent
+            .statuses
+            .insert(ActorKind::InterfaceManager, interface_manager(&[]));
         assert!(readiness(&absent).ok());
         assert!(!readiness(&Collected::default()).ok());
     }
@@ -956,10 +964,10 @@ mod tests {
         assert!(!out.contains("antrea_vm_agent_policy_source_errors"));
         c.statuses.insert(
             ActorKind::PolicyCache,
-            status(
-                ActorKind::PolicyCache,
-                json!({"sourceErrors": ["policy file /p/a.yaml: holds no objects"]}),
-            ),
+            status(ActorDetail::PolicyCache(PolicyCacheStatus {
+                source_errors: vec!["policy file /p/a.yaml: holds no objects".into()],
+                ..PolicyCacheStatus::default()
+            })),
         );
         let mut out = String::new();
         render_metrics(&c, &mut out);

@@ -15,7 +15,6 @@ use actix_web::http::{header, StatusCode};
 use actix_web::{web, HttpRequest, HttpResponse};
 use prometheus::Encoder as _;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tracing::{debug, warn};
 
 use super::collect::{self, Collected, Depth};
@@ -207,7 +206,7 @@ pub async fn network_policies(state: web::Data<ApiState>, q: web::Query<NameQuer
         let stats = match collect::peers(&state.supervisor).await.and_then(|p| p.flows) {
             None => Err("the flow installer is not running".to_string()),
             Some(flows) => match tokio::time::timeout(collect::ASK_TIMEOUT, flows.send(GetRuleStats)).await {
-                Ok(Ok(r)) => r,
+                Ok(Ok(r)) => r.map_err(|e| e.to_string()),
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(_) => Err("the flow installer did not answer in time".to_string()),
             },
@@ -352,47 +351,21 @@ pub async fn ovs_flows(state: web::Data<ApiState>, q: web::Query<FlowsQuery>) ->
     })
 }
 
-/// The interfaces in the interface manager's status detail (`AttachedInterface` as JSON).
+/// The interfaces in the interface manager's status.
 fn interfaces_of(c: &Collected) -> Option<Vec<InterfaceView>> {
-    #[derive(Deserialize)]
-    struct Entity {
-        namespace: String,
-        name: String,
-    }
-    #[derive(Deserialize)]
-    struct Attached {
-        name: String,
-        ofport: u32,
-        uplink_name: String,
-        uplink_ofport: u32,
-        ips: Vec<std::net::IpAddr>,
-        entity: Entity,
-    }
-    let list = c
-        .statuses
-        .get(&ActorKind::InterfaceManager)?
-        .detail
-        .get("interfaces")?
-        .clone();
-    let attached: Vec<Attached> = match serde_json::from_value(list) {
-        Ok(a) => a,
-        Err(e) => {
-            warn!("unexpected interface list in the interface manager's status: {e}");
-            return None;
-        }
-    };
     Some(
-        attached
-            .into_iter()
+        c.interface_manager()?
+            .interfaces
+            .iter()
             .map(|a| InterfaceView {
-                name: a.name,
+                name: a.name.clone(),
                 ofport: a.ofport,
-                uplink_name: a.uplink_name,
+                uplink_name: a.uplink_name.clone(),
                 uplink_ofport: a.uplink_ofport,
-                ips: a.ips,
+                ips: a.ips.clone(),
                 external_entity: super::views::EntityView {
-                    namespace: a.entity.namespace,
-                    name: a.entity.name,
+                    namespace: a.entity.namespace.clone(),
+                    name: a.entity.name.clone(),
                 },
             })
             .collect(),
@@ -472,11 +445,8 @@ pub fn agent_info(state: &ApiState, c: &Collected) -> AgentInfoView {
     };
     let counts = c.counts.clone().unwrap_or_default();
     let flows = c
-        .statuses
-        .get(&ActorKind::FlowInstaller)
-        .and_then(|s| s.detail.get("flowsPerTable"))
-        .and_then(Value::as_object)
-        .map_or(0, |t| t.values().filter_map(Value::as_u64).sum::<u64>()) as usize;
+        .flow_installer()
+        .map_or(0, |fi| fi.flows_per_table.values().sum::<usize>());
     AgentInfoView {
         version: crate::version::VERSION.to_string(),
         node_name: state.node_name.clone(),

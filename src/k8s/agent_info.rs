@@ -281,12 +281,8 @@ pub fn conditions(
     now: DateTime<Utc>,
 ) -> Vec<AgentCondition> {
     let heartbeat = rfc3339(now);
-    let detail = |kind: ActorKind, key: &str| -> Option<Value> {
-        statuses
-            .iter()
-            .find(|s| s.actor == kind)
-            .map(|s| s.detail.get(key).cloned().unwrap_or(Value::Null))
-    };
+    let policy_cache = statuses.iter().find_map(|s| s.detail.policy_cache());
+    let flow_installer = statuses.iter().find_map(|s| s.detail.flow_installer());
     let make = |type_, status, reason: &str, message: String| AgentCondition {
         type_,
         status,
@@ -310,20 +306,20 @@ pub fn conditions(
             format!("no status from {}", names.join(", ")),
         )
     };
-    let controller = match detail(ActorKind::PolicyCache, "controllerConnected") {
-        Some(Value::Bool(true)) => make(
+    let controller = match policy_cache.map(|p| p.controller_connected) {
+        Some(Some(true)) => make(
             ConditionType::ControllerConnectionUp,
             ConditionStatus::True,
             "",
             String::new(),
         ),
-        Some(Value::Bool(false)) => make(
+        Some(Some(false)) => make(
             ConditionType::ControllerConnectionUp,
             ConditionStatus::False,
             "WatchesDisconnected",
             "not every controlplane watch is connected".into(),
         ),
-        Some(_) => make(
+        Some(None) => make(
             ConditionType::ControllerConnectionUp,
             ConditionStatus::Unknown,
             "NoController",
@@ -350,14 +346,14 @@ pub fn conditions(
             e.clone(),
         ),
     };
-    let openflow = match detail(ActorKind::FlowInstaller, "connected") {
-        Some(Value::Bool(true)) => make(
+    let openflow = match flow_installer.map(|f| f.connected) {
+        Some(true) => make(
             ConditionType::OpenflowConnectionUp,
             ConditionStatus::True,
             "",
             String::new(),
         ),
-        Some(_) => make(
+        Some(false) => make(
             ConditionType::OpenflowConnectionUp,
             ConditionStatus::False,
             "SwitchDisconnected",
@@ -377,15 +373,11 @@ pub fn conditions(
 pub fn flow_table(statuses: &[ActorStatus]) -> BTreeMap<String, i32> {
     statuses
         .iter()
-        .find(|s| s.actor == ActorKind::FlowInstaller)
-        .and_then(|s| s.detail.get("flowsPerTable"))
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| {
-                    v.as_u64()
-                        .map(|n| (k.clone(), i32::try_from(n).unwrap_or(i32::MAX)))
-                })
+        .find_map(|s| s.detail.flow_installer())
+        .map(|f| {
+            f.flows_per_table
+                .iter()
+                .map(|(k, n)| (k.clone(), i32::try_from(*n).unwrap_or(i32::MAX)))
                 .collect()
         })
         .unwrap_or_default()
@@ -393,23 +385,14 @@ pub fn flow_table(statuses: &[ActorStatus]) -> BTreeMap<String, i32> {
 
 /// The policy cache's three cache sizes.
 pub fn policy_info(statuses: &[ActorStatus]) -> NetworkPolicyControllerInfo {
-    let Some(detail) = statuses
-        .iter()
-        .find(|s| s.actor == ActorKind::PolicyCache)
-        .map(|s| &s.detail)
-    else {
+    let Some(p) = statuses.iter().find_map(|s| s.detail.policy_cache()) else {
         return NetworkPolicyControllerInfo::default();
     };
-    let count = |key: &str| {
-        detail
-            .get(key)
-            .and_then(Value::as_u64)
-            .map_or(0, |n| i32::try_from(n).unwrap_or(i32::MAX))
-    };
+    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
     NetworkPolicyControllerInfo {
-        network_policy_num: count("networkPolicies"),
-        address_group_num: count("addressGroups"),
-        applied_to_group_num: count("appliedToGroups"),
+        network_policy_num: count(p.network_policies),
+        address_group_num: count(p.address_groups),
+        applied_to_group_num: count(p.applied_to_groups),
     }
 }
 
@@ -529,6 +512,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    use crate::messages::{ActorDetail, FlowInstallerStatus, PolicyCacheStatus};
+
     /// The full-update example of the API reference (§5.3).
     fn example() -> Value {
         json!({
@@ -564,26 +549,43 @@ mod tests {
             .with_timezone(&Utc)
     }
 
-    fn status(actor: ActorKind, detail: Value) -> ActorStatus {
-        ActorStatus {
-            actor,
-            healthy: true,
-            last_error: None,
-            detail,
+    fn statuses() -> Vec<ActorStatus> {
+        vec![
+            ActorStatus::new(
+                true,
+                None,
+                ActorDetail::PolicyCache(PolicyCacheStatus {
+                    controller_connected: Some(true),
+                    network_policies: 1,
+                    address_groups: 1,
+                    applied_to_groups: 1,
+                    ..PolicyCacheStatus::default()
+                }),
+            ),
+            ActorStatus::new(
+                true,
+                None,
+                ActorDetail::FlowInstaller(FlowInstallerStatus {
+                    connected: true,
+                    flows_per_table: BTreeMap::from([("NonIP".to_string(), 2), ("Output".to_string(), 2)]),
+                    ..FlowInstallerStatus::default()
+                }),
+            ),
+        ]
+    }
+
+    fn policy_cache(s: &mut ActorStatus) -> &mut PolicyCacheStatus {
+        match &mut s.detail {
+            ActorDetail::PolicyCache(p) => p,
+            other => panic!("not the policy cache: {other:?}"),
         }
     }
 
-    fn statuses() -> Vec<ActorStatus> {
-        vec![
-            status(
-                ActorKind::PolicyCache,
-                json!({"controllerConnected": true, "networkPolicies": 1, "addressGroups": 1, "appliedToGroups": 1}),
-            ),
-            status(
-                ActorKind::FlowInstaller,
-                json!({"connected": true, "flowsPerTable": {"NonIP": 2, "Output": 2}}),
-            ),
-        ]
+    fn flow_installer(s: &mut ActorStatus) -> &mut FlowInstallerStatus {
+        match &mut s.detail {
+            ActorDetail::FlowInstaller(f) => f,
+            other => panic!("not the flow installer: {other:?}"),
+        }
     }
 
     fn inputs() -> AgentInfoInputs {
@@ -698,8 +700,8 @@ mod tests {
     #[test]
     fn conditions_follow_the_actors() {
         let mut st = statuses();
-        st[0].detail["controllerConnected"] = json!(false);
-        st[1].detail["connected"] = json!(false);
+        policy_cache(&mut st[0]).controller_connected = Some(false);
+        flow_installer(&mut st[1]).connected = false;
         let c = conditions(
             &st,
             &[ActorKind::InterfaceManager],
@@ -719,7 +721,7 @@ mod tests {
         assert!(c[0].message.contains("interface-manager"));
         assert_eq!(c[2].message, "refused");
         // Standalone policy source: no controller connection at all.
-        st[0].detail["controllerConnected"] = Value::Null;
+        policy_cache(&mut st[0]).controller_connected = None;
         let c = conditions(&st[..1], &[], &OvsdbProbe::Up { version: None }, time());
         assert_eq!(c[1].status, ConditionStatus::Unknown);
         assert_eq!(c[3].status, ConditionStatus::Unknown);

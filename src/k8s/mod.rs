@@ -10,6 +10,7 @@ pub mod fake_api;
 pub mod fallback;
 pub mod policy_status;
 pub mod stats_summary;
+pub mod write_log;
 
 use std::sync::Arc;
 

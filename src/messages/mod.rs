@@ -7,11 +7,18 @@ pub mod interfaces;
 pub mod rules;
 pub mod stats;
 pub mod status;
+pub mod status_detail;
 pub mod supervision;
 
 pub use external_node::ExternalNodeChanged;
 pub use interfaces::{AttachedInterface, EntityRef, InterfacesChanged};
 pub use rules::RulesChanged;
-pub use stats::{GetRuleStats, PoliciesRealized, PolicyGeneration, RuleStats, RuleStatsSnapshot};
+pub use stats::{
+    GetRuleStats, PoliciesRealized, PolicyGeneration, RuleStats, RuleStatsError, RuleStatsSnapshot,
+};
 pub use status::{ActorKind, ActorStatus, StatusQuery};
+pub use status_detail::{
+    ActorDetail, ExternalNodeState, ExternalNodeWatcherStatus, FlowInstallerStatus, InterfaceManagerStatus,
+    KubernetesWrites, PolicyCacheStatus, ReporterMode, ReporterStatus,
+};
 pub use supervision::{Crash, Resync, Stop};

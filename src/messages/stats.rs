@@ -4,6 +4,7 @@
 use actix::Message;
 use serde::Serialize;
 
+use crate::ovs::openflow::OfError;
 use crate::policy::rule::{Direction, PolicyRef, RuleAction};
 
 /// One policy as the policy cache last published it: enough to post its NetworkPolicyStatus.
@@ -55,5 +56,18 @@ pub struct RuleStatsSnapshot {
 
 /// "Read the rule counters from the switch now." Fails when the switch is not connected.
 #[derive(Clone, Copy, Debug, Default, Message)]
-#[rtype(result = "Result<RuleStatsSnapshot, String>")]
+#[rtype(result = "Result<RuleStatsSnapshot, RuleStatsError>")]
 pub struct GetRuleStats;
+
+/// Why the flow installer could not read the rule counters.
+#[derive(Debug, thiserror::Error)]
+pub enum RuleStatsError {
+    #[error("the OpenFlow switch is not connected")]
+    NotConnected,
+    /// Before the first sync the switch may hold a previous run's flows, whose conjunction ids
+    /// this run has not assigned: their counters would be attributed to the wrong rules.
+    #[error("the switch's flows are not synced yet")]
+    NotSynced,
+    #[error("cannot read the metric flows: {0}")]
+    Switch(#[source] OfError),
+}

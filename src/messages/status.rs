@@ -3,6 +3,8 @@
 use actix::Message;
 use serde::Serialize;
 
+use super::status_detail::ActorDetail;
+
 /// The five supervised actors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -45,13 +47,26 @@ impl std::fmt::Display for ActorKind {
 #[rtype(result = "ActorStatus")]
 pub struct StatusQuery;
 
-/// One actor's answer: whether it is doing its job, and details as JSON for reports.
+/// One actor's answer: whether it is doing its job, and its own report ([`ActorDetail`]).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ActorStatus {
+    /// Always `detail.kind()` (see [`ActorStatus::new`]).
     pub actor: ActorKind,
     /// The actor is connected to what it needs and its last attempt succeeded.
     pub healthy: bool,
     /// Last error, if any, in words.
     pub last_error: Option<String>,
-    pub detail: serde_json::Value,
+    pub detail: ActorDetail,
+}
+
+impl ActorStatus {
+    /// The status of the actor `detail` belongs to.
+    pub fn new(healthy: bool, last_error: Option<String>, detail: ActorDetail) -> Self {
+        ActorStatus {
+            actor: detail.kind(),
+            healthy,
+            last_error,
+            detail,
+        }
+    }
 }

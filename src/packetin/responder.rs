@@ -82,6 +82,25 @@ pub struct PacketInCounts {
     pub panicked: u64,
 }
 
+impl PacketInCounts {
+    /// Every counter with its name as in the JSON (the `outcome` label of
+    /// `antrea_vm_agent_packet_ins_total`), in the order of those names.
+    pub fn by_outcome(&self) -> [(&'static str, u64); 10] {
+        [
+            ("logFailed", self.log_failed),
+            ("logged", self.logged),
+            ("malformed", self.malformed),
+            ("notNetworkPolicy", self.not_network_policy),
+            ("panicked", self.panicked),
+            ("rateLimited", self.rate_limited),
+            ("received", self.received),
+            ("rejectFailed", self.reject_failed),
+            ("rejectSuppressed", self.reject_suppressed),
+            ("rejected", self.rejected),
+        ]
+    }
+}
+
 fn bump(c: &AtomicU64) -> u64 {
     c.fetch_add(1, Ordering::Relaxed) + 1
 }

@@ -19,14 +19,14 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture};
-use serde_json::json;
 use tracing::{debug, error, info, warn};
 
 use super::{common_handlers, Deps, Lifeline, Peers};
 use crate::fqdn;
 use crate::memory;
+use crate::messages::status_detail::FlowInstallerStatus;
 use crate::messages::{
-    ActorKind, ActorStatus, AttachedInterface, InterfacesChanged, RulesChanged, StatusQuery,
+    ActorDetail, ActorStatus, AttachedInterface, InterfacesChanged, RulesChanged, StatusQuery,
 };
 use crate::ovs::openflow::{OfError, Switch};
 use crate::packetin::{self, AuditLog, PacketInContext, PacketInStats};
@@ -48,7 +48,6 @@ mod stream;
 mod view;
 pub use stats::{
     dump_metric_flows, metric_sample, rule_stats_for, rule_stats_from_flows, GetLastRealized, MetricSample,
-    StatsError,
 };
 
 /// How long a removed rule keeps its conjunction id after its flows were removed.
@@ -787,21 +786,22 @@ impl Handler<StatusQuery> for FlowInstaller {
     type Result = actix::MessageResult<StatusQuery>;
     fn handle(&mut self, _: StatusQuery, _: &mut Context<Self>) -> Self::Result {
         let session = self.session.as_ref();
-        actix::MessageResult(ActorStatus {
-            actor: ActorKind::FlowInstaller,
-            healthy: session.is_some_and(|s| s.synced) && self.last_error.is_none(),
-            last_error: self.last_error.clone(),
-            detail: json!({
-                "connected": session.is_some(),
-                "synced": session.is_some_and(|s| s.synced),
-                "round": session.map(|s| s.round),
-                "meters": session.map(|s| s.meters),
-                "flowCount": self.installed.len(),
-                "flowsPerTable": self.flows_per_table(),
-                "packetIns": self.packet_in_stats.snapshot(),
-                "fqdn": self.deps.fqdn.stats.snapshot(),
-            }),
-        })
+        let synced = session.is_some_and(|s| s.synced);
+        let detail = FlowInstallerStatus {
+            connected: session.is_some(),
+            flow_count: self.installed.len(),
+            flows_per_table: self.flows_per_table(),
+            fqdn: self.deps.fqdn.stats.snapshot(),
+            meters: session.map(|s| s.meters),
+            packet_ins: self.packet_in_stats.snapshot(),
+            round: session.map(|s| s.round),
+            synced,
+        };
+        actix::MessageResult(ActorStatus::new(
+            synced && self.last_error.is_none(),
+            self.last_error.clone(),
+            ActorDetail::FlowInstaller(detail),
+        ))
     }
 }
 

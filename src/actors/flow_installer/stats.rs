@@ -39,7 +39,9 @@ use tracing::debug;
 
 use super::FlowInstaller;
 use crate::api::metrics::AgentMetrics;
-use crate::messages::{GetRuleStats, PoliciesRealized, PolicyGeneration, RuleStats, RuleStatsSnapshot};
+use crate::messages::{
+    GetRuleStats, PoliciesRealized, PolicyGeneration, RuleStats, RuleStatsError, RuleStatsSnapshot,
+};
 use crate::ovs::openflow::{
     ct_state, FlowFilter, FlowMod, FlowModChunks, FlowModCommand, FlowStats, OfError, Switch,
 };
@@ -56,17 +58,6 @@ const REG_DENY_CONJ: u8 = 3;
 /// The `ct_label` bits an ingress (low word) or egress (high word) Allow rule's id occupies.
 const INGRESS_LABEL_MASK: u128 = 0xffff_ffff;
 const EGRESS_LABEL_MASK: u128 = 0xffff_ffff << 32;
-
-/// Why the rule counters could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum StatsError {
-    #[error("the OpenFlow switch is not connected")]
-    NotConnected,
-    #[error("the switch's flows are not synced yet")]
-    NotSynced,
-    #[error("cannot read the metric flows: {0}")]
-    Switch(#[from] OfError),
-}
 
 /// What one metric flow counted, attributed to a conjunction id.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -251,23 +242,23 @@ pub async fn dump_metric_flows(switch: &dyn Switch) -> Result<Vec<FlowStats>, Of
 }
 
 impl Handler<GetRuleStats> for FlowInstaller {
-    type Result = ResponseActFuture<Self, Result<RuleStatsSnapshot, String>>;
+    type Result = ResponseActFuture<Self, Result<RuleStatsSnapshot, RuleStatsError>>;
 
     /// Dumps the metric tables without holding the actor (other messages, including syncs, are
     /// handled meanwhile), then maps the flows to rules with the rule view current at that point.
     fn handle(&mut self, _: GetRuleStats, _: &mut Self::Context) -> Self::Result {
         let switch = match &self.session {
-            None => return Box::pin(actix::fut::ready(Err(StatsError::NotConnected.to_string()))),
+            None => return Box::pin(actix::fut::ready(Err(RuleStatsError::NotConnected))),
             Some(s) if !s.synced => {
                 // Before the first sync the switch may hold a previous run's flows, whose
                 // conjunction ids this compiler has not assigned.
-                return Box::pin(actix::fut::ready(Err(StatsError::NotSynced.to_string())));
+                return Box::pin(actix::fut::ready(Err(RuleStatsError::NotSynced)));
             }
             Some(s) => s.switch.clone(),
         };
         let dump = async move { dump_metric_flows(switch.as_ref()).await };
         Box::pin(dump.into_actor(self).map(|res, act, _| {
-            let flows = res.map_err(|e| StatsError::Switch(e).to_string())?;
+            let flows = res.map_err(RuleStatsError::Switch)?;
             let conjunctions = act.conjunctions_tx.borrow().clone();
             let rules = act.view.rules().map(|r| &**r).unwrap_or_default();
             Ok(rule_stats_for(&flows, &conjunctions, rules))

@@ -15,7 +15,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture};
-use serde_json::json;
 use tracing::{debug, error, info, warn};
 
 use self::procedures::{Attachment, Env};
@@ -25,8 +24,9 @@ use crate::host::eligibility::{check_addresses, check_uplink, Ineligible};
 use crate::host::find::find_link;
 use crate::host::{Address, Link};
 use crate::k8s::external_node::ExternalNode;
+use crate::messages::status_detail::InterfaceManagerStatus;
 use crate::messages::{
-    ActorKind, ActorStatus, EntityRef, ExternalNodeChanged, InterfacesChanged, Resync, StatusQuery,
+    ActorDetail, ActorStatus, EntityRef, ExternalNodeChanged, InterfacesChanged, Resync, StatusQuery,
 };
 use crate::ovs::ovsdb::BridgeSpec;
 use crate::policy::pipeline;
@@ -500,18 +500,18 @@ impl Handler<StatusQuery> for InterfaceManager {
     type Result = actix::MessageResult<StatusQuery>;
     fn handle(&mut self, _: StatusQuery, _: &mut Context<Self>) -> Self::Result {
         let interfaces: Vec<_> = self.attached.values().map(Attachment::view).collect();
-        actix::MessageResult(ActorStatus {
-            actor: ActorKind::InterfaceManager,
-            healthy: self.recovered && self.last_errors.is_empty(),
-            last_error: self.last_errors.first().cloned(),
-            detail: json!({
-                "recovered": self.recovered,
-                "externalNodeKnown": self.desired.is_some(),
-                "interfaces": interfaces,
-                "errors": self.last_errors,
-                "stateWriteError": self.env.store.write_health().last_error,
-            }),
-        })
+        let detail = InterfaceManagerStatus {
+            errors: self.last_errors.clone(),
+            external_node_known: self.desired.is_some(),
+            interfaces,
+            recovered: self.recovered,
+            state_write_error: self.env.store.write_health().last_error,
+        };
+        actix::MessageResult(ActorStatus::new(
+            self.recovered && self.last_errors.is_empty(),
+            self.last_errors.first().cloned(),
+            ActorDetail::InterfaceManager(detail),
+        ))
     }
 }
 

@@ -330,3 +330,33 @@ fn token_bucket_refills_at_its_rate_up_to_the_burst() {
     let mut unlimited = TokenBucket::new(0, t0);
     assert!((0..10_000).all(|_| unlimited.try_take(t0)));
 }
+
+#[test]
+fn outcome_names_are_the_json_keys_in_their_order() {
+    // Distinct values, so a name paired with the wrong counter shows.
+    let counts = PacketInCounts {
+        received: 1,
+        not_network_policy: 2,
+        rate_limited: 3,
+        malformed: 4,
+        logged: 5,
+        log_failed: 6,
+        rejected: 7,
+        reject_suppressed: 8,
+        reject_failed: 9,
+        panicked: 10,
+    };
+    let json = serde_json::to_value(&counts).expect("serializes");
+    let from_json: Vec<(String, u64)> = json
+        .as_object()
+        .expect("an object")
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().expect("a count")))
+        .collect();
+    let typed: Vec<(String, u64)> = counts
+        .by_outcome()
+        .iter()
+        .map(|(k, v)| (k.to_string(), *v))
+        .collect();
+    assert_eq!(typed, from_json);
+}
