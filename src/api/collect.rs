@@ -300,7 +300,7 @@ fn render_fqdn(f: &FqdnCounts, out: &mut String) {
         out,
         "antrea_vm_agent_fqdn_datapath_flows_evicted_total",
         &[],
-        n("datapathFlowsEvicted"),
+        f.datapath_flows_evicted,
     );
     header(
         out,
@@ -312,7 +312,7 @@ fn render_fqdn(f: &FqdnCounts, out: &mut String) {
         out,
         "antrea_vm_agent_fqdn_datapath_evict_failures_total",
         &[],
-        n("datapathEvictFailures"),
+        f.datapath_evict_failures,
     );
 }
 
