@@ -19,7 +19,9 @@ use crate::packetin::PacketInCounts;
 
 /// One actor's own report: the variant matches the actor that answered.
 #[derive(Clone, Debug, PartialEq)]
-#[expect(
+// Whether the lint fires depends on the variants' sizes of the moment (they change with the
+// counters): allowed, not expected.
+#[allow(
     clippy::large_enum_variant,
     reason = "one answer per status query, moved once: boxing would only add noise at every construction"
 )]
