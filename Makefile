@@ -47,6 +47,9 @@ DEB_STRIP ?= --no-strip
 # or start OVS refuse to run in a test named otherwise) or lives in tests/lab_*.rs.
 LAB_TEST_CRATES := $(basename $(notdir $(wildcard tests/lab_*.rs))) deb_package
 UNIT_TEST_CRATES := $(filter-out $(LAB_TEST_CRATES),$(basename $(notdir $(wildcard tests/*.rs))))
+# The benches by name: `--benches` would also select the library (bench = true by default) and
+# run its unit tests a second time, `lab_...` ones included, which need root.
+BENCH_CRATES := $(basename $(notdir $(wildcard benches/*.rs)))
 
 .PHONY: build test test-unit test-lab deps demo lint deny deny-advisories deb cargo-deb cargo-deny
 
@@ -62,7 +65,7 @@ test: deps cargo-deb
 # the lab tests of their code live in the agent, beside the lab harness).
 test-unit:
 	$(CARGO) test --workspace --lib -- --skip lab_ --test-threads=$(TEST_THREADS)
-	$(CARGO) test --bins --benches $(addprefix --test ,$(UNIT_TEST_CRATES)) -- --test-threads=$(TEST_THREADS)
+	$(CARGO) test --bins $(addprefix --bench ,$(BENCH_CRATES)) $(addprefix --test ,$(UNIT_TEST_CRATES)) -- --test-threads=$(TEST_THREADS)
 
 test-lab: deps cargo-deb
 	@[ "$$(id -u)" = 0 ] || { echo "test-lab needs root (network namespaces, Open vSwitch)"; exit 1; }
