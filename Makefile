@@ -3,14 +3,15 @@
 #   make build   build the agent (debug)
 #   make test    install the lab's system packages if missing, then run every test: test-unit,
 #                then test-lab
-#   make test-unit  the tests that need no root: the library's and binaries' unit tests except
-#                those named `lab_...`, and every tests/*.rs except tests/lab_*.rs and
+#   make test-unit  the tests that need no root: the unit tests of the agent's library and
+#                binaries except those named `lab_...`, the unit and property tests of the
+#                workspace's crates (crates/*), and every tests/*.rs except tests/lab_*.rs and
 #                tests/deb_package.rs (the benches only check that they build)
 #   make test-lab   the rest, as root: network namespaces and a private userspace Open vSwitch
 #                per test (the library's `lab_...` tests, tests/lab_*.rs, tests/deb_package.rs)
 #   make demo    deploy/lab.sh demo: the agent on a VM made of two network namespaces (root)
 #   make deps    apt-get install the lab's packages, skipped when every tool is already there
-#   make lint    rustfmt check and clippy with warnings as errors
+#   make lint    rustfmt check and clippy with warnings as errors, on every crate of the workspace
 #   make deny    cargo-deny: licenses, sources and duplicate versions (deny.toml); the advisories
 #                need the RustSec database from GitHub: `make deny-advisories` where it is reachable
 #   make deb     the Debian package (release build, LTO) in target/debian/; DEB_PROFILE=dev for a
@@ -46,6 +47,9 @@ DEB_STRIP ?= --no-strip
 # or start OVS refuse to run in a test named otherwise) or lives in tests/lab_*.rs.
 LAB_TEST_CRATES := $(basename $(notdir $(wildcard tests/lab_*.rs))) deb_package
 UNIT_TEST_CRATES := $(filter-out $(LAB_TEST_CRATES),$(basename $(notdir $(wildcard tests/*.rs))))
+# The benches by name: `--benches` would also select the library (bench = true by default) and
+# run its unit tests a second time, `lab_...` ones included, which need root.
+BENCH_CRATES := $(basename $(notdir $(wildcard benches/*.rs)))
 
 .PHONY: build test test-unit test-lab deps demo lint deny deny-advisories deb cargo-deb cargo-deny
 
@@ -57,9 +61,11 @@ test: deps cargo-deb
 	$(MAKE) test-unit
 	$(MAKE) test-lab
 
+# --workspace --lib: the agent's library and the crates under crates/ (which have no lab tests;
+# the lab tests of their code live in the agent, beside the lab harness).
 test-unit:
-	$(CARGO) test --lib -- --skip lab_ --test-threads=$(TEST_THREADS)
-	$(CARGO) test --bins --benches $(addprefix --test ,$(UNIT_TEST_CRATES)) -- --test-threads=$(TEST_THREADS)
+	$(CARGO) test --workspace --lib -- --skip lab_ --test-threads=$(TEST_THREADS)
+	$(CARGO) test --bins $(addprefix --bench ,$(BENCH_CRATES)) $(addprefix --test ,$(UNIT_TEST_CRATES)) -- --test-threads=$(TEST_THREADS)
 
 test-lab: deps cargo-deb
 	@[ "$$(id -u)" = 0 ] || { echo "test-lab needs root (network namespaces, Open vSwitch)"; exit 1; }
@@ -100,8 +106,8 @@ deb: cargo-deb
 	cargo deb --no-build $(DEB_STRIP) --profile $(DEB_PROFILE) $(DEB_ARGS)
 
 lint:
-	$(CARGO) fmt --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 cargo-deny:
 	@if [ "$$(cargo deny --version 2>/dev/null)" != "cargo-deny $(CARGO_DENY_VERSION)" ]; then \

@@ -1,68 +1,38 @@
-//! OpenFlow 1.5 + Nicira extensions: the flow model, the wire codec, `ovs-ofctl`-style rendering,
-//! and the connection to a switch's management socket.
-//!
-//! Callers use the [`Switch`] trait (real connection: [`conn::OfConnection`]; in-process fake:
-//! [`fake::FakeSwitch`]). Nothing outside this module knows OpenFlow bytes.
+//! The agent's OpenFlow edge: the connection to a switch's management socket and the [`Switch`]
+//! trait the actors use (real connection: [`conn::OfConnection`]; in-process fake:
+//! [`fake::FakeSwitch`]). The OpenFlow 1.5 + Nicira codec (flow model, wire format, rendering)
+//! is the `ovs-openflow` crate (`crates/openflow`), re-exported here under its module names, so
+//! `crate::ovs::openflow::{flow, wire, oxm, actions, messages, monitor, render, events}` and the
+//! flow model at this level keep meaning what they did. Nothing outside `ovs` knows OpenFlow
+//! bytes.
 //!
 //! | file | what it owns |
 //! |---|---|
-//! | `flow.rs` | the flow model: [`Match`], [`Action`], [`Flow`], [`FlowMod`], stats types |
-//! | `wire.rs` | bounds-checked reader/writer, header, message type constants |
-//! | `oxm.rs` | match fields (OXM/NXM) and their normalization |
-//! | `actions.rs` | actions and instructions (standard and Nicira) |
-//! | `messages.rs` | every message: encoders, decoders, error names |
-//! | `events.rs` | packet-in, port status, packet-out, async config, subscriptions |
-//! | `monitor.rs` | flow monitoring (OFPMP_FLOW_MONITOR): the request and the updates |
-//! | `render.rs` | `ovs-ofctl dump-flows` text |
+//! | `events.rs` | the notification hub: subscriptions to packet-ins and port status (the event types are the codec's) |
 //! | `conn.rs` | the connection: xid dispatch, bundles, stats, notifications, keepalive |
 //! | `fake.rs` | the in-process switch for actor tests |
-//! | `golden.rs`, `lab_tests.rs`, `props.rs` | tests: the reference flows and their text, the lab tests against ovs-vswitchd, property tests |
+//! | `lab_tests.rs` | tests: the codec's reference flows and every message against a real ovs-vswitchd |
 //!
 //! The benchmark against `ovs-ofctl` is `benches/openflow_install.rs`
 //! (`cargo bench --bench openflow_install`, as root).
 //!
-//! Not modelled (the ExternalNode pipeline does not use them): `learn`, tunnels, MPLS, IP
-//! TOS/TTL/fragment matches, `ct_nw_*`/`ct_tp_*` matches (kept as bytes in packet-in metadata),
-//! `move` between non-register fields, masked `ct_zone` (OVS 3.1 refuses it), table features
-//! (table names are set through OVSDB). A flow-stats entry using any of these makes
-//! [`Switch::dump_flows`] fail with [`OfError::Unsupported`]; the connection stays up.
+//! What the codec does not model (see its README) makes [`Switch::dump_flows`] fail with
+//! [`OfError::Unsupported`]; the connection stays up.
 
-pub mod actions;
+pub use ovs_openflow::{actions, flow, messages, monitor, oxm, render, wire, Group, Meter};
+
 pub mod conn;
 pub mod events;
 pub mod fake;
-pub mod flow;
 #[cfg(test)]
-mod golden;
+use ovs_openflow::golden;
 #[cfg(test)]
 mod lab_tests;
-pub mod messages;
-pub mod monitor;
-pub mod oxm;
-#[cfg(test)]
-mod props;
-pub mod render;
-pub mod wire;
 
 pub use events::{AsyncConfig, Event, PacketIn, PacketOut, PortDesc, PortReason, PortStatus, Subscription};
 pub use flow::*;
 
 use async_trait::async_trait;
-
-/// An OpenFlow group (only what the pipeline needs: type ALL with resubmit/set_field buckets).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Group {
-    pub group_id: u32,
-    pub buckets: Vec<Vec<Action>>,
-}
-
-/// A packet-in rate-limiting meter: one drop band, `pktps|burst`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Meter {
-    pub meter_id: u32,
-    pub rate_pps: u32,
-    pub burst: u32,
-}
 
 /// Errors talking to a switch.
 #[derive(Debug, thiserror::Error)]

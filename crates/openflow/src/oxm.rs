@@ -186,7 +186,7 @@ impl Field {
     }
 
     /// Looks a header up (ignoring the mask bit and length); knows the headers the encoder
-    /// writes and the older aliases in [`ALIASES`].
+    /// writes and the older aliases in `ALIASES`.
     pub fn from_header(h: u32) -> Option<Field> {
         let class = (h >> 16) as u16;
         let field = ((h >> 9) & 0x7f) as u8;
@@ -1172,7 +1172,7 @@ pub fn match_body<'a>(r: &mut Reader<'a>) -> Result<Reader<'a>, CodecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ovs::openflow::flow::{ct_state, v4, v6};
+    use crate::flow::{ct_state, v4, v6};
     use proptest::prelude::*;
 
     fn roundtrip(m: &Match) -> Match {

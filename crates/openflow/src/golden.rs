@@ -2,10 +2,15 @@
 //! (`/work/shared/reference/antrea-pipeline.md`) built with the flow model, next to the text the
 //! reference gives for them, plus flows that exercise every other field and action the codec
 //! models, with the text OVS 3.1 prints for them. Used by the renderer's unit tests (here) and
-//! by the lab tests against a real ovs-vswitchd (`lab_tests.rs`).
+//! by the lab tests against a real ovs-vswitchd (the agent's `src/ovs/openflow/lab_tests.rs`,
+//! through the `golden` feature).
+//!
+//! Test support only: compiled for this crate's tests or with the `golden` feature, which only
+//! dev-dependencies enable. Its literal addresses are parsed with `expect`, as in a test.
 //!
 //! The reference text is Antrea's rendering, which is `ovs-ofctl dump-flows --names` text
 //! except in three places that [`ovs_text`] converts (documented there).
+#![allow(clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -1284,7 +1289,7 @@ pub fn model_coverage() -> Vec<(Flow, &'static str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ovs::openflow::render::{render_flow, render_flows, render_group};
+    use crate::render::{render_flow, render_flows, render_group};
 
     fn missing_and_extra(want: &BTreeSet<String>, got: &BTreeSet<String>) -> String {
         format!(

@@ -797,7 +797,7 @@ pub fn render_group(g: &Group, names: &NameMap) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ovs::openflow::flow::{ct_state, v4, v6, CtStateMatch, Masked};
+    use crate::flow::{ct_state, v4, v6, CtStateMatch, Masked};
 
     fn names() -> NameMap {
         let mut n = NameMap::new();

@@ -1653,7 +1653,7 @@ pub fn decode_message(b: &[u8]) -> Result<(Header, Message), CodecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ovs::openflow::flow::{ip_proto, Action, CtAction, CtZone, Match, RegRange, SetField};
+    use crate::flow::{ip_proto, Action, CtAction, CtZone, Match, RegRange, SetField};
     use proptest::prelude::*;
 
     fn sample_flow() -> Flow {
