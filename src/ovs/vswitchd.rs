@@ -12,6 +12,7 @@
 //! Deleting the cached flows that cover the new addresses makes the next packet go up to the
 //! flow tables, which already hold the new flows.
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -165,20 +166,55 @@ fn ufids(dump: &str) -> Vec<&str> {
 #[async_trait]
 impl DatapathCache for Vswitchd {
     async fn evict_toward(&self, ips: &[IpAddr]) -> Result<usize, VswitchdError> {
-        let mut evicted = 0;
+        // One dump per address, then one deletion for all the flows found: every call is a
+        // turn of ovs-vswitchd's main loop, and the answer is held meanwhile.
+        let mut found: BTreeSet<String> = BTreeSet::new();
         for ip in ips {
             let args = ["-m".to_string(), self.datapath.clone(), filter_toward(*ip)];
             let dump = self.call("dpctl/dump-flows", &args).await?;
-            for ufid in ufids(&dump) {
-                let args = [self.datapath.clone(), ufid.to_string()];
+            found.extend(ufids(&dump).into_iter().map(str::to_owned));
+        }
+        let evicted = match found.len() {
+            0 => 0,
+            1 => {
+                let args: Vec<String> = [self.datapath.clone()]
+                    .into_iter()
+                    .chain(found.iter().cloned())
+                    .collect();
                 match self.call("dpctl/del-flow", &args).await {
-                    Ok(_) => evicted += 1,
+                    Ok(_) => 1,
                     // A revalidator got to it first.
-                    Err(VswitchdError::Call { why, .. }) if why.contains("No such file or directory") => {}
+                    Err(VswitchdError::Call { why, .. }) if why.contains(GONE) => 0,
                     Err(e) => return Err(e),
                 }
             }
-        }
+            n => {
+                // `dpctl/del-flows DP FILE` deletes the flows the file lists, one per line; it
+                // reports each failure in its answer and still succeeds.
+                let list = self
+                    .run_dir
+                    .join(format!("antrea-vm-agent-evict.{}.txt", std::process::id()));
+                let text: String = found.iter().map(|u| format!("{u}\n")).collect();
+                std::fs::write(&list, text).map_err(|e| VswitchdError::Call {
+                    socket: self.run_dir.display().to_string(),
+                    method: "dpctl/del-flows".into(),
+                    why: format!("cannot write {}: {e}", list.display()),
+                })?;
+                let args = [self.datapath.clone(), list.display().to_string()];
+                let answer = self.call("dpctl/del-flows", &args).await;
+                let _ = std::fs::remove_file(&list);
+                let answer = answer?;
+                let failed: Vec<&str> = answer.lines().filter(|l| refused_deletion(l)).collect();
+                if let Some(first) = failed.first() {
+                    return Err(VswitchdError::Call {
+                        socket: self.run_dir.display().to_string(),
+                        method: "dpctl/del-flows".into(),
+                        why: format!("{} of {n} deletions failed: {first}", failed.len()),
+                    });
+                }
+                n - answer.lines().filter(|l| l.contains(GONE)).count()
+            }
+        };
         if evicted > 0 {
             debug!(
                 evicted,
@@ -188,6 +224,15 @@ impl DatapathCache for Vswitchd {
         }
         Ok(evicted)
     }
+}
+
+/// How dpctl says a flow to delete is not there (a revalidator got to it first).
+const GONE: &str = "No such file or directory";
+
+/// Whether a line of a `dpctl/del-flows` answer reports a deletion that failed for another
+/// reason than the flow being gone already.
+fn refused_deletion(line: &str) -> bool {
+    line.contains("deleting flow") && !line.contains(GONE)
 }
 
 /// A datapath cache that only records what it was asked (for tests of its callers); `on_evict`
@@ -244,6 +289,15 @@ mod tests {
             ]
         );
         assert!(ufids("flow-dump from the main thread:\n").is_empty());
+    }
+
+    #[test]
+    fn only_deletions_of_flows_still_there_count_as_failed() {
+        let answer = "ovs-vswitchd: deleting flow (No such file or directory)\n\
+            Perhaps you need to specify a UFID?\n\
+            ovs-vswitchd: deleting flow (Invalid argument)\n";
+        let refused: Vec<&str> = answer.lines().filter(|l| refused_deletion(l)).collect();
+        assert_eq!(refused, vec!["ovs-vswitchd: deleting flow (Invalid argument)"]);
     }
 
     #[test]
