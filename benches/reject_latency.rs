@@ -118,17 +118,31 @@ fn spread(ms: &[f64]) -> String {
     )
 }
 
+/// The conjunction ids of the bridge's rule flows (one per installed rule).
+fn installed_rules(lab: &Lab) -> usize {
+    let ids: std::collections::BTreeSet<u32> = lab
+        .dump_flows()
+        .iter()
+        .filter_map(|l| l.split("conj_id=").nth(1))
+        .filter_map(|v| v.split([',', ' ']).next().and_then(|n| n.parse().ok()))
+        .filter(|&c| c >= 2)
+        .collect();
+    ids.len()
+}
+
 fn summary(probes: &[Probe]) -> String {
+    // A probe that timed out counts as the whole timeout: leaving it out would flatter.
     let ms: Vec<f64> = probes
         .iter()
         .filter_map(|p| match p.1 {
             Outcome::Refused(ms) => Some(ms),
-            _ => None,
+            Outcome::TimedOut => Some(PROBE_TIMEOUT.as_secs_f64() * 1000.0),
+            Outcome::Connected => None,
         })
         .collect();
     let count = |o: Outcome| probes.iter().filter(|p| p.1 == o).count();
     format!(
-        "{} probes, refused in {}; connected {}, timed out {}",
+        "{} probes, refused (timeouts counted as 30 s) in {}; connected {}, timed out {}",
         probes.len(),
         spread(&ms),
         count(Outcome::Connected),
@@ -175,23 +189,26 @@ fn run(setup: &Setup, one_thread: bool) -> usize {
     lab.isolate_uplink();
     let mgmt = lab.mgmt_sock();
     let started = Instant::now();
-    let mut full_count = 0;
-    wait_until(Duration::from_secs(600), "the fleet installed", || {
-        full_count = flow_count(&mgmt).unwrap_or(0);
-        full_count > policies * RULES_PER_POLICY * 10
+    // This agent's own first full sync committed (the second agent finds the first one's flows
+    // in the switch: the flow count alone would not wait for its take-over), then settled.
+    wait_until(Duration::from_secs(600), "the agent's first full commit", || {
+        agent
+            .log()
+            .lines()
+            .any(|l| l.contains("flows committed") && l.contains("full=true"))
     });
-    // Settle: the count stops moving.
-    loop {
-        std::thread::sleep(Duration::from_secs(2));
-        let now = flow_count(&mgmt).unwrap_or(0);
-        if now == full_count {
-            break;
-        }
-        full_count = now;
-    }
+    std::thread::sleep(Duration::from_secs(2));
+    let full_count = flow_count(&mgmt).unwrap_or(0);
+    let rules = installed_rules(lab);
     println!(
-        "[{layout}] agent up, {full_count} flows, in {:.1} s",
+        "[{layout}] agent up, {full_count} flows, {rules} rules installed, in {:.1} s",
         started.elapsed().as_secs_f64()
+    );
+    // The fleet and the Reject rule, every one (a bench that installs fewer rules fails).
+    assert_eq!(
+        rules,
+        policies * RULES_PER_POLICY + 1,
+        "[{layout}] rules installed"
     );
 
     let idle = prober(lab, Arc::new(AtomicBool::new(false)), 300)
@@ -215,6 +232,12 @@ fn run(setup: &Setup, one_thread: bool) -> usize {
         flow_count(&mgmt).is_some_and(|n| n >= full_count - 5)
     });
     let reloaded = reload.elapsed();
+    let rules = installed_rules(lab);
+    assert_eq!(
+        rules,
+        policies * RULES_PER_POLICY + 1,
+        "[{layout}] rules installed after the reload"
+    );
     // The installer's last commit may trail the count by its barrier.
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);

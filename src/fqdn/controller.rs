@@ -64,6 +64,9 @@ pub const CACHE_FILE: &str = "fqdn-cache.json";
 const HOLD_SAMPLES: usize = 8192;
 /// The cache is saved at most this often.
 const SAVE_DELAY: Duration = Duration::from_millis(200);
+/// How long the eviction of cached datapath flows may hold an answer in all (each control-socket
+/// call has its own timeout too); past it the answer is released and the failure counted.
+const EVICTION_DEADLINE: Duration = Duration::from_millis(500);
 /// How long a catch-up after a placement change may wait behind queued DNS answers.
 const CATCH_UP_DEFERRAL: Duration = Duration::from_millis(20);
 
@@ -880,7 +883,15 @@ impl State {
     /// logged; the answer is released anyway (revalidation catches up within moments).
     async fn evict_cached_paths(&self, ips: &BTreeSet<IpAddr>) {
         let ips: Vec<IpAddr> = ips.iter().copied().collect();
-        match self.config.datapath.evict_toward(&ips).await {
+        let evicted = tokio::time::timeout(EVICTION_DEADLINE, self.config.datapath.evict_toward(&ips))
+            .await
+            .unwrap_or_else(|_| {
+                Err(crate::ovs::vswitchd::VswitchdError::Timeout {
+                    socket: "ovs-vswitchd".into(),
+                    method: format!("evicting the cached flows toward {} addresses", ips.len()),
+                })
+            });
+        match evicted {
             Ok(n) => {
                 self.handle
                     .stats

@@ -77,6 +77,8 @@ pub struct Vswitchd {
 impl Vswitchd {
     /// `datapath_type` is the bridge's (`system` or `netdev`).
     pub fn new(run_dir: PathBuf, datapath_type: &str) -> Self {
+        // ovs-vswitchd opens the deletion list by this path from its own working directory.
+        let run_dir = std::path::absolute(&run_dir).unwrap_or(run_dir);
         Vswitchd {
             run_dir,
             datapath: format!("{datapath_type}@ovs-{datapath_type}"),
@@ -204,7 +206,7 @@ impl DatapathCache for Vswitchd {
                 let answer = self.call("dpctl/del-flows", &args).await;
                 let _ = std::fs::remove_file(&list);
                 let answer = answer?;
-                let failed: Vec<&str> = answer.lines().filter(|l| refused_deletion(l)).collect();
+                let failed: Vec<&str> = answer.lines().filter(|l| !accepted_line(l)).collect();
                 if let Some(first) = failed.first() {
                     return Err(VswitchdError::Call {
                         socket: self.run_dir.display().to_string(),
@@ -212,7 +214,7 @@ impl DatapathCache for Vswitchd {
                         why: format!("{} of {n} deletions failed: {first}", failed.len()),
                     });
                 }
-                n - answer.lines().filter(|l| l.contains(GONE)).count()
+                n - answer.lines().filter(|l| is_gone(l)).count()
             }
         };
         if evicted > 0 {
@@ -229,10 +231,18 @@ impl DatapathCache for Vswitchd {
 /// How dpctl says a flow to delete is not there (a revalidator got to it first).
 const GONE: &str = "No such file or directory";
 
-/// Whether a line of a `dpctl/del-flows` answer reports a deletion that failed for another
-/// reason than the flow being gone already.
-fn refused_deletion(line: &str) -> bool {
-    line.contains("deleting flow") && !line.contains(GONE)
+/// Whether a line of a `dpctl/del-flows` answer reports a flow that was gone already.
+fn is_gone(line: &str) -> bool {
+    line.contains("deleting flow") && line.contains(GONE)
+}
+
+/// Whether a line of a `dpctl/del-flows` answer is harmless: a flow gone already, or dpctl's
+/// hint after it. Anything else (a refused deletion, a list it could not open or parse: dpctl
+/// answers success even then) is a failure, so a list ovs-vswitchd cannot read is never
+/// counted as flows evicted.
+fn accepted_line(line: &str) -> bool {
+    let line = line.trim();
+    line.is_empty() || is_gone(line) || line.starts_with("Perhaps you need to specify a UFID")
 }
 
 /// A datapath cache that only records what it was asked (for tests of its callers); `on_evict`
@@ -296,8 +306,14 @@ mod tests {
         let answer = "ovs-vswitchd: deleting flow (No such file or directory)\n\
             Perhaps you need to specify a UFID?\n\
             ovs-vswitchd: deleting flow (Invalid argument)\n";
-        let refused: Vec<&str> = answer.lines().filter(|l| refused_deletion(l)).collect();
+        let refused: Vec<&str> = answer.lines().filter(|l| !accepted_line(l)).collect();
         assert_eq!(refused, vec!["ovs-vswitchd: deleting flow (Invalid argument)"]);
+        assert_eq!(answer.lines().filter(|l| is_gone(l)).count(), 1);
+        // A list ovs-vswitchd could not open: dpctl still answers success, with this line.
+        let unread = "ovs-vswitchd: Opening file \"/run/x.txt\" failed (No such file or directory)\n";
+        assert!(unread.lines().any(|l| !accepted_line(l)));
+        assert_eq!(unread.lines().filter(|l| is_gone(l)).count(), 0);
+        assert!(!accepted_line("Failed parsing line number 1, skipped!"));
     }
 
     #[test]

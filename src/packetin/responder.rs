@@ -15,9 +15,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures::FutureExt;
 use serde::Serialize;
 use tokio::sync::watch;
-use tracing::{debug, warn};
+use tracing::{debug, error, info, warn};
 
 use super::audit::{audit_record, AuditError, AuditLog, AuditRecord};
 use super::meta::NpPacketIn;
@@ -287,17 +288,34 @@ pub async fn serve_own_connection(
     retry_max: std::time::Duration,
 ) {
     let mut delay = retry_min;
+    let mut failures: u64 = 0;
     loop {
         match connector.connect().await {
             Ok(switch) => {
+                if failures > 0 {
+                    info!(failures, "packet-in responder: connected to the switch again");
+                }
+                failures = 0;
                 delay = retry_min;
-                debug!("packet-in responder: connected");
                 let sub = switch.subscribe();
-                serve(sub, switch, ctx.clone()).await;
+                // On a thread of its own nothing would notice a panic: it is caught here, logged
+                // and counted, and the responder starts over on a new connection.
+                let served = AssertUnwindSafe(serve(sub, switch, ctx.clone()))
+                    .catch_unwind()
+                    .await;
+                if served.is_err() {
+                    let n = bump(&ctx.stats.panicked);
+                    error!(count = n, "packet-in responder panicked (a bug); restarting it");
+                }
                 tokio::time::sleep(retry_min).await;
             }
             Err(e) => {
-                debug!("packet-in responder: cannot connect to the switch: {e}");
+                // While it is down OVS drops the Reject and audit packet-ins: a Reject acts as a
+                // Drop. Said at the first failure and then sometimes.
+                failures += 1;
+                if failures.is_power_of_two() {
+                    warn!(failures, "packet-in responder: cannot connect to the switch (Reject replies and audit lines wait for it): {e}");
+                }
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(retry_max);
             }
