@@ -114,7 +114,12 @@ fn spread(ms: &[f64]) -> String {
         quantile(ms, 0.99),
         quantile(ms, 1.0),
         slow.len(),
-        slow.iter().sum::<f64>() / 1000.0
+        // (An empty float sum is -0.0.)
+        if slow.is_empty() {
+            0.0
+        } else {
+            slow.iter().sum::<f64>() / 1000.0
+        }
     )
 }
 
