@@ -432,13 +432,17 @@ async fn flows_deleted_under_the_agent_are_repaired_by_the_audit() {
         connects,
         "repaired on the same connection"
     );
-    let repairs = w
-        .deps
-        .metrics
-        .datapath_repairs
-        .with_label_values(&["flows"])
-        .get();
-    assert_eq!(repairs, 1, "one repair counted");
+    // The installer (on a thread of its own) counts the repair after its commit, which the
+    // fake shows first.
+    let repairs = || {
+        w.deps
+            .metrics
+            .datapath_repairs
+            .with_label_values(&["flows"])
+            .get()
+    };
+    eventually("the repair counted", || async { repairs() >= 1 }).await;
+    assert_eq!(repairs(), 1, "one repair counted");
     let _ = w.supervisor.send(Shutdown).await;
 }
 
