@@ -47,7 +47,9 @@ use std::time::{Duration, Instant};
 
 use antrea_vm_agent::fqdn::Hold;
 use common::agent::write_atomic;
-use common::lab_fleet::{fleet_policy, flow_count, in_netns, ovs_stall_probe, APPLIED_TO, RULES_PER_POLICY};
+use common::lab_fleet::{
+    fleet_policy, flow_count, in_netns, ovs_stall_probe, swap_policy_dir, APPLIED_TO, RULES_PER_POLICY,
+};
 use common::{env_usize, quantile};
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RData, RecordType};
@@ -310,12 +312,7 @@ fn main() {
     std::thread::sleep(Duration::from_millis(300));
     let (before, _, _) = stats(&socket);
     let reload = Instant::now();
-    let swap = |to: &Path| {
-        let link = lab.dir().join(".policies.new");
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(to, &link).expect("link");
-        std::fs::rename(&link, &dir).expect("swap the policy dir");
-    };
+    let swap = |to: &Path| swap_policy_dir(lab.dir(), &dir, to);
     let full_count = flow_count(&lab.mgmt_sock()).expect("flow count");
     let probe_stop = Arc::new(AtomicBool::new(false));
     let probe = ovs_stall_probe(&lab.mgmt_sock(), probe_stop.clone());

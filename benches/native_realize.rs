@@ -45,12 +45,12 @@ mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use common::agent::{commit_ms, parse_commit, rss_mb, write_atomic, Commit};
+use common::lab_fleet::installed_rules;
 use common::native::{entity, next_app, policy, APPS, NAMESPACES};
 use common::{env_usize, ms, quantile};
 use serde_json::Value;
@@ -136,19 +136,6 @@ fn flow_count(lab: &Lab) -> usize {
         .and_then(|s| s.split_whitespace().next())
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no flow_count in {text:?}"))
-}
-
-/// The distinct conjunction ids of the bridge's action flows (`conj_id=N`, N >= 2: 1 is DNS
-/// interception): one per rule installed.
-fn installed_rules(lab: &Lab) -> usize {
-    let ids: BTreeSet<u32> = lab
-        .dump_flows()
-        .iter()
-        .filter_map(|l| l.split("conj_id=").nth(1))
-        .filter_map(|v| v.split([',', ' ']).next().and_then(|n| n.parse().ok()))
-        .filter(|&c| c >= 2)
-        .collect();
-    ids.len()
 }
 
 /// Moves entity `i` to its next app label (step `n`), rewrites its namespace's inventory file
@@ -327,7 +314,7 @@ fn main() {
         lab.dump_flows() == expected,
         "the bridge does not hold exactly what compile prints"
     );
-    let installed = installed_rules(&lab);
+    let installed = installed_rules(&lab.dump_flows());
     println!(
         "fleet realized: {} commit(s), flow_mods {:?}; dump-flows equals compile's {} flows; \
          {installed} of {policies} rules have their action flow",

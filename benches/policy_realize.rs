@@ -57,11 +57,11 @@ mod common;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::agent::{commit_ms, field, parse_commit, rss_mb, write_atomic, Commit};
+use common::agent::{commit_ms, parse_commit, rss_mb, write_atomic, Commit};
+use common::lab_fleet::installed_rules;
 use common::replay::{largest_bundle, recording_proxy, replay};
 use common::{env_usize, ms, quantile};
 use support::*;
@@ -288,19 +288,6 @@ fn timed_change(agent: &AgentProcess, into: &mut [&mut Incremental], change: imp
         }
         i.wall.push(commit_ms(t0, &c, now));
     }
-}
-
-/// The number of distinct conjunction ids of the bridge's action flows (`conj_id=N`, N >= 2:
-/// 1 is DNS interception): one per rule the agent installed.
-fn installed_rules(lab: &Lab) -> usize {
-    let ids: BTreeSet<u32> = lab
-        .dump_flows()
-        .iter()
-        .filter_map(|l| field(l.trim_start(), "conj_id=").or_else(|| l.split("conj_id=").nth(1)))
-        .filter_map(|v| v.split([',', ' ']).next().and_then(|n| n.parse().ok()))
-        .filter(|&c| c >= 2)
-        .collect();
-    ids.len()
 }
 
 /// `(table, priority)` of a flow line printed by `compile --state`.
@@ -601,7 +588,7 @@ fn run_fleet(fleet: Fleet, policies: usize, iterations: usize, orders: &[String]
     );
     drop(want);
     println!("checked: dump-flows equals compile --state output ({expected_count} flows)");
-    let installed = installed_rules(&lab);
+    let installed = installed_rules(&lab.dump_flows());
     println!("installed: {installed} of the {rules} rules given have their action flow on the bridge");
 
     // === 2. incremental adds, changes, deletes ===

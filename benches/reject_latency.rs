@@ -42,7 +42,10 @@ use std::time::{Duration, Instant};
 
 use antrea_vm_agent::actors::supervisor::ONE_THREAD_ENV;
 use common::agent::write_atomic;
-use common::lab_fleet::{fleet_policy, flow_count, in_netns, ovs_stall_probe, APPLIED_TO, RULES_PER_POLICY};
+use common::lab_fleet::{
+    fleet_policy, flow_count, in_netns, installed_rules, ovs_stall_probe, swap_policy_dir, APPLIED_TO,
+    RULES_PER_POLICY,
+};
 use common::{env_usize, quantile};
 use support::*;
 
@@ -123,18 +126,6 @@ fn spread(ms: &[f64]) -> String {
     )
 }
 
-/// The conjunction ids of the bridge's rule flows (one per installed rule).
-fn installed_rules(lab: &Lab) -> usize {
-    let ids: std::collections::BTreeSet<u32> = lab
-        .dump_flows()
-        .iter()
-        .filter_map(|l| l.split("conj_id=").nth(1))
-        .filter_map(|v| v.split([',', ' ']).next().and_then(|n| n.parse().ok()))
-        .filter(|&c| c >= 2)
-        .collect();
-    ids.len()
-}
-
 fn summary(probes: &[Probe]) -> String {
     // A probe that timed out counts as the whole timeout: leaving it out would flatter.
     let ms: Vec<f64> = probes
@@ -175,12 +166,7 @@ fn run(setup: &Setup, one_thread: bool) -> usize {
         empty,
         policies,
     } = *setup;
-    let swap = |to: &Path| {
-        let link = lab.dir().join(".policies.new");
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(to, &link).expect("link");
-        std::fs::rename(&link, dir).expect("swap the policy dir");
-    };
+    let swap = |to: &Path| swap_policy_dir(lab.dir(), dir, to);
     swap(full);
     let config_arg = config.display().to_string();
     let env: &[(&str, &str)] = if one_thread { &[(ONE_THREAD_ENV, "1")] } else { &[] };
@@ -204,7 +190,7 @@ fn run(setup: &Setup, one_thread: bool) -> usize {
     });
     std::thread::sleep(Duration::from_secs(2));
     let full_count = flow_count(&mgmt).unwrap_or(0);
-    let rules = installed_rules(lab);
+    let rules = installed_rules(&lab.dump_flows());
     println!(
         "[{layout}] agent up, {full_count} flows, {rules} rules installed, in {:.1} s",
         started.elapsed().as_secs_f64()
@@ -237,7 +223,7 @@ fn run(setup: &Setup, one_thread: bool) -> usize {
         flow_count(&mgmt).is_some_and(|n| n >= full_count - 5)
     });
     let reloaded = reload.elapsed();
-    let rules = installed_rules(lab);
+    let rules = installed_rules(&lab.dump_flows());
     assert_eq!(
         rules,
         policies * RULES_PER_POLICY + 1,

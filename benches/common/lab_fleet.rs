@@ -1,8 +1,10 @@
 //! The lab pieces shared by the benches that run the agent against a real switch with the
-//! 10,000-rule fleet (`fqdn_hold`, `reject_latency`): the fleet's controlplane policies, a thread
-//! in a namespace, the bridge's flow count, and the probe of OVS's own stalls (the physical limit
-//! of anything that waits for ovs-vswitchd's main loop).
+//! 10,000-rule fleet (`fqdn_hold`, `reject_latency`, and the two realize benches for the rule
+//! count): the fleet's controlplane policies, a thread in a namespace, swapping the policy
+//! directory, the bridge's flow and rule counts, and the probe of OVS's own stalls (the physical
+//! limit of anything that waits for ovs-vswitchd's main loop).
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -116,4 +118,25 @@ pub fn ovs_stall_probe(mgmt_sock: &Path, stop: Arc<AtomicBool>) -> std::thread::
             rtts
         })
     })
+}
+
+/// Points the policy directory link `dir` at `to` in one rename (through `<lab_dir>/.policies.new`),
+/// so the agent sees the whole new directory at once.
+pub fn swap_policy_dir(lab_dir: &Path, dir: &Path, to: &Path) {
+    let link = lab_dir.join(".policies.new");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(to, &link).expect("link");
+    std::fs::rename(&link, dir).expect("swap the policy dir");
+}
+
+/// The distinct conjunction ids of the action flows among `flows` (dump lines; `conj_id=N`,
+/// N >= 2: 1 is DNS interception): one per rule installed.
+pub fn installed_rules(flows: &[String]) -> usize {
+    let ids: BTreeSet<u32> = flows
+        .iter()
+        .filter_map(|l| l.split("conj_id=").nth(1))
+        .filter_map(|v| v.split([',', ' ']).next().and_then(|n| n.parse().ok()))
+        .filter(|&c| c >= 2)
+        .collect();
+    ids.len()
 }
