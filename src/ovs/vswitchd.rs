@@ -15,9 +15,11 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::future::join_all;
 use serde_json::{json, Value};
 use tracing::debug;
 
@@ -65,20 +67,20 @@ pub fn control_socket(run_dir: &Path) -> Option<PathBuf> {
 }
 
 /// ovs-vswitchd's control socket, one connection kept open between calls (re-opened after a
-/// failure, so a restarted ovs-vswitchd is found again).
+/// failure, so a restarted ovs-vswitchd is found again). Calls may run concurrently: they are
+/// pipelined on the one connection, and ovs-vswitchd answers up to ten of them per turn of its
+/// main loop.
 pub struct Vswitchd {
     run_dir: PathBuf,
     /// `<type>@ovs-<type>`: named, because dpctl refuses to guess when the daemon has both a
     /// kernel and a userspace datapath.
     datapath: String,
-    conn: tokio::sync::Mutex<Option<(PathBuf, JsonRpcConnection)>>,
+    conn: tokio::sync::Mutex<Option<(PathBuf, Arc<JsonRpcConnection>)>>,
 }
 
 impl Vswitchd {
     /// `datapath_type` is the bridge's (`system` or `netdev`).
     pub fn new(run_dir: PathBuf, datapath_type: &str) -> Self {
-        // ovs-vswitchd opens the deletion list by this path from its own working directory.
-        let run_dir = std::path::absolute(&run_dir).unwrap_or(run_dir);
         Vswitchd {
             run_dir,
             datapath: format!("{datapath_type}@ovs-{datapath_type}"),
@@ -86,47 +88,63 @@ impl Vswitchd {
         }
     }
 
+    /// The open connection, or a new one (the socket is looked up on the blocking pool: it
+    /// reads the pid file, and the caller may be a thread that answers packets).
+    async fn connection(&self) -> Result<(PathBuf, Arc<JsonRpcConnection>), VswitchdError> {
+        let mut conn = self.conn.lock().await;
+        if let Some((path, c)) = conn.as_ref() {
+            if !c.is_closed() {
+                return Ok((path.clone(), c.clone()));
+            }
+        }
+        *conn = None;
+        let run_dir = self.run_dir.clone();
+        let no_socket = || VswitchdError::NoSocket {
+            run_dir: self.run_dir.display().to_string(),
+        };
+        let path = tokio::task::spawn_blocking(move || control_socket(&run_dir))
+            .await
+            .ok()
+            .flatten()
+            .ok_or_else(no_socket)?;
+        let c = JsonRpcConnection::connect(&path)
+            .await
+            .map_err(|e| VswitchdError::Call {
+                socket: path.display().to_string(),
+                method: "connect".into(),
+                why: e.to_string(),
+            })?;
+        let c = Arc::new(c);
+        *conn = Some((path.clone(), c.clone()));
+        Ok((path, c))
+    }
+
+    /// Forgets `broken` (not a connection opened since by another call).
+    async fn forget(&self, broken: &Arc<JsonRpcConnection>) {
+        let mut conn = self.conn.lock().await;
+        if conn.as_ref().is_some_and(|(_, c)| Arc::ptr_eq(c, broken)) {
+            *conn = None;
+        }
+    }
+
     /// One unixctl command; its text answer.
     pub async fn call(&self, method: &str, args: &[String]) -> Result<String, VswitchdError> {
-        let mut conn = self.conn.lock().await;
-        let socket = match conn.as_ref() {
-            Some((path, c)) if !c.is_closed() => path.clone(),
-            _ => {
-                let path = control_socket(&self.run_dir).ok_or_else(|| VswitchdError::NoSocket {
-                    run_dir: self.run_dir.display().to_string(),
-                })?;
-                let c = JsonRpcConnection::connect(&path)
-                    .await
-                    .map_err(|e| VswitchdError::Call {
-                        socket: path.display().to_string(),
-                        method: method.to_string(),
-                        why: e.to_string(),
-                    })?;
-                *conn = Some((path.clone(), c));
-                path
-            }
-        };
-        let Some((_, c)) = conn.as_ref() else {
-            return Err(VswitchdError::NoSocket {
-                run_dir: self.run_dir.display().to_string(),
-            });
-        };
-        let failed = |why: String| VswitchdError::Call {
-            socket: socket.display().to_string(),
-            method: method.to_string(),
-            why,
-        };
+        let (socket, c) = self.connection().await?;
         let answer = match tokio::time::timeout(CALL_TIMEOUT, c.call(method, json!(args))).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(e)) => {
                 // A refused command keeps the connection; a broken one is re-opened next time.
                 if c.is_closed() {
-                    *conn = None;
+                    self.forget(&c).await;
                 }
-                return Err(failed(e.to_string()));
+                return Err(VswitchdError::Call {
+                    socket: socket.display().to_string(),
+                    method: method.to_string(),
+                    why: e.to_string(),
+                });
             }
             Err(_) => {
-                *conn = None;
+                self.forget(&c).await;
                 return Err(VswitchdError::Timeout {
                     socket: socket.display().to_string(),
                     method: method.to_string(),
@@ -168,55 +186,33 @@ fn ufids(dump: &str) -> Vec<&str> {
 #[async_trait]
 impl DatapathCache for Vswitchd {
     async fn evict_toward(&self, ips: &[IpAddr]) -> Result<usize, VswitchdError> {
-        // One dump per address, then one deletion for all the flows found: every call is a
-        // turn of ovs-vswitchd's main loop, and the answer is held meanwhile.
-        let mut found: BTreeSet<String> = BTreeSet::new();
-        for ip in ips {
+        // The dumps (one per address), then the deletions (one per flow found), each set sent
+        // at once: ovs-vswitchd answers a set in one turn of its main loop, and the DNS answer
+        // is held meanwhile. No list file: dpctl/del-flows answers success even when it cannot
+        // read one, and ovsRunDir need not be writable by the agent.
+        let dumps = join_all(ips.iter().map(|ip| {
             let args = ["-m".to_string(), self.datapath.clone(), filter_toward(*ip)];
-            let dump = self.call("dpctl/dump-flows", &args).await?;
-            found.extend(ufids(&dump).into_iter().map(str::to_owned));
+            async move { self.call("dpctl/dump-flows", &args).await }
+        }))
+        .await;
+        let mut found: BTreeSet<String> = BTreeSet::new();
+        for dump in dumps {
+            found.extend(ufids(&dump?).into_iter().map(str::to_owned));
         }
-        let evicted = match found.len() {
-            0 => 0,
-            1 => {
-                let args: Vec<String> = [self.datapath.clone()]
-                    .into_iter()
-                    .chain(found.iter().cloned())
-                    .collect();
-                match self.call("dpctl/del-flow", &args).await {
-                    Ok(_) => 1,
-                    // A revalidator got to it first.
-                    Err(VswitchdError::Call { why, .. }) if why.contains(GONE) => 0,
-                    Err(e) => return Err(e),
-                }
+        let deletions = join_all(found.iter().map(|ufid| {
+            let args = [self.datapath.clone(), ufid.clone()];
+            async move { self.call("dpctl/del-flow", &args).await }
+        }))
+        .await;
+        let mut evicted = 0;
+        for deletion in deletions {
+            match deletion {
+                Ok(_) => evicted += 1,
+                // A revalidator got to it first.
+                Err(VswitchdError::Call { why, .. }) if is_gone(&why) => {}
+                Err(e) => return Err(e),
             }
-            n => {
-                // `dpctl/del-flows DP FILE` deletes the flows the file lists, one per line; it
-                // reports each failure in its answer and still succeeds.
-                let list = self
-                    .run_dir
-                    .join(format!("antrea-vm-agent-evict.{}.txt", std::process::id()));
-                let text: String = found.iter().map(|u| format!("{u}\n")).collect();
-                std::fs::write(&list, text).map_err(|e| VswitchdError::Call {
-                    socket: self.run_dir.display().to_string(),
-                    method: "dpctl/del-flows".into(),
-                    why: format!("cannot write {}: {e}", list.display()),
-                })?;
-                let args = [self.datapath.clone(), list.display().to_string()];
-                let answer = self.call("dpctl/del-flows", &args).await;
-                let _ = std::fs::remove_file(&list);
-                let answer = answer?;
-                let failed: Vec<&str> = answer.lines().filter(|l| !accepted_line(l)).collect();
-                if let Some(first) = failed.first() {
-                    return Err(VswitchdError::Call {
-                        socket: self.run_dir.display().to_string(),
-                        method: "dpctl/del-flows".into(),
-                        why: format!("{} of {n} deletions failed: {first}", failed.len()),
-                    });
-                }
-                n - answer.lines().filter(|l| is_gone(l)).count()
-            }
-        };
+        }
         if evicted > 0 {
             debug!(
                 evicted,
@@ -231,18 +227,9 @@ impl DatapathCache for Vswitchd {
 /// How dpctl says a flow to delete is not there (a revalidator got to it first).
 const GONE: &str = "No such file or directory";
 
-/// Whether a line of a `dpctl/del-flows` answer reports a flow that was gone already.
-fn is_gone(line: &str) -> bool {
-    line.contains("deleting flow") && line.contains(GONE)
-}
-
-/// Whether a line of a `dpctl/del-flows` answer is harmless: a flow gone already, or dpctl's
-/// hint after it. Anything else (a refused deletion, a list it could not open or parse: dpctl
-/// answers success even then) is a failure, so a list ovs-vswitchd cannot read is never
-/// counted as flows evicted.
-fn accepted_line(line: &str) -> bool {
-    let line = line.trim();
-    line.is_empty() || is_gone(line) || line.starts_with("Perhaps you need to specify a UFID")
+/// Whether a refused `dpctl/del-flow` only found its flow gone already.
+fn is_gone(why: &str) -> bool {
+    why.contains("deleting flow") && why.contains(GONE)
 }
 
 /// A datapath cache that only records what it was asked (for tests of its callers); `on_evict`
@@ -303,17 +290,14 @@ mod tests {
 
     #[test]
     fn only_deletions_of_flows_still_there_count_as_failed() {
-        let answer = "ovs-vswitchd: deleting flow (No such file or directory)\n\
-            Perhaps you need to specify a UFID?\n\
-            ovs-vswitchd: deleting flow (Invalid argument)\n";
-        let refused: Vec<&str> = answer.lines().filter(|l| !accepted_line(l)).collect();
-        assert_eq!(refused, vec!["ovs-vswitchd: deleting flow (Invalid argument)"]);
-        assert_eq!(answer.lines().filter(|l| is_gone(l)).count(), 1);
-        // A list ovs-vswitchd could not open: dpctl still answers success, with this line.
-        let unread = "ovs-vswitchd: Opening file \"/run/x.txt\" failed (No such file or directory)\n";
-        assert!(unread.lines().any(|l| !accepted_line(l)));
-        assert_eq!(unread.lines().filter(|l| is_gone(l)).count(), 0);
-        assert!(!accepted_line("Failed parsing line number 1, skipped!"));
+        // The error text of a `dpctl/del-flow` whose flow a revalidator deleted first.
+        assert!(is_gone(
+            "ovs-vswitchd: deleting flow (No such file or directory)\nPerhaps you need to specify a UFID?\n"
+        ));
+        assert!(!is_gone("ovs-vswitchd: deleting flow (Invalid argument)\n"));
+        assert!(!is_gone(
+            "ovs-vswitchd: datapath not found (No such file or directory)"
+        ));
     }
 
     #[test]
