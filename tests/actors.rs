@@ -17,7 +17,7 @@ use antrea_vm_agent::host::Route;
 use antrea_vm_agent::k8s::external_node::ExternalNodeObject;
 use antrea_vm_agent::messages::{ActorKind, Crash, StatusQuery};
 use antrea_vm_agent::ovs::openflow::fake::FakeConnector;
-use antrea_vm_agent::ovs::openflow::Flow;
+use antrea_vm_agent::ovs::openflow::{Event, Flow, Match, PacketIn};
 use antrea_vm_agent::ovs::ovsdb::fake::FakeOvsdb;
 use antrea_vm_agent::policy::pipeline::{self, table};
 use antrea_vm_agent::sources::fake::FakeSource;
@@ -32,6 +32,9 @@ struct World {
     ovsdb: Arc<FakeOvsdb>,
     host: Arc<FakeHost>,
     switch: Arc<FakeConnector>,
+    /// The packet-in responder's own connection (the production layout: the flow installer and
+    /// the responder on threads of their own).
+    responder: Arc<FakeConnector>,
     source: FakeSource,
     supervisor: Addr<Supervisor>,
     deps: Deps,
@@ -96,8 +99,10 @@ fn start_world() -> World {
         .expect("seed route6");
     let ovsdb = fake_world::joined_ovsdb(&host);
     let fakes = Fakes::new(host, ovsdb);
+    let responder = Arc::new(FakeConnector::new());
     let deps = Deps {
         agent_info_path: Some(dir.path().join("agent-info.json")),
+        packet_ins: Some(responder.clone()),
         ..fakes.deps(
             config,
             Timing {
@@ -114,6 +119,7 @@ fn start_world() -> World {
         ovsdb: fakes.ovsdb,
         host: fakes.host,
         switch: fakes.switch,
+        responder,
         source: fakes.source,
         supervisor,
         _dir: dir,
@@ -198,6 +204,20 @@ impl World {
             ActorKind::PolicyCache => p.policy.expect("policy").do_send(msg),
             ActorKind::FlowInstaller => p.flows.expect("flows").do_send(msg),
             ActorKind::AgentInfoReporter => p.reporter.expect("reporter").do_send(msg),
+        }
+    }
+
+    /// Packet-ins the responder found not to be NetworkPolicy ones, as the flow installer reports.
+    async fn packet_ins_not_network_policy(&self) -> u64 {
+        let Some(flows) = self.peers().await.flows else {
+            return 0;
+        };
+        match flows.send(StatusQuery).await {
+            Ok(status) => status
+                .detail
+                .flow_installer()
+                .map_or(0, |d| d.packet_ins.not_network_policy),
+            Err(_) => 0,
         }
     }
 
@@ -396,6 +416,87 @@ async fn every_actor_restarts_after_a_panic_and_the_system_converges() {
             .is_some_and(|v| v["healthy"] == true && v["actors"].as_array().is_some_and(|a| a.len() == 4))
     })
     .await;
+    let _ = w.supervisor.send(Shutdown).await;
+}
+
+/// A packet-in that no NetworkPolicy flow sent (empty userdata): the responder counts it.
+fn stray_packet_in() -> Event {
+    Event::PacketIn(Box::new(PacketIn {
+        total_len: 0,
+        packet: vec![],
+        buffer_id: None,
+        table_id: 0,
+        cookie: u64::MAX,
+        reason: 1,
+        metadata: Match::new().in_port(1),
+        other_metadata: vec![],
+        userdata: vec![],
+        continuation: None,
+        metadata_raw: vec![],
+    }))
+}
+
+/// The production layout: the packet-in responder answers on a connection of its own, not on
+/// the flow installer's; it reconnects when that connection drops, and comes back with a
+/// restarted flow installer.
+#[actix_rt::test]
+async fn the_packet_in_responder_serves_its_own_connection_and_reconnects() {
+    let w = start_world();
+    w.source.set(external_node(&["10.0.0.2"]));
+    w.converge().await;
+    eventually("the responder connected", || async {
+        w.responder.current().is_some()
+    })
+    .await;
+    // Served on its own connection (retried: the responder may not have subscribed yet).
+    let served = |expected: u64| {
+        let w = &w;
+        async move {
+            for _ in 0..500 {
+                if let Some(sw) = w.responder.current() {
+                    sw.inject(stray_packet_in());
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if w.packet_ins_not_network_policy().await >= expected {
+                    return;
+                }
+            }
+            panic!("no packet-in counted on the responder's connection (wanted {expected})");
+        }
+    };
+    served(1).await;
+    // The installer's connection is not served: it announces an id no flow names.
+    let counted = w.packet_ins_not_network_policy().await;
+    w.switch
+        .current()
+        .expect("installer connected")
+        .inject(stray_packet_in());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(w.packet_ins_not_network_policy().await, counted);
+
+    // Its connection drops (OVS restarted it): it reconnects by itself, the installer's stays.
+    let (connects, installer_connects) = (w.responder.connect_count(), w.switch.connect_count());
+    w.responder.disconnect();
+    eventually("the responder reconnected", || async {
+        w.responder.connect_count() > connects
+    })
+    .await;
+    served(counted + 1).await;
+    assert_eq!(w.switch.connect_count(), installer_connects);
+
+    // A restarted flow installer starts its responder again, on a new connection.
+    let connects = w.responder.connect_count();
+    let before = w.restarts(ActorKind::FlowInstaller).await;
+    w.crash(ActorKind::FlowInstaller).await;
+    eventually("the flow installer restarted", || async {
+        w.restarts(ActorKind::FlowInstaller).await == before + 1
+    })
+    .await;
+    eventually("the responder connected again", || async {
+        w.responder.connect_count() > connects
+    })
+    .await;
+    served(1).await;
     let _ = w.supervisor.send(Shutdown).await;
 }
 

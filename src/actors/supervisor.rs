@@ -6,8 +6,11 @@
 //! Threads: the flow installer runs on a thread (actix arbiter) of its own, and the packet-ins
 //! of its connection (Reject replies, audit writes) are answered on another, so a full compile
 //! or a large bundle stalls neither the other actors (health, status) nor a Reject reply. The
-//! other four actors share the system thread. [`ONE_THREAD_ENV`] puts everything back on one
-//! thread: the benchmarks' baseline for the Reject latency during a recompile.
+//! other four actors share the system thread. The layout is decided once, by whoever builds the
+//! [`Deps`]: with [`Deps::packet_ins`] (the responder's own connection) the two threads exist;
+//! without it everything shares one thread and one connection, the layout before, which
+//! `main` chooses when [`ONE_THREAD_ENV`] is set (the benchmarks' baseline for the Reject
+//! latency during a recompile).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -96,8 +99,9 @@ pub struct Deps {
     /// placements to it, the API reads its cache and counters.
     pub fqdn: crate::fqdn::FqdnHandle,
     /// Connections of the packet-in responder's own (announcing the controller id the Reject and
-    /// audit flows name), kept open by the flow installer while it lives; `None`: the responder
-    /// serves the flow installer's connection (then announcing that id).
+    /// audit flows name), kept open by the flow installer while it lives; the flow installer and
+    /// the responder then run on threads of their own. `None`: the responder serves the flow
+    /// installer's connection (then announcing that id), and every actor shares one thread.
     pub packet_ins: Option<Arc<dyn SwitchConnector>>,
 }
 
@@ -105,8 +109,9 @@ pub struct Deps {
 /// lab tests to see several reports quickly; operators normally keep upstream's 60 s.
 pub const REPORT_INTERVAL_ENV: &str = "ANTREA_VM_AGENT_REPORT_INTERVAL";
 pub const STATS_INTERVAL_ENV: &str = "ANTREA_VM_AGENT_STATS_INTERVAL";
-/// Set (to anything) to run every actor and the packet-in responder on one thread, as before
-/// the flow installer and the responder had threads of their own: a benchmark's baseline only.
+/// Set (to anything), `main` builds [`Deps`] without [`Deps::packet_ins`]: every actor and the
+/// packet-in responder on one thread and one connection, as before the flow installer and the
+/// responder had threads and a connection of their own. A benchmark's baseline only.
 pub const ONE_THREAD_ENV: &str = "ANTREA_VM_AGENT_ONE_ACTOR_THREAD";
 
 /// The threads beside the system thread (see the module header). Stopped with the supervisor.
@@ -193,7 +198,7 @@ pub struct Supervisor {
     children: HashMap<ActorKind, ChildState>,
     next_generation: u64,
     shutting_down: bool,
-    /// `None` until started, or with [`ONE_THREAD_ENV`] set.
+    /// `None` until started, or without [`Deps::packet_ins`].
     threads: Option<Threads>,
 }
 
@@ -311,7 +316,7 @@ impl Actor for Supervisor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        if std::env::var_os(ONE_THREAD_ENV).is_none() {
+        if self.deps.packet_ins.is_some() {
             self.threads = Some(Threads {
                 flow_installer: Arbiter::new(),
                 packet_ins: Arbiter::new(),
