@@ -119,5 +119,21 @@ macro_rules! common_handlers {
             }
         }
     };
+    // An actor with its own `Stop` handler (work to finish before it answers).
+    ($actor:ty, own_stop) => {
+        impl actix::Handler<$crate::actors::SetPeers> for $actor {
+            type Result = ();
+            fn handle(&mut self, msg: $crate::actors::SetPeers, _: &mut Self::Context) {
+                self.peers = msg.0;
+            }
+        }
+
+        impl actix::Handler<$crate::messages::Crash> for $actor {
+            type Result = ();
+            fn handle(&mut self, msg: $crate::messages::Crash, _: &mut Self::Context) {
+                panic!("fault injected into {}: {}", stringify!($actor), msg.0);
+            }
+        }
+    };
 }
 pub(crate) use common_handlers;

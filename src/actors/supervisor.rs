@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::{Actor, ActorContext, Arbiter, AsyncContext, Context, Handler, Message};
+use actix::{Actor, ActorContext, Arbiter, AsyncContext, Context, Handler, Message, ResponseFuture};
 use serde::Serialize;
 use tracing::{error, info, warn};
 
@@ -410,11 +410,13 @@ impl Handler<GetSupervisorReport> for Supervisor {
 }
 
 impl Handler<Shutdown> for Supervisor {
-    type Result = ();
-    fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
+    /// Answered once the flow installer has stopped (it writes the audit lines still collecting
+    /// first), so `main` can exit right after.
+    type Result = ResponseFuture<()>;
+    fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) -> ResponseFuture<()> {
         if self.shutting_down {
             warn!("shutdown already in progress");
-            return;
+            return Box::pin(async {});
         }
         self.shutting_down = true;
         let p = std::mem::take(&mut self.peers);
@@ -430,9 +432,15 @@ impl Handler<Shutdown> for Supervisor {
         if let Some(a) = p.policy {
             a.do_send(Stop);
         }
-        if let Some(a) = p.flows {
-            a.do_send(Stop);
-        }
+        let flows = p.flows;
+        // The installer's and the responder's threads end after its answer, not with this actor.
+        let threads = self.threads.take();
         ctx.stop();
+        Box::pin(async move {
+            if let Some(a) = flows {
+                let _ = a.send(Stop).await;
+            }
+            drop(threads);
+        })
     }
 }

@@ -18,7 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture};
+use actix::{
+    Actor, ActorContext, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture,
+};
 use tracing::{debug, error, info, warn};
 
 use super::{common_handlers, Deps, Lifeline, Peers};
@@ -26,7 +28,7 @@ use crate::fqdn;
 use crate::memory;
 use crate::messages::status_detail::FlowInstallerStatus;
 use crate::messages::{
-    ActorDetail, ActorStatus, AttachedInterface, InterfacesChanged, RulesChanged, StatusQuery,
+    ActorDetail, ActorStatus, AttachedInterface, InterfacesChanged, RulesChanged, StatusQuery, Stop,
 };
 use crate::ovs::openflow::{OfError, Switch};
 use crate::packetin::{self, AuditLog, PacketInContext, PacketInStats};
@@ -214,10 +216,18 @@ impl FlowInstaller {
         match &self.packet_in_thread {
             Some(thread) => {
                 let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                let audit = self.audit.clone();
                 thread.spawn(async move {
                     tokio::select! {
                         () = serve => {}
                         _ = stopped => {}
+                    }
+                    // A line collected after the installer's own flush (the responder was
+                    // mid-packet when told to stop) is written here, once `serve` is gone.
+                    if let Some(audit) = audit {
+                        if let Err(e) = audit.flush_all() {
+                            warn!("cannot write the NetworkPolicy audit log: {e}");
+                        }
                     }
                 });
                 Some(stop)
@@ -225,6 +235,20 @@ impl FlowInstaller {
             None => {
                 ctx.spawn(serve.into_actor(self));
                 None
+            }
+        }
+    }
+
+    /// Stops the packet-in responder of [`Deps::packet_ins`] and writes the audit lines still in
+    /// their deduplication window (cut short): a stopping installer loses none. The responder
+    /// serving the installer's own connection is a future of this actor and ends with it.
+    fn finish_packet_ins(&mut self) {
+        if let Some(stop) = self.responder_stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(audit) = &self.audit {
+            if let Err(e) = audit.flush_all() {
+                warn!("cannot write the NetworkPolicy audit log: {e}");
             }
         }
     }
@@ -417,6 +441,11 @@ impl Actor for FlowInstaller {
             self.responder_stop = self.spawn_responder(serve, ctx);
         }
         ctx.notify(Connect);
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        // Stopped after an error: the responder and its collected lines end here too.
+        self.finish_packet_ins();
     }
 }
 
@@ -805,7 +834,18 @@ impl Handler<StatusQuery> for FlowInstaller {
     }
 }
 
-common_handlers!(FlowInstaller);
+common_handlers!(FlowInstaller, own_stop);
+
+impl Handler<Stop> for FlowInstaller {
+    type Result = ();
+
+    /// Answers only after the audit lines still collecting are written, so an agent stopping
+    /// right after a Reject or Drop still logs it (the supervisor's shutdown waits for this).
+    fn handle(&mut self, _: Stop, ctx: &mut Context<Self>) {
+        self.finish_packet_ins();
+        ctx.stop();
+    }
+}
 
 #[cfg(test)]
 mod tests {
