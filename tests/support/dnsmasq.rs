@@ -69,6 +69,14 @@ impl Dnsmasq {
                 .status
                 .success()
         });
+        // Listening is not answering: dnsmasq binds its sockets before it loads the
+        // host-records, which takes seconds for tens of thousands (a first query then waits,
+        // and a test or bench would blame the agent).
+        let (ns, addr) = (lab.ext_ns().to_owned(), format!("{EXT_IP4}:{port}"));
+        let answered = std::thread::spawn(move || answers_a_query(&ns, &addr))
+            .join()
+            .unwrap_or(false);
+        assert!(answered, "dnsmasq did not answer a query within 60 s");
         dns
     }
 
@@ -82,4 +90,40 @@ impl Dnsmasq {
             .filter(|l| l.contains(&needle))
             .count()
     }
+}
+
+/// Whether the DNS server at `addr` answers a query (any answer: the name is unknown) sent from
+/// network namespace `ns` within 60 s. Runs on the calling thread, which it moves into `ns`.
+fn answers_a_query(ns: &str, addr: &str) -> bool {
+    let Ok(handle) = std::fs::File::open(format!("/var/run/netns/{ns}")) else {
+        return false;
+    };
+    if nix::sched::setns(handle, nix::sched::CloneFlags::CLONE_NEWNET).is_err() {
+        return false;
+    }
+    let Ok(sock) = std::net::UdpSocket::bind("0.0.0.0:0") else {
+        return false;
+    };
+    let _ = sock.set_read_timeout(Some(Duration::from_millis(200)));
+    // ID 0x7e57, recursion desired, one question: `ready.probe. A IN`.
+    let mut query = vec![0x7e, 0x57, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in ["ready", "probe"] {
+        query.push(label.len() as u8);
+        query.extend_from_slice(label.as_bytes());
+    }
+    query.extend_from_slice(&[0, 0, 1, 0, 1]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut buf = [0u8; 512];
+    while std::time::Instant::now() < deadline {
+        if sock.send_to(&query, addr).is_err() {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        if let Ok((n, _)) = sock.recv_from(&mut buf) {
+            if n >= 2 && buf[..2] == [0x7e, 0x57] {
+                return true;
+            }
+        }
+    }
+    false
 }
