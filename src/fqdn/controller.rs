@@ -212,6 +212,10 @@ impl FqdnStats {
 pub struct PublishedPlacements {
     pub committed: Option<Arc<Vec<FqdnPlacement>>>,
     pub pending: Option<Arc<Vec<FqdnPlacement>>>,
+    /// How many committed bundles of the installer carried FQDN address flows of their own
+    /// (from a snapshot of the cache, which may be stale by the commit): each one makes the
+    /// controller re-read the switch, even when the placements stayed the same.
+    pub installer_flow_commits: u64,
 }
 
 impl PublishedPlacements {
@@ -284,6 +288,18 @@ impl FqdnHandle {
             current.committed = Some(Arc::new(placements));
             current.pending = None;
             true
+        });
+    }
+
+    /// [`FqdnHandle::publish_placements`] after a commit whose bundle also carried FQDN address
+    /// flows (a take-over, or a rule added or moved, writes the cached names' flows from a
+    /// snapshot of the cache): always told, so the controller takes over from the switch and
+    /// removes what the snapshot had but the cache no longer has (or adds what it missed).
+    pub fn publish_placements_after_flows(&self, placements: Vec<FqdnPlacement>) {
+        self.placements.send_modify(|current| {
+            current.committed = Some(Arc::new(placements));
+            current.pending = None;
+            current.installer_flow_commits = current.installer_flow_commits.wrapping_add(1);
         });
     }
 
@@ -369,6 +385,9 @@ struct State {
     /// The committed placements last seen: a change means the installer's bundle changed the
     /// switch.
     committed_seen: Option<Arc<Vec<FqdnPlacement>>>,
+    /// [`PublishedPlacements::installer_flow_commits`] last seen: a change means the installer
+    /// wrote FQDN address flows.
+    installer_flow_commits_seen: u64,
     catch_up: Option<CatchUp>,
     /// Since when `catch_up` has waited.
     catch_up_since: Option<Instant>,
@@ -461,6 +480,7 @@ pub async fn run(
         cache,
         placements: None,
         committed_seen: None,
+        installer_flow_commits_seen: 0,
         catch_up: None,
         catch_up_since: None,
         installed: FlowSet::new(),
@@ -602,8 +622,10 @@ impl State {
         let Some(all) = latest.union() else {
             return;
         };
-        let committed_changed = latest.committed != self.committed_seen;
+        let committed_changed = latest.committed != self.committed_seen
+            || latest.installer_flow_commits != self.installer_flow_commits_seen;
         self.committed_seen = latest.committed.clone();
+        self.installer_flow_commits_seen = latest.installer_flow_commits;
         let placements = Placements::new(all);
         self.ask_new_rule_names(&placements);
         self.placements = Some(placements);

@@ -589,6 +589,7 @@ impl Handler<Sync> for FlowInstaller {
             let committed: &[FqdnPlacement] = if take_over_all { &[] } else { &self.fqdn_committed };
             fqdn::flows::flows_for_new_placements(committed, &placements, &self.deps.fqdn.cache_snapshot())
         };
+        let wrote_fqdn_flows = !fqdn_mods.is_empty();
         let outgoing = if take_over_all {
             drop(delta);
             stream::Outgoing::TakeOver {
@@ -706,9 +707,14 @@ impl Handler<Sync> for FlowInstaller {
                     if let Some(ms) = realization_ms {
                         stats::observe_realization(&act.deps.metrics, ms);
                     }
-                    // The FQDN controller takes over the address flows of the rules as placed now.
+                    // The FQDN controller takes over the address flows of the rules as placed now
+                    // (and re-reads the switch when this bundle wrote address flows itself).
                     act.fqdn_committed = placements.clone();
-                    act.deps.fqdn.publish_placements(placements);
+                    if wrote_fqdn_flows {
+                        act.deps.fqdn.publish_placements_after_flows(placements);
+                    } else {
+                        act.deps.fqdn.publish_placements(placements);
+                    }
                     act.notify_realized(view);
                     act.installed = desired;
                     act.policy_resync = false;

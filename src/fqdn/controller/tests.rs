@@ -234,6 +234,46 @@ async fn pending_placements_get_flows_until_withdrawn_and_committed_ones_after()
     .await;
 }
 
+#[tokio::test]
+async fn address_flows_the_installer_wrote_from_a_stale_snapshot_are_taken_over_and_removed() {
+    let r = start().await;
+    let placements = vec![rule(11, "*.allowed.test")];
+    r.handle.publish_placements(placements.clone());
+    let fake = r.connector.current().expect("connected");
+    let cached = Ipv4Addr::new(10, 1, 2, 3);
+    inject(&r, answer("a.allowed.test", cached));
+    wait_for("the answer resumed", || fake.resumed().len() == 1).await;
+
+    // The installer's take-over bundle carried the address flows of its snapshot of the cache,
+    // which still had a record the cache has dropped since.
+    let stale = Ipv4Addr::new(10, 9, 9, 9);
+    let record = |name: &str, ip: Ipv4Addr| CacheRecord {
+        name: name.into(),
+        ip: IpAddr::V4(ip),
+        expires_at_ms: now_ms() + 600_000,
+    };
+    let mut snapshot = FqdnCache::new(0);
+    snapshot.load(
+        vec![
+            record("a.allowed.test", cached),
+            record("gone.allowed.test", stale),
+        ],
+        now_ms(),
+    );
+    let mods = flows::flows_for_new_placements(&[], &placements, &snapshot);
+    fake.bundle(mods).await.expect("the installer's bundle");
+    assert_eq!(clause_conjunctions(&r.connector, stale), Some(vec![11]));
+
+    // The placements are the same, so only the notice that the bundle wrote address flows makes
+    // the controller re-read the switch: the stale flow goes, the cached name's stays.
+    r.handle.publish_placements_after_flows(placements);
+    wait_for("the stale address flow removed", || {
+        clause_conjunctions(&r.connector, stale).is_none()
+    })
+    .await;
+    assert_eq!(clause_conjunctions(&r.connector, cached), Some(vec![11]));
+}
+
 #[test]
 fn publications_send_only_changes_and_the_union_counts_each_rule_once() {
     let handle = FqdnHandle::default();
