@@ -9,6 +9,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
 pub mod eligibility;
+#[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 pub mod find;
 pub mod kernel;

@@ -6,6 +6,7 @@ pub mod api;
 pub mod client;
 pub mod controlplane_watch;
 pub mod external_node;
+#[cfg(any(test, feature = "test-util"))]
 pub mod fake_api;
 pub mod fallback;
 pub mod policy_status;

@@ -234,6 +234,7 @@ fn is_gone(why: &str) -> bool {
 
 /// A datapath cache that only records what it was asked (for tests of its callers); `on_evict`
 /// runs at each call, so a test can look at the rest of the world at that moment.
+#[cfg(any(test, feature = "test-util"))]
 #[derive(Default)]
 pub struct FakeDatapathCache {
     calls: std::sync::Mutex<Vec<Vec<IpAddr>>>,
@@ -241,6 +242,7 @@ pub struct FakeDatapathCache {
     on_evict: Option<Box<dyn Fn(&[IpAddr]) + Send + Sync>>,
 }
 
+#[cfg(any(test, feature = "test-util"))]
 impl FakeDatapathCache {
     pub fn with_hook(on_evict: impl Fn(&[IpAddr]) + Send + Sync + 'static) -> Self {
         FakeDatapathCache {
@@ -255,6 +257,7 @@ impl FakeDatapathCache {
     }
 }
 
+#[cfg(any(test, feature = "test-util"))]
 #[async_trait]
 impl DatapathCache for FakeDatapathCache {
     async fn evict_toward(&self, ips: &[IpAddr]) -> Result<usize, VswitchdError> {

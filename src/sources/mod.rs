@@ -5,6 +5,7 @@
 
 pub mod bounded;
 pub mod dir_watch;
+#[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 pub mod file;
 pub mod file_stat;

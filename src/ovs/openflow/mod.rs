@@ -23,6 +23,7 @@ pub use ovs_openflow::{actions, flow, messages, monitor, oxm, render, wire, Grou
 
 pub mod conn;
 pub mod events;
+#[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 #[cfg(test)]
 use ovs_openflow::golden;

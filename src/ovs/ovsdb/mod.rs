@@ -8,10 +8,12 @@ pub use ovs_ovsdb::{
     client, jsonrpc, proto, BridgeSpec, Ovsdb, OvsdbClient, OvsdbError, PortRecord, PortSpec,
 };
 
+#[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 #[cfg(test)]
 mod lab_tests;
 #[cfg(test)]
 mod testutil;
 
+#[cfg(any(test, feature = "test-util"))]
 pub use fake::FakeOvsdb;
