@@ -2,7 +2,7 @@
 //!
 //! The library behind the `antrea-vm-agent` binary. Five actors own the state (`actors`), they
 //! exchange the facts in `messages`, pure modules compute (`policy`), and adapters talk to the
-//! outside world (`ovs`, `host`). See docs/architecture.md for the map.
+//! outside world (`ovs`, `host`); `uplink` holds the procedures that move a NIC behind OVS and back. See docs/architecture.md for the map.
 #![deny(unsafe_code)]
 
 pub mod actors;
@@ -20,4 +20,5 @@ pub mod ovs;
 pub mod packetin;
 pub mod policy;
 pub mod sources;
+pub mod uplink;
 pub mod version;
