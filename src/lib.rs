@@ -1,8 +1,9 @@
 //! antrea-vm-agent: Antrea NetworkPolicy for virtual machines and bare-metal servers.
 //!
 //! The library behind the `antrea-vm-agent` binary. Five actors own the state (`actors`), they
-//! exchange the facts in `messages`, pure modules compute (`policy`), and adapters talk to the
-//! outside world (`ovs`, `host`). See docs/architecture.md for the map.
+//! exchange the facts in `messages`, pure modules compute (`policy`), adapters talk to the
+//! outside world (`ovs`, `host`), and `uplink` holds the procedures that move a NIC behind OVS and
+//! back. See docs/architecture.md for the map.
 #![deny(unsafe_code)]
 
 pub mod actors;
@@ -20,4 +21,5 @@ pub mod ovs;
 pub mod packetin;
 pub mod policy;
 pub mod sources;
+pub mod uplink;
 pub mod version;

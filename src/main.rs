@@ -12,7 +12,6 @@ use actix::Actor;
 use clap::{Parser, Subcommand};
 use tracing::{error, info, warn};
 
-use antrea_vm_agent::actors::interface_manager::offline::{self, AgentLock, LockError};
 use antrea_vm_agent::actors::supervisor::Shutdown;
 use antrea_vm_agent::actors::{Deps, Supervisor, Timing};
 use antrea_vm_agent::api::handlers::ApiState;
@@ -22,12 +21,13 @@ use antrea_vm_agent::cli::klog::{LogArgs, RotatingFile};
 use antrea_vm_agent::cli::translate::{to_yaml, translate_paths};
 use antrea_vm_agent::cli::{run_get, GetArgs, OutputFormat, Resource};
 use antrea_vm_agent::config::{node_name, Config};
-use antrea_vm_agent::host::netlink::NetlinkHost;
 use antrea_vm_agent::ovs::openflow::conn::OfConnector;
 use antrea_vm_agent::ovs::ovsdb::client::OvsdbClient;
 use antrea_vm_agent::policy::pipeline::CONTROLLER_ID;
 use antrea_vm_agent::policy::state_file::compile_state_with;
 use antrea_vm_agent::sources;
+use antrea_vm_agent::uplink::lock::{AgentLock, LockError};
+use antrea_vm_agent::uplink::offline;
 
 /// The top of `--help` and of the man page: what the agent does and where its files live.
 const LONG_ABOUT: &str = "Antrea NetworkPolicy for VMs and bare-metal servers.
@@ -372,8 +372,8 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
     let metrics = AgentMetrics::new();
     let system = actix::System::new();
     let result = system.block_on(async move {
-        let host = match NetlinkHost::new() {
-            Ok(h) => Arc::new(h),
+        let host = match antrea_vm_agent::host::open_system() {
+            Ok(h) => h,
             Err(e) => return Err(format!("cannot open netlink: {e}")),
         };
         let selected = sources::select::select(&config, &node)?;

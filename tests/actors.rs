@@ -547,16 +547,12 @@ async fn flows_deleted_under_the_agent_are_repaired_by_the_audit() {
     let _ = w.supervisor.send(Shutdown).await;
 }
 
-/// The fakes without the actors, and the interface manager's procedures' environment over them
+/// The fakes without the actors, and the uplink procedures' environment over them
 /// (a bridge made, records in the returned directory): for tests of single procedures.
-async fn procedure_world() -> (
-    World,
-    antrea_vm_agent::actors::interface_manager::procedures::Env,
-    tempfile::TempDir,
-) {
-    use antrea_vm_agent::actors::interface_manager::procedures::Env;
-    use antrea_vm_agent::actors::interface_manager::store::RecordStore;
+async fn procedure_world() -> (World, antrea_vm_agent::uplink::procedures::Env, tempfile::TempDir) {
     use antrea_vm_agent::ovs::ovsdb::{BridgeSpec, Ovsdb};
+    use antrea_vm_agent::uplink::procedures::Env;
+    use antrea_vm_agent::uplink::store::RecordStore;
     let w = start_world();
     let _ = w.supervisor.send(Shutdown).await;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -581,10 +577,10 @@ async fn procedure_world() -> (
 /// D11) rolls everything back: name, MTU, addresses, routes, no ports, no record.
 #[actix_rt::test]
 async fn a_failed_attach_is_rolled_back_with_addresses_and_routes() {
-    use antrea_vm_agent::actors::interface_manager::procedures;
-    use antrea_vm_agent::actors::interface_manager::store::RecordStore;
     use antrea_vm_agent::host::HostNet;
     use antrea_vm_agent::messages::EntityRef;
+    use antrea_vm_agent::uplink::procedures;
+    use antrea_vm_agent::uplink::store::RecordStore;
 
     let (w, env, dir) = procedure_world().await;
     let before = w.host.snapshot().link("eth0").cloned().expect("eth0");
@@ -751,10 +747,10 @@ async fn an_interface_vanishing_mid_attach_fails_alone() {
 /// not only at the next start.
 #[actix_rt::test]
 async fn an_interrupted_detach_is_finished_by_the_next_pass() {
-    use antrea_vm_agent::actors::interface_manager::procedures;
-    use antrea_vm_agent::actors::interface_manager::store::{Phase, RecordStore, Step};
     use antrea_vm_agent::host::HostNet;
     use antrea_vm_agent::messages::EntityRef;
+    use antrea_vm_agent::uplink::procedures;
+    use antrea_vm_agent::uplink::store::{Phase, RecordStore, Step};
 
     let (w, env, dir) = procedure_world().await;
     let store = RecordStore::new(dir.path());

@@ -136,6 +136,13 @@ impl Route {
     }
 }
 
+/// Opens the host's own network (rtnetlink, [`netlink::NetlinkHost`]) behind [`HostNet`]. The
+/// agent and `detach-all` open it here, so no netlink client lives outside this module. Needs a
+/// current tokio runtime, kept alive while the host is used.
+pub fn open_system() -> Result<std::sync::Arc<dyn HostNet>, HostError> {
+    Ok(std::sync::Arc::new(netlink::NetlinkHost::new()?))
+}
+
 /// Errors from the host network layer, naming the link or object involved.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
@@ -180,6 +187,6 @@ pub trait HostNet: Send + Sync {
     /// Deletes a link (RTM_DELLINK); its addresses and routes go with it, and so do routes on
     /// other links whose preferred source was one of its addresses. `Err(HostError::NoLink)`
     /// if there is no such link. Only for devices proven to be leftovers (see
-    /// `interface_manager::stale`): never the uplink or a user's device.
+    /// `uplink::stale`): never the uplink or a user's device.
     async fn delete_link(&self, index: u32) -> Result<(), HostError>;
 }

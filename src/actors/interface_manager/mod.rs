@@ -4,12 +4,9 @@
 //! attaches, updates, detaches and heals, one interface at a time, so a problem with one interface
 //! never blocks the others. It publishes the attached set to the flow installer and the policy
 //! cache — only once it is known, never a guess.
-
-pub mod offline;
-pub mod procedures;
-mod repair;
-pub mod stale;
-pub mod store;
+//!
+//! The procedures it calls (attach, detach, recover, heal, repair, the record journal) live in
+//! [`crate::uplink`]; this module only decides what to attach or detach and applies the outcome.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -17,8 +14,6 @@ use std::net::IpAddr;
 use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture};
 use tracing::{debug, error, info, warn};
 
-use self::procedures::{Attachment, Env};
-use self::store::RecordStore;
 use super::{common_handlers, Deps, Lifeline, Peers};
 use crate::host::eligibility::{check_addresses, check_uplink, Ineligible};
 use crate::host::find::find_link;
@@ -30,6 +25,9 @@ use crate::messages::{
 };
 use crate::ovs::ovsdb::BridgeSpec;
 use crate::policy::pipeline;
+use crate::uplink::procedures::{self, Attachment, Env};
+use crate::uplink::repair;
+use crate::uplink::store::RecordStore;
 
 /// Internal: compare the world with the wanted state and act.
 #[derive(Message)]
@@ -203,7 +201,7 @@ async fn reconcile(
         apply_wanted(&env, &mut attached, &wanted, &mut errors).await;
     }
     let repaired = repair::repair_all(&env, &bridge_spec, &attached, &mut errors).await;
-    heal_all(&env, &mut attached, &mut errors).await;
+    procedures::heal_all(&env, &mut attached, &mut errors).await;
     Outcome {
         recovered,
         attached,
@@ -221,7 +219,7 @@ async fn apply_wanted(
     let links = if wanted.is_empty() {
         Vec::new()
     } else {
-        match links_with_addresses(env).await {
+        match procedures::links_with_addresses(env).await {
             Ok(l) => l,
             Err(e) => {
                 // Without a view of the host nothing is decided, nothing is detached.
@@ -329,47 +327,6 @@ fn join_ips(ips: &[IpAddr]) -> String {
 /// Whether two IP lists hold the same addresses, whatever their order.
 fn same_ips(a: &[IpAddr], b: &[IpAddr]) -> bool {
     a.iter().collect::<BTreeSet<_>>() == b.iter().collect::<BTreeSet<_>>()
-}
-
-async fn links_with_addresses(
-    env: &Env,
-) -> Result<Vec<(crate::host::Link, Vec<crate::host::Address>)>, String> {
-    let links = env
-        .host
-        .links()
-        .await
-        .map_err(|e| format!("list host links: {e}"))?;
-    let mut out = Vec::with_capacity(links.len());
-    for link in links {
-        // Renamed uplinks carry no addresses of ours; skip them so they can never be picked.
-        if link.name.ends_with('~') {
-            continue;
-        }
-        match env.host.addresses(link.index).await {
-            Ok(addrs) => out.push((link, addrs)),
-            Err(e) => warn!(link = %link.name, "cannot read addresses, skipping link: {e}"),
-        }
-    }
-    Ok(out)
-}
-
-async fn heal_all(env: &Env, attached: &mut BTreeMap<String, Attachment>, errors: &mut Vec<String>) {
-    if attached.is_empty() {
-        return;
-    }
-    let ports = match env.ovsdb.list_ports(&env.bridge).await {
-        Ok(p) => p,
-        Err(e) => {
-            errors.push(format!("bridge {}: list ports: {e}", env.bridge));
-            return;
-        }
-    };
-    for a in attached.values_mut() {
-        match procedures::heal(env, a, &ports).await {
-            Ok(next) => *a = next,
-            Err(e) => errors.push(e.to_string()),
-        }
-    }
 }
 
 /// Reconciles as soon as OVSDB reports a change of the bridges, ports or interfaces (a

@@ -2,7 +2,9 @@
 //! attach (save record → rename → uplink port → internal port → move MTU/addresses/routes),
 //! detach (ports gone → rename back → restore exactly), recovery at start (adopt what is attached,
 //! finish or roll back what a crash interrupted), and healing (put addresses and routes back on an
-//! internal port that lost them, e.g. after ovs-vswitchd re-created it).
+//! internal port that lost them, e.g. after ovs-vswitchd re-created it). The interface manager's
+//! reconcile pass also reads the host's links with their addresses here (`links_with_addresses`)
+//! and heals every attached interface in one go (`heal_all`).
 //!
 //! Moves never leave two default routes: the source's routes are deleted before the destination's
 //! are added. A failed attach is rolled back, addresses included (upstream leaves the host without
@@ -879,6 +881,49 @@ pub(crate) async fn adopt_without_record(
         .await
         .map_err(store_err(name, "save record"))?;
     Ok(record)
+}
+
+/// Every host link with its addresses, for choosing the NICs to attach; renamed uplinks are left
+/// out. An error (the links cannot be listed) says so in a sentence.
+pub async fn links_with_addresses(env: &Env) -> Result<Vec<(Link, Vec<Address>)>, String> {
+    let links = env
+        .host
+        .links()
+        .await
+        .map_err(|e| format!("list host links: {e}"))?;
+    let mut out = Vec::with_capacity(links.len());
+    for link in links {
+        // Renamed uplinks carry no addresses of ours; skip them so they can never be picked.
+        if link.name.ends_with('~') {
+            continue;
+        }
+        match env.host.addresses(link.index).await {
+            Ok(addrs) => out.push((link, addrs)),
+            Err(e) => warn!(link = %link.name, "cannot read addresses, skipping link: {e}"),
+        }
+    }
+    Ok(out)
+}
+
+/// [`heal`]s every attached interface against the bridge's ports, replacing each with its healed
+/// state; errors are per interface and land in `errors`.
+pub async fn heal_all(env: &Env, attached: &mut BTreeMap<String, Attachment>, errors: &mut Vec<String>) {
+    if attached.is_empty() {
+        return;
+    }
+    let ports = match env.ovsdb.list_ports(&env.bridge).await {
+        Ok(p) => p,
+        Err(e) => {
+            errors.push(format!("bridge {}: list ports: {e}", env.bridge));
+            return;
+        }
+    };
+    for a in attached.values_mut() {
+        match heal(env, a, &ports).await {
+            Ok(next) => *a = next,
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
 }
 
 /// Re-applies MTU, link state, addresses and routes to an attached interface's internal port if it
