@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, ResponseActFuture, WrapFuture};
 use chrono::Utc;
 use serde::Serialize;
-use tracing::{debug, warn};
+use tracing::{debug, warn, Instrument};
 
 use super::{common_handlers, Deps, Lifeline, Peers};
 use crate::k8s::agent_info::{
@@ -373,7 +373,8 @@ impl Handler<Report> for AgentInfoReporter {
                 ask(p.flows, ActorKind::FlowInstaller).await,
             ];
             (answers, probe_ovsdb(ovsdb, bridge).await)
-        };
+        }
+        .instrument(tracing::info_span!("report"));
         Box::pin(fut.into_actor(self).map(|(answers, probe), act, ctx| {
             let mut actors = Vec::new();
             let mut unresponsive = Vec::new();

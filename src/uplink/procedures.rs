@@ -308,6 +308,7 @@ async fn snapshot(env: &Env, link: &Link) -> Result<(Vec<Address>, Vec<Route>), 
 }
 
 /// Attaches `link` as the interface of `entity` with the ExternalNode's `ips`.
+#[tracing::instrument(name = "attach", skip_all, fields(iface = %link.name))]
 pub async fn attach(
     env: &Env,
     link: &Link,
@@ -623,6 +624,7 @@ pub async fn retry_unfinished(env: &Env, attached: &BTreeMap<String, Attachment>
 }
 
 /// Detaches an attached interface and restores the NIC exactly as it was.
+#[tracing::instrument(name = "detach", skip_all, fields(iface = %attachment.record.name))]
 pub async fn detach(env: &Env, attachment: &Attachment) -> Result<(), ProcedureError> {
     info!(iface = %attachment.record.name, "detaching interface");
     roll_back(env, &attachment.record).await?;

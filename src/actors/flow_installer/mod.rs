@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use actix::{
     Actor, ActorContext, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture,
 };
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, info, warn, Instrument};
 
 use super::{common_handlers, Deps, Lifeline, Peers};
 use crate::fqdn;
@@ -653,7 +653,8 @@ impl Handler<Sync> for FlowInstaller {
                 }
             }
             Ok::<_, OfError>((count, tally))
-        };
+        }
+        .instrument(tracing::info_span!("sync", round, take_over = take_over_all));
         let repaired = audit.is_some();
         AtomicResponse::new(Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
             if repaired && res.is_ok() {

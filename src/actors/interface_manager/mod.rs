@@ -155,6 +155,7 @@ impl InterfaceManager {
 }
 
 /// One reconcile pass over a snapshot of the state; returns the new state.
+#[tracing::instrument(name = "reconcile", skip_all, fields(attached = attached.len()))]
 async fn reconcile(
     env: Env,
     bridge_spec: BridgeSpec,
