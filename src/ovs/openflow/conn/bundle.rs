@@ -1,0 +1,387 @@
+//! Bundles over the connection: one atomic bundle of flow_mods (open, add, commit, with the
+//! refused flow named), and a streamed bundle whose flow_mods arrive in chunks, each chunk
+//! acknowledged by a barrier so an error names the flow_mod at fault.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::ovs::openflow::flow::FlowMod;
+use crate::ovs::openflow::messages::{self, bundle_ctrl, bundle_flags, ErrorMsg, Message};
+use crate::ovs::openflow::render::{render_flow, NameMap};
+use crate::ovs::openflow::wire::Writer;
+use crate::ovs::openflow::{FlowModChunks, OfError};
+
+use super::{rejected, OfConnection, Registration};
+
+/// Names a flow_mod of a streamed bundle that OVS refused (`xid` of chunk `chunk`).
+fn describe_streamed(sent: &[SentChunk], total: usize, chunk: usize, xid: u32, e: &ErrorMsg) -> OfError {
+    let Some(c) = sent.get(chunk) else {
+        return rejected("bundle", e, None);
+    };
+    let i = xid.wrapping_sub(c.reg.start) as usize;
+    match c.ops.get(i) {
+        Some(op) => rejected(
+            format!(
+                "bundle message {} of {} (flow_mod {} in table {} at priority {})",
+                c.offset + i + 1,
+                total,
+                op.command,
+                op.table,
+                op.priority
+            ),
+            e,
+            None,
+        ),
+        None => rejected("bundle", e, None),
+    }
+}
+
+/// The next chunk that has flow_mods.
+fn next_nonempty(chunks: &mut FlowModChunks<'_>) -> Option<Vec<FlowMod>> {
+    loop {
+        match chunks.next() {
+            Some(c) if c.is_empty() => continue,
+            other => return other,
+        }
+    }
+}
+
+/// A chunk of a streamed bundle that was sent: its xids, and enough of each flow_mod to name
+/// one OVS refuses.
+struct SentChunk {
+    reg: Registration,
+    /// Index of its first flow_mod in the whole bundle.
+    offset: usize,
+    ops: Vec<ModSummary>,
+    barrier: u32,
+    acked: bool,
+}
+
+/// What an error message says about a streamed flow_mod.
+struct ModSummary {
+    command: &'static str,
+    table: u8,
+    priority: u16,
+}
+
+impl ModSummary {
+    fn of(fm: &FlowMod) -> Self {
+        ModSummary {
+            command: command_name(fm),
+            table: fm.flow.table,
+            priority: fm.flow.priority,
+        }
+    }
+}
+
+fn command_name(fm: &FlowMod) -> &'static str {
+    use crate::ovs::openflow::flow::FlowModCommand::*;
+    match fm.command {
+        Add => "add",
+        Modify => "modify",
+        ModifyStrict => "modify_strict",
+        Delete => "delete",
+        DeleteStrict => "delete_strict",
+    }
+}
+
+impl OfConnection {
+    pub(super) async fn run_bundle(&self, mods: &[FlowMod]) -> Result<(), OfError> {
+        let n = u32::try_from(mods.len())
+            .ok()
+            .filter(|n| *n < u32::MAX / 2)
+            .ok_or_else(|| OfError::Encode {
+                what: "bundle".into(),
+                why: "too many flow_mods".into(),
+            })?;
+        let flags = bundle_flags::ATOMIC | bundle_flags::ORDERED;
+        let bundle_id = self.next_bundle_id();
+
+        // Encode everything first, so that an unencodable flow changes nothing on the switch.
+        // xids: open = s, adds = s+1..=s+n, barrier = s+n+1, commit = s+n+2.
+        let mut reg = self.inner.register(n + 3)?;
+        let s = reg.start;
+        let mut w = Writer::with_capacity(mods.len() * 160 + 64);
+        messages::write_bundle_control(&mut w, s, bundle_id, bundle_ctrl::OPEN_REQUEST, flags);
+        for (i, fm) in mods.iter().enumerate() {
+            let xid = s + 1 + i as u32;
+            messages::write_bundle_add_flow_mod(&mut w, xid, bundle_id, flags, fm).map_err(|e| {
+                OfError::Encode {
+                    what: format!(
+                        "flow_mod {} ({})",
+                        command_name(fm),
+                        render_flow(&fm.flow, &NameMap::new())
+                    ),
+                    why: e.to_string(),
+                }
+            })?;
+        }
+        w.bytes(&messages::barrier_request(s + n + 1));
+        self.inner.send(w.into_vec())?;
+
+        let describe = |xid: u32, e: &ErrorMsg| -> OfError {
+            if xid > s && xid <= s + n {
+                let i = (xid - s - 1) as usize;
+                let fm = &mods[i];
+                rejected(
+                    format!(
+                        "bundle message {} of {} (flow_mod {})",
+                        i + 1,
+                        n,
+                        command_name(fm)
+                    ),
+                    e,
+                    Some(render_flow(&fm.flow, &NameMap::new())),
+                )
+            } else if xid == s {
+                rejected("bundle open", e, None)
+            } else if xid == s + n + 2 {
+                rejected("bundle commit", e, None)
+            } else {
+                rejected("bundle", e, None)
+            }
+        };
+
+        let errors = self
+            .collect_until_barrier(&mut reg, s + n + 1, "bundle add replies")
+            .await?;
+        if let Some((xid, e)) = errors.first() {
+            // Something in the bundle was refused: throw the whole bundle away.
+            if let Err(OfError::Closed) = self.discard_bundle(bundle_id, flags).await {
+                return Err(OfError::Closed);
+            }
+            return Err(describe(*xid, e));
+        }
+
+        let commit = s + n + 2;
+        self.inner.send(messages::bundle_control(
+            commit,
+            bundle_id,
+            bundle_ctrl::COMMIT_REQUEST,
+            flags,
+        ))?;
+        let deadline = self.deadline();
+        // Commit-time failures name the failing bundle_add's xid first, then fail the commit
+        // itself (OFPBFC_MSG_FAILED); report the former.
+        let mut add_error: Option<(u32, ErrorMsg)> = None;
+        let mut commit_error: Option<ErrorMsg> = None;
+        loop {
+            let (h, m) = reg.next(deadline, "bundle commit reply").await?;
+            match m {
+                Message::Error(e) if h.xid == commit => {
+                    commit_error = Some(e);
+                    break;
+                }
+                Message::Error(e) if add_error.is_none() => add_error = Some((h.xid, e)),
+                Message::BundleControl {
+                    ctrl: bundle_ctrl::COMMIT_REPLY,
+                    ..
+                } if h.xid == commit => break,
+                _ => {}
+            }
+        }
+        match (add_error, commit_error) {
+            (Some((xid, e)), _) => Err(describe(xid, &e)),
+            (None, Some(e)) => Err(describe(commit, &e)),
+            (None, None) => Ok(()),
+        }
+    }
+
+    /// Sends a DISCARD for `bundle_id` and waits (briefly) for its answer.
+    async fn discard_bundle(&self, bundle_id: u32, flags: u16) -> Result<(), OfError> {
+        let mut reg = self.inner.register(1)?;
+        let discard = reg.start;
+        self.inner.send(messages::bundle_control(
+            discard,
+            bundle_id,
+            bundle_ctrl::DISCARD_REQUEST,
+            flags,
+        ))?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match reg.next(deadline, "bundle discard").await {
+                Ok((h, _)) if h.xid == discard => return Ok(()),
+                Ok(_) => {}
+                Err(OfError::Closed) => return Err(OfError::Closed),
+                Err(_) => return Ok(()),
+            }
+        }
+    }
+
+    /// [`Switch::bundle_chunks`]: one atomic bundle fed chunk by chunk. Each chunk is encoded
+    /// and sent with a barrier behind it; before the next chunk is produced, the barrier of the
+    /// chunk before is awaited, so at most two encoded chunks are in flight (OVS keeps the
+    /// bundle's messages itself). Errors OVS reports for an add stop the stream and discard the
+    /// bundle; nothing changes on the switch unless the commit succeeds.
+    pub(super) async fn run_bundle_chunks(&self, chunks: &mut FlowModChunks<'_>) -> Result<usize, OfError> {
+        let Some(first) = next_nonempty(chunks) else {
+            return Ok(0);
+        };
+        let flags = bundle_flags::ATOMIC | bundle_flags::ORDERED;
+        let bundle_id = self.next_bundle_id();
+        let result = self.stream_bundle(bundle_id, flags, first, chunks).await;
+        if let Err(e) = &result {
+            if !matches!(e, OfError::Closed | OfError::Io(_)) {
+                // Whatever failed (a timeout, a refused chunk, the commit), the bundle must not
+                // stay open on a live connection: discard it (a no-op if OVS already dropped or
+                // committed it; that answer is an error, ignored).
+                let _ = self.discard_bundle(bundle_id, flags).await;
+            }
+        }
+        result
+    }
+
+    /// The body of [`Self::run_bundle_chunks`], from the bundle's open to its commit.
+    async fn stream_bundle(
+        &self,
+        bundle_id: u32,
+        flags: u16,
+        first: Vec<FlowMod>,
+        chunks: &mut FlowModChunks<'_>,
+    ) -> Result<usize, OfError> {
+        let mut open = self.inner.register(1)?;
+        self.inner.send(messages::bundle_control(
+            open.start,
+            bundle_id,
+            bundle_ctrl::OPEN_REQUEST,
+            flags,
+        ))?;
+        let mut sent: Vec<SentChunk> = Vec::new();
+        let mut errors: Vec<(usize, u32, ErrorMsg)> = Vec::new();
+        let mut total: usize = 0;
+        let mut next = Some(first);
+        while let Some(chunk) = next.take() {
+            let n = u32::try_from(chunk.len())
+                .ok()
+                .filter(|n| *n < u32::MAX / 4)
+                .ok_or_else(|| OfError::Encode {
+                    what: "bundle chunk".into(),
+                    why: "too many flow_mods".into(),
+                })?;
+            let reg = self.inner.register(n + 1)?;
+            let s = reg.start;
+            let mut w = Writer::with_capacity(chunk.len() * 160 + 16);
+            let mut ops = Vec::with_capacity(chunk.len());
+            for (i, fm) in chunk.iter().enumerate() {
+                if let Err(e) =
+                    messages::write_bundle_add_flow_mod(&mut w, s + i as u32, bundle_id, flags, fm)
+                {
+                    // Nothing of this bundle is committed: throw it away.
+                    let what = format!(
+                        "flow_mod {} ({})",
+                        command_name(fm),
+                        render_flow(&fm.flow, &NameMap::new())
+                    );
+                    drop(reg);
+                    self.discard_bundle(bundle_id, flags).await?;
+                    return Err(OfError::Encode {
+                        what,
+                        why: e.to_string(),
+                    });
+                }
+                ops.push(ModSummary::of(fm));
+            }
+            w.bytes(&messages::barrier_request(s + n));
+            self.inner.send(w.into_vec())?;
+            sent.push(SentChunk {
+                reg,
+                offset: total,
+                ops,
+                barrier: s + n,
+                acked: false,
+            });
+            total += chunk.len();
+            drop(chunk);
+            if sent.len() >= 2 {
+                let idx = sent.len() - 2;
+                self.ack_chunk(&mut sent, idx, &mut errors).await?;
+            }
+            if !errors.is_empty() {
+                break;
+            }
+            next = next_nonempty(chunks);
+        }
+        for idx in 0..sent.len() {
+            if errors.is_empty() {
+                self.ack_chunk(&mut sent, idx, &mut errors).await?;
+            }
+        }
+        let mut open_error = None;
+        while let Ok((h, m)) = open.rx.try_recv() {
+            if let Message::Error(e) = m {
+                if h.xid == open.start {
+                    open_error = Some(e);
+                }
+            }
+        }
+        if open_error.is_some() || !errors.is_empty() {
+            self.discard_bundle(bundle_id, flags).await?;
+            return Err(match (open_error, errors.first()) {
+                (Some(e), _) => rejected("bundle open", &e, None),
+                (None, Some((chunk, xid, e))) => describe_streamed(&sent, total, *chunk, *xid, e),
+                (None, None) => OfError::Closed,
+            });
+        }
+
+        let mut commit_reg = self.inner.register(1)?;
+        let commit = commit_reg.start;
+        self.inner.send(messages::bundle_control(
+            commit,
+            bundle_id,
+            bundle_ctrl::COMMIT_REQUEST,
+            flags,
+        ))?;
+        let deadline = self.deadline();
+        let mut commit_error: Option<ErrorMsg> = None;
+        loop {
+            let (h, m) = commit_reg.next(deadline, "bundle commit reply").await?;
+            match m {
+                Message::Error(e) if h.xid == commit => {
+                    commit_error = Some(e);
+                    break;
+                }
+                Message::BundleControl {
+                    ctrl: bundle_ctrl::COMMIT_REPLY,
+                    ..
+                } if h.xid == commit => break,
+                _ => {}
+            }
+        }
+        // A commit-time failure names the failing add first (on that chunk's xids): the reader
+        // dispatched it before the commit's answer.
+        let mut add_error = None;
+        for (idx, c) in sent.iter_mut().enumerate() {
+            while let Ok((h, m)) = c.reg.rx.try_recv() {
+                if let Message::Error(e) = m {
+                    if add_error.is_none() && h.xid != c.barrier {
+                        add_error = Some((idx, h.xid, e));
+                    }
+                }
+            }
+        }
+        match (add_error, commit_error) {
+            (Some((chunk, xid, e)), _) => Err(describe_streamed(&sent, total, chunk, xid, &e)),
+            (None, Some(e)) => Err(rejected("bundle commit", &e, None)),
+            (None, None) => Ok(total),
+        }
+    }
+
+    /// Waits for the barrier of chunk `idx` (once), collecting the errors OVS sent for its adds.
+    async fn ack_chunk(
+        &self,
+        sent: &mut [SentChunk],
+        idx: usize,
+        errors: &mut Vec<(usize, u32, ErrorMsg)>,
+    ) -> Result<(), OfError> {
+        let Some(c) = sent.get_mut(idx).filter(|c| !c.acked) else {
+            return Ok(());
+        };
+        let found = self
+            .collect_until_barrier(&mut c.reg, c.barrier, "bundle add replies")
+            .await?;
+        c.acked = true;
+        errors.extend(found.into_iter().map(|(xid, e)| (idx, xid, e)));
+        Ok(())
+    }
+}

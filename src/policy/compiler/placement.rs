@@ -1,0 +1,412 @@
+//! Moving the compiler's state to a new rule set ([`Compiler::apply`]): which rules came,
+//! went or changed, their tables, OpenFlow priorities and conjunction ids, the rules held
+//! back while waiting for a priority, and the (table, priority) groups whose flows a change
+//! touches.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::policy::priority::{Priority, PriorityAssigner, PriorityError};
+use crate::policy::rule::{rule_table, CompiledRuleInput, RuleId};
+
+use super::plan::Group;
+use super::{
+    conjunction_info, priority_of, view_diff, zone, CompileError, Compiler, CountChanges, FlowPlan, Held,
+    Pass, PlacedRule, SkippedRule,
+};
+
+impl Compiler {
+    /// Moves the compiler's state to the rule set `rules`; with `delta`, also returns the flows
+    /// of every touched group before and after.
+    /// `hint`: the only rule ids whose rules may differ from the view last applied (see
+    /// [`view_diff`]); `None` compares the whole view.
+    pub(super) fn apply(
+        &mut self,
+        rules: &[Arc<CompiledRuleInput>],
+        hint: Option<&BTreeSet<RuleId>>,
+        delta: bool,
+    ) -> Pass {
+        let mut pass = Pass::default();
+
+        // 1-2. Refused rules, and what changed against the held rules.
+        let view_diff::ViewDiff { removed, changed } = match hint.filter(|_| self.initialized) {
+            Some(ids) => self.diff_hinted(rules, ids),
+            None => self.diff_full(rules),
+        };
+        pass.skipped.extend(self.refusals().cloned());
+        if removed.is_empty() && changed.is_empty() && self.initialized {
+            // Nothing released priorities: rules that found none before still do not fit.
+            pass.skipped.extend(self.waiting(&BTreeSet::new()));
+            return pass;
+        }
+
+        // 3. The touched groups, before: removed and changed rules where they are now.
+        let mut dirty: BTreeSet<(u8, u16)> = BTreeSet::new();
+        for id in removed.iter().chain(changed.iter().map(|r| &r.id)) {
+            if let Some((t, (_, of))) = self.held.get(id).and_then(|h| h.placed.map(|p| (h.table, p))) {
+                dirty.insert((t, of));
+            }
+        }
+
+        // 4. Priority users: drop the old uses, add the new ones, release what nobody uses.
+        let mut stale: BTreeSet<(u8, Priority)> = BTreeSet::new();
+        let mut gone_zones: BTreeSet<(u8, Priority)> = BTreeSet::new();
+        for id in removed.iter().chain(changed.iter().map(|r| &r.id)) {
+            let Some(h) = self.held.get(id) else { continue };
+            let (t, p) = (h.table, h.prio);
+            if self.users.remove_last((t, p), id) {
+                stale.insert((t, p));
+            }
+            if let Some(n) = self.zones.get_mut(&(t, zone(&p))) {
+                *n -= 1;
+                if *n == 0 {
+                    self.zones.remove(&(t, zone(&p)));
+                    gone_zones.insert((t, zone(&p)));
+                }
+            }
+        }
+        for r in &changed {
+            let (t, p) = (rule_table(r), priority_of(r));
+            self.users.insert((t, p), r.id.clone());
+            *self.zones.entry((t, zone(&p))).or_insert(0) += 1;
+        }
+        for (t, z) in gone_zones {
+            if self.zones.contains_key(&(t, z)) {
+                continue;
+            }
+            if let Some(pa) = self.priorities.table(t) {
+                stale.extend(pa.registered_in_zone(&z).map(|(p, _)| (t, *p)));
+            }
+        }
+        // Tables with room freed: rules waiting for a priority there are tried again.
+        let mut freed: BTreeSet<u8> = BTreeSet::new();
+        for (t, p) in stale {
+            if self.users.is_used((t, p)) {
+                continue;
+            }
+            if let Some(pa) = self.priorities.table_mut(t) {
+                if pa.get(&p).is_some() {
+                    pa.release_priority(&p);
+                    freed.insert(t);
+                }
+            }
+        }
+
+        // 5. Register the priorities of new rules (and of rules that found none before).
+        let mut failed: BTreeMap<(u8, Priority), PriorityError> = BTreeMap::new();
+        let mut moved: BTreeMap<(u8, Priority), u16> = BTreeMap::new();
+        // With no priority registered anywhere (start-up, or every rule gone since), the rules
+        // are placed as one batch, as at start-up: the same placement as a fresh compile (what
+        // `compile` prints), and one pass instead of one registration per policy.
+        let batch = !self.initialized
+            || self
+                .priorities
+                .tables()
+                .all(|t| self.priorities.table(t).is_none_or(PriorityAssigner::is_empty));
+        let mut record = |t: u8, pa: &PriorityAssigner, moves: BTreeMap<u16, u16>| {
+            for (original, updated) in moves {
+                if let Some(p) = pa.priority_at(updated) {
+                    moved.entry((t, *p)).or_insert(original);
+                }
+            }
+        };
+        if batch {
+            // Start-up: every rule's own priority in one batch per table (BatchReconcile); if
+            // a table overflows, zone by zone so one policy cannot block the others.
+            // Every rule of the view: the changed ones and the held ones that stay (all of
+            // them, in id order; a batch is rare, so this walk over the held rules is too).
+            let gone: BTreeSet<&RuleId> = removed.iter().collect();
+            let mut view: BTreeMap<&RuleId, &CompiledRuleInput> = self
+                .held
+                .iter()
+                .filter(|(id, _)| !gone.contains(id))
+                .map(|(id, h)| (id, &*h.rule))
+                .collect();
+            view.extend(changed.iter().map(|r| (&r.id, &**r)));
+            let mut per_table: BTreeMap<u8, Vec<Priority>> = BTreeMap::new();
+            for r in view.values() {
+                per_table.entry(rule_table(r)).or_default().push(priority_of(r));
+            }
+            for (t, all) in per_table {
+                let Some(pa) = self.priorities.table_mut(t) else {
+                    continue;
+                };
+                match pa.register(&all) {
+                    Ok(moves) => record(t, pa, moves),
+                    Err(_) => {
+                        let mut by_zone: BTreeMap<Priority, Vec<Priority>> = BTreeMap::new();
+                        for p in all {
+                            by_zone.entry(zone(&p)).or_default().push(p);
+                        }
+                        for (_, ps) in by_zone.into_iter().rev() {
+                            match pa.register(&ps) {
+                                Ok(moves) => record(t, pa, moves),
+                                Err(e) => {
+                                    for p in ps {
+                                        failed.insert((t, p), e.clone());
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        } else {
+            // Later: a new policy registers its whole zone at once (getOFPriority), one rule
+            // at a time in RuleId order.
+            let mut todo: Vec<Arc<CompiledRuleInput>> = changed.clone();
+            let retry: Vec<Arc<CompiledRuleInput>> = self
+                .unplaced_rules()
+                .filter(|h| freed.contains(&h.table))
+                .map(|h| Arc::clone(&h.rule))
+                .collect();
+            todo.extend(retry);
+            todo.sort_by(|a, b| a.id.cmp(&b.id));
+            todo.dedup_by(|a, b| a.id == b.id);
+            for r in &todo {
+                let (t, p) = (rule_table(r), priority_of(r));
+                let Some(pa) = self.priorities.table_mut(t) else {
+                    continue;
+                };
+                if pa.get(&p).is_some() || failed.contains_key(&(t, p)) {
+                    continue;
+                }
+                let max = r.max_rule_priority.max(r.rule_priority).max(0);
+                let mut zone_ps: Vec<Priority> =
+                    (0..=max).map(|i| Priority::new(p.tier, p.policy, i)).collect();
+                if p.rule < 0 {
+                    zone_ps.push(p);
+                }
+                match pa.register(&zone_ps).or_else(|_| pa.register(&[p])) {
+                    Ok(moves) => record(t, pa, moves),
+                    Err(e) => {
+                        failed.insert((t, p), e);
+                    }
+                }
+            }
+        }
+        for (&(t, p), &original) in &moved {
+            if let Some(now) = self.priorities.table(t).and_then(|pa| pa.get(&p)) {
+                if now != original {
+                    pass.priority_updates.entry(t).or_default().insert(original, now);
+                }
+            }
+        }
+
+        // 6. The rules to (re)place: changed ones, unplaced ones, and those whose priority moved.
+        let mut replace: BTreeMap<RuleId, Arc<CompiledRuleInput>> =
+            changed.into_iter().map(|r| (r.id.clone(), r)).collect();
+        for h in self
+            .unplaced_rules()
+            .filter(|h| freed.contains(&h.table) || batch)
+        {
+            replace
+                .entry(h.rule.id.clone())
+                .or_insert_with(|| Arc::clone(&h.rule));
+        }
+        for key in moved.keys() {
+            for id in self.users.of(*key) {
+                if let Some(h) = self.held.get(id) {
+                    replace.entry(id.clone()).or_insert_with(|| Arc::clone(&h.rule));
+                }
+            }
+        }
+        for id in replace.keys() {
+            if let Some((t, (_, of))) = self.held.get(id).and_then(|h| h.placed.map(|p| (h.table, p))) {
+                dirty.insert((t, of));
+            }
+        }
+        let placements: Vec<(Arc<CompiledRuleInput>, u8, Priority, Option<u16>)> = replace
+            .into_values()
+            .map(|r| {
+                let (t, p) = (rule_table(&r), priority_of(&r));
+                let of = self.priorities.table(t).and_then(|pa| pa.get(&p));
+                (r, t, p, of)
+            })
+            .collect();
+        for (_, t, _, of) in &placements {
+            if let Some(of) = of {
+                dirty.insert((*t, *of));
+            }
+        }
+
+        // 7. The touched groups' flows before the change.
+        if delta {
+            pass.before = self.group_rules(&dirty);
+        }
+
+        // 8. Apply: removed rules release their ids, the others take their new places.
+        for id in &removed {
+            if let Some(h) = self.unhold(id) {
+                self.unplace(id, &h);
+                pass.released_any |= h.placed.is_some();
+            }
+        }
+        let attempted: BTreeSet<RuleId> = placements.iter().map(|(r, ..)| r.id.clone()).collect();
+        for (r, t, p, of) in placements {
+            let mut error = None;
+            let id = r.id.clone();
+            let previous = self.unhold(&id);
+            let old_conj = previous.as_ref().and_then(|h| h.placed.map(|(c, _)| c));
+            if let (Some(h), Some(_)) = (&previous, old_conj) {
+                self.ungroup(h);
+            }
+            let placed = match of {
+                Some(of) => {
+                    let c = match old_conj {
+                        Some(c) => c,
+                        None => self.allocate_id(&id),
+                    };
+                    self.groups.entry((t, of)).or_default().insert(c);
+                    self.placed.insert(c, id.clone());
+                    self.live.insert(c, Arc::new(conjunction_info(&r, c, t, of)));
+                    self.conj_changed(c);
+                    Some((c, of))
+                }
+                None => {
+                    if let Some(h) = &previous {
+                        if h.placed.is_some() {
+                            self.unplace(&id, h);
+                            pass.released_any = true;
+                        }
+                    }
+                    let reason = failed.get(&(t, p)).cloned().unwrap_or(PriorityError::NoRoom);
+                    pass.skipped.push(SkippedRule {
+                        id: id.clone(),
+                        reason: CompileError::Priority(reason.clone()),
+                    });
+                    pass.failed_now += 1;
+                    error = Some(reason);
+                    None
+                }
+            };
+            self.hold(
+                id,
+                Held {
+                    rule: r,
+                    table: t,
+                    prio: p,
+                    placed,
+                    error,
+                },
+            );
+        }
+        pass.skipped.extend(self.waiting(&attempted));
+        self.bound_released();
+        self.initialized = true;
+        self.generation += 1;
+
+        // 9. The touched groups' flows after the change.
+        if delta {
+            pass.after = self.group_rules(&dirty);
+        }
+        pass
+    }
+
+    /// The rules still waiting for a priority, except those tried in this pass.
+    pub(super) fn waiting(&self, attempted: &BTreeSet<RuleId>) -> Vec<SkippedRule> {
+        self.unplaced_rules()
+            .filter(|h| !attempted.contains(&h.rule.id))
+            .map(|h| SkippedRule {
+                id: h.rule.id.clone(),
+                reason: CompileError::Priority(h.error.clone().unwrap_or(PriorityError::NoRoom)),
+            })
+            .collect()
+    }
+
+    /// The held rules without a priority, in id order.
+    pub(super) fn unplaced_rules(&self) -> impl Iterator<Item = &Held> {
+        self.unplaced.iter().filter_map(|id| self.held.get(id))
+    }
+
+    /// Holds `h` as the rule of `id` (replacing what was held), keeping the indexes.
+    pub(super) fn hold(&mut self, id: RuleId, h: Held) {
+        if h.placed.is_none() {
+            self.unplaced.insert(id.clone());
+        } else {
+            self.unplaced.remove(&id);
+        }
+        if h.rule.fqdn.is_some() {
+            self.with_fqdn.insert(id.clone());
+        } else {
+            self.with_fqdn.remove(&id);
+        }
+        self.held.insert(id, h);
+    }
+
+    /// Stops holding the rule of `id`, keeping the indexes.
+    pub(super) fn unhold(&mut self, id: &RuleId) -> Option<Held> {
+        self.unplaced.remove(id);
+        self.with_fqdn.remove(id);
+        self.held.remove(id)
+    }
+
+    /// Takes a placed rule out of its group and releases its conjunction id (held back).
+    pub(super) fn unplace(&mut self, id: &RuleId, h: &Held) {
+        let Some((c, _)) = h.placed else { return };
+        self.ungroup(h);
+        self.placed.remove(&c);
+        if let Some(info) = self.live.remove(&c) {
+            self.released_by_rule.insert(id.clone(), c);
+            self.released.insert(c, (info, self.generation));
+        } else {
+            self.free_ids.insert(c);
+        }
+        self.conj_changed(c);
+    }
+
+    /// Takes a placed rule out of its group (its id stays allocated).
+    pub(super) fn ungroup(&mut self, h: &Held) {
+        let Some((c, of)) = h.placed else { return };
+        if let Some(g) = self.groups.get_mut(&(h.table, of)) {
+            g.remove(&c);
+            if g.is_empty() {
+                self.groups.remove(&(h.table, of));
+            }
+        }
+    }
+
+    /// The placed rules of each of `groups` (an entry for every key, maybe without rules).
+    pub(super) fn group_rules<'k>(&self, groups: impl IntoIterator<Item = &'k (u8, u16)>) -> Vec<Group> {
+        groups
+            .into_iter()
+            .map(|key| {
+                let rules = self
+                    .groups
+                    .get(key)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| self.placed.get(c).and_then(|id| self.held.get(id)))
+                    .filter_map(|h| {
+                        h.placed.map(|(conj_id, priority)| PlacedRule {
+                            rule: Arc::clone(&h.rule),
+                            conj_id,
+                            table: h.table,
+                            priority,
+                        })
+                    })
+                    .collect();
+                (*key, rules)
+            })
+            .collect()
+    }
+
+    /// Where every placed rule is, to build all NetworkPolicy flows chunk by chunk (a
+    /// take-over); [`Compiler::set_flow_counts`] with the counts once built.
+    pub fn plan(&self, round: u16) -> FlowPlan {
+        FlowPlan::new(self.group_rules(self.groups.keys()), round, self.opts)
+    }
+
+    /// The flow counts per table, after all flows of [`Compiler::plan`] were built.
+    pub fn set_flow_counts(&mut self, counts: BTreeMap<u8, usize>) {
+        self.flow_counts = counts;
+    }
+
+    /// Applies the flow count changes of a streamed [`FlowDelta`].
+    pub fn adjust_flow_counts(&mut self, changes: &CountChanges) {
+        for (&t, &by) in changes {
+            let n = self.flow_counts.entry(t).or_insert(0);
+            *n = n.saturating_add_signed(by);
+        }
+    }
+}

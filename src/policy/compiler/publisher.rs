@@ -1,0 +1,67 @@
+//! Publishing the compiler's conjunctions to the packet-in responder as a shared map, copying
+//! only the entries that changed when the previous map is no longer read.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::{Compiler, ConjunctionMap, SharedConjunctions};
+
+/// Publishes [`Compiler::known_conjunctions`] as a shared map (what the packet-in responder
+/// reads) without copying every entry on each change: it keeps the previous map as a spare and,
+/// once nobody else holds it, brings it up to date with only the entries that changed since.
+#[derive(Debug, Default)]
+pub struct ConjunctionPublisher {
+    current: SharedConjunctions,
+    /// An older map and the ids it is behind `current` on.
+    spare: Option<(SharedConjunctions, BTreeSet<u32>)>,
+}
+
+impl ConjunctionPublisher {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The compiler's current conjunctions. Cheap when little changed and the previous
+    /// publication's readers are gone.
+    pub fn publish(&mut self, compiler: &mut Compiler) -> SharedConjunctions {
+        let Some(changed) = compiler.take_conjunction_changes() else {
+            self.spare = None;
+            self.current = Arc::new(compiler.known_conjunctions());
+            return Arc::clone(&self.current);
+        };
+        if changed.is_empty() {
+            return Arc::clone(&self.current);
+        }
+        let refresh = |map: &mut ConjunctionMap, ids: &BTreeSet<u32>| {
+            for &c in ids {
+                match compiler.conjunction(c) {
+                    Some(info) => {
+                        map.insert(c, Arc::clone(info));
+                    }
+                    None => {
+                        map.remove(&c);
+                    }
+                }
+            }
+        };
+        let mut spare = self.spare.take();
+        let updated = spare.as_mut().and_then(|(map, behind)| {
+            let m = Arc::get_mut(map)?;
+            refresh(m, behind);
+            refresh(m, &changed);
+            Some(())
+        });
+        let next = match (updated, spare) {
+            (Some(()), Some((map, _))) => map,
+            _ => {
+                // Someone still reads the spare (or there is none): copy.
+                let mut m = (*self.current).clone();
+                refresh(&mut m, &changed);
+                Arc::new(m)
+            }
+        };
+        let previous = std::mem::replace(&mut self.current, next);
+        self.spare = Some((previous, changed));
+        Arc::clone(&self.current)
+    }
+}
