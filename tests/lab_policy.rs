@@ -428,15 +428,17 @@ fn reject_answers_tcp_with_rst_and_udp_with_one_icmp_error_and_logs() {
 
     let log_path = audit_dir.join("np.log");
     let log = std::fs::read_to_string(&log_path).expect("np.log");
-    let line = log
-        .lines()
-        .find(|l| l.contains("6500"))
-        .expect("a line for the rejected connection");
-    assert!(line.contains("Reject"), "{line}");
-    assert!(line.contains("reject"), "names the policy: {line}");
-    assert!(
-        line.contains("vm-ns/vm1-3e616"),
-        "names the applied-to ExternalEntity: {line}"
-    );
+    for ip in [VM_IP4, VM_IP6] {
+        let line = log
+            .lines()
+            .find(|l| l.contains(&format!(" {ip} 6500 ")))
+            .unwrap_or_else(|| panic!("a line for the rejected connection to {ip}:\n{log}"));
+        assert!(line.contains("Reject"), "{line}");
+        assert!(line.contains("reject"), "names the policy: {line}");
+        assert!(
+            line.contains("vm-ns/vm1-3e616"),
+            "names the applied-to ExternalEntity: {line}"
+        );
+    }
     assert_ovs_equals_compile(&lab, serde_json::json!([]));
 }

@@ -114,6 +114,10 @@ pub const STATS_INTERVAL_ENV: &str = "ANTREA_VM_AGENT_STATS_INTERVAL";
 /// responder had threads and a connection of their own. A benchmark's baseline only.
 pub const ONE_THREAD_ENV: &str = "ANTREA_VM_AGENT_ONE_ACTOR_THREAD";
 
+/// How long a shutdown waits for the flow installer to stop (it writes the audit lines still
+/// collecting first).
+const INSTALLER_STOP_WAIT: Duration = Duration::from_secs(5);
+
 /// The threads beside the system thread (see the module header). Stopped with the supervisor.
 struct Threads {
     flow_installer: Arbiter,
@@ -438,7 +442,14 @@ impl Handler<Shutdown> for Supervisor {
         ctx.stop();
         Box::pin(async move {
             if let Some(a) = flows {
-                let _ = a.send(Stop).await;
+                // Bounded: a Stop queues behind a bundle in flight, which a stuck ovs-vswitchd
+                // could hold for minutes (then the lines still collecting are lost).
+                if tokio::time::timeout(INSTALLER_STOP_WAIT, a.send(Stop))
+                    .await
+                    .is_err()
+                {
+                    warn!("the flow installer did not stop within {INSTALLER_STOP_WAIT:?} (a bundle in flight); audit lines still collecting may be lost");
+                }
             }
             drop(threads);
         })

@@ -303,6 +303,15 @@ impl FqdnHandle {
         });
     }
 
+    /// A bundle that carried FQDN address flows ended with its outcome unknown (timed out, or
+    /// the connection closed): it may have committed them, so the controller re-reads the
+    /// switch as after [`FqdnHandle::publish_placements_after_flows`].
+    pub fn installer_flows_maybe_written(&self) {
+        self.placements.send_modify(|current| {
+            current.installer_flow_commits = current.installer_flow_commits.wrapping_add(1);
+        });
+    }
+
     /// The placements of a rule bundle about to be sent, before its first byte leaves: from
     /// now until [`FqdnHandle::publish_placements`] or [`FqdnHandle::withdraw_pending`], answers
     /// get address flows for these rules too.

@@ -27,6 +27,10 @@ use crate::ovs::ovsdb::jsonrpc::JsonRpcConnection;
 
 /// How long one control-socket call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long each of an eviction's two rounds (the dumps, the deletions) may take: both fit in
+/// the FQDN controller's 500 ms for the whole eviction, so a slow round ends here, closing the
+/// connection, rather than leaving its requests queued in ovs-vswitchd when the caller gives up.
+const EVICT_CALL_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// What went wrong talking to ovs-vswitchd's control socket.
 #[derive(Debug, thiserror::Error)]
@@ -129,8 +133,19 @@ impl Vswitchd {
 
     /// One unixctl command; its text answer.
     pub async fn call(&self, method: &str, args: &[String]) -> Result<String, VswitchdError> {
+        self.call_within(method, args, CALL_TIMEOUT).await
+    }
+
+    /// One unixctl command answered within `limit`; after a timeout the connection is closed,
+    /// which makes ovs-vswitchd drop the requests still queued on it.
+    async fn call_within(
+        &self,
+        method: &str,
+        args: &[String],
+        limit: Duration,
+    ) -> Result<String, VswitchdError> {
         let (socket, c) = self.connection().await?;
-        let answer = match tokio::time::timeout(CALL_TIMEOUT, c.call(method, json!(args))).await {
+        let answer = match tokio::time::timeout(limit, c.call(method, json!(args))).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(e)) => {
                 // A refused command keeps the connection; a broken one is re-opened next time.
@@ -192,7 +207,10 @@ impl DatapathCache for Vswitchd {
         // read one, and ovsRunDir need not be writable by the agent.
         let dumps = join_all(ips.iter().map(|ip| {
             let args = ["-m".to_string(), self.datapath.clone(), filter_toward(*ip)];
-            async move { self.call("dpctl/dump-flows", &args).await }
+            async move {
+                self.call_within("dpctl/dump-flows", &args, EVICT_CALL_TIMEOUT)
+                    .await
+            }
         }))
         .await;
         let mut found: BTreeSet<String> = BTreeSet::new();
@@ -201,7 +219,10 @@ impl DatapathCache for Vswitchd {
         }
         let deletions = join_all(found.iter().map(|ufid| {
             let args = [self.datapath.clone(), ufid.clone()];
-            async move { self.call("dpctl/del-flow", &args).await }
+            async move {
+                self.call_within("dpctl/del-flow", &args, EVICT_CALL_TIMEOUT)
+                    .await
+            }
         }))
         .await;
         let mut evicted = 0;

@@ -92,7 +92,7 @@ struct Session {
     /// Stops this connection's packet-in responder when the session ends (dropped with it): on
     /// a thread of its own the responder is not tied to this actor's lifetime, and it holds the
     /// connection open.
-    _responder: Option<tokio::sync::oneshot::Sender<()>>,
+    _responder: Option<ResponderStop>,
 }
 
 pub struct FlowInstaller {
@@ -148,7 +148,7 @@ pub struct FlowInstaller {
     /// behind a compile or a bundle; `None`: this actor's own thread.
     packet_in_thread: Option<actix::ArbiterHandle>,
     /// Stops the responder of [`Deps::packet_ins`] (its own connections) with this actor.
-    responder_stop: Option<tokio::sync::oneshot::Sender<()>>,
+    responder_stop: Option<ResponderStop>,
     _lifeline: Lifeline,
 }
 
@@ -206,31 +206,33 @@ impl FlowInstaller {
         }
     }
 
-    /// Runs a responder on the packet-in thread (stopped when the returned sender is dropped),
-    /// or on this actor's own thread (stopped with it) when there is none.
+    /// Runs a responder on the packet-in thread (stopped when the returned handle is dropped or
+    /// finished), or on this actor's own thread (stopped with it) when there is none.
     fn spawn_responder(
         &mut self,
         serve: impl std::future::Future<Output = ()> + Send + 'static,
         ctx: &mut Context<Self>,
-    ) -> Option<tokio::sync::oneshot::Sender<()>> {
+    ) -> Option<ResponderStop> {
         match &self.packet_in_thread {
             Some(thread) => {
                 let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                let (flushed, done) = std::sync::mpsc::channel::<()>();
                 let audit = self.audit.clone();
                 thread.spawn(async move {
                     tokio::select! {
                         () = serve => {}
                         _ = stopped => {}
                     }
-                    // A line collected after the installer's own flush (the responder was
-                    // mid-packet when told to stop) is written here, once `serve` is gone.
+                    // The lines the responder was still collecting (their window cut short),
+                    // once `serve` is gone, so none is added after this.
                     if let Some(audit) = audit {
                         if let Err(e) = audit.flush_all() {
                             warn!("cannot write the NetworkPolicy audit log: {e}");
                         }
                     }
+                    let _ = flushed.send(());
                 });
-                Some(stop)
+                Some(ResponderStop { stop, done })
             }
             None => {
                 ctx.spawn(serve.into_actor(self));
@@ -241,10 +243,11 @@ impl FlowInstaller {
 
     /// Stops the packet-in responder of [`Deps::packet_ins`] and writes the audit lines still in
     /// their deduplication window (cut short): a stopping installer loses none. The responder
-    /// serving the installer's own connection is a future of this actor and ends with it.
+    /// serving the installer's own connection is a future of this actor: its lines are written
+    /// here, and it ends with the actor.
     fn finish_packet_ins(&mut self) {
-        if let Some(stop) = self.responder_stop.take() {
-            let _ = stop.send(());
+        if let Some(responder) = self.responder_stop.take() {
+            responder.finish();
         }
         if let Some(audit) = &self.audit {
             if let Err(e) = audit.flush_all() {
@@ -423,6 +426,25 @@ fn next_round(persisted: Option<&str>) -> (u16, Option<u16>) {
             (prev.checked_add(1).unwrap_or(1), (prev != 0).then_some(prev))
         }
         None => (1, None),
+    }
+}
+
+/// How long a stopping flow installer waits for its responder's last audit lines.
+const RESPONDER_STOP_WAIT: Duration = Duration::from_millis(500);
+
+/// A responder running on the packet-in thread: it stops when this is dropped or finished.
+struct ResponderStop {
+    stop: tokio::sync::oneshot::Sender<()>,
+    /// Told once the responder has stopped and written its collected audit lines.
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+impl ResponderStop {
+    /// Tells the responder to stop and waits (on this thread, at most [`RESPONDER_STOP_WAIT`],
+    /// at a stop only) until it has written the audit lines it was collecting.
+    fn finish(self) {
+        let _ = self.stop.send(());
+        let _ = self.done.recv_timeout(RESPONDER_STOP_WAIT);
     }
 }
 
@@ -726,12 +748,18 @@ impl Handler<Sync> for FlowInstaller {
                     }
                 }
                 Err(OfError::Closed) | Err(OfError::Io(_)) => {
+                    if wrote_fqdn_flows {
+                        act.deps.fqdn.installer_flows_maybe_written();
+                    }
                     act.fail("OpenFlow connection failed during a bundle", "closed");
                     act.session = None;
                     act.installed.clear();
                     act.schedule_reconnect(ctx);
                 }
                 Err(e @ OfError::Timeout(_)) => {
+                    if wrote_fqdn_flows {
+                        act.deps.fqdn.installer_flows_maybe_written();
+                    }
                     // The commit may or may not have been applied: the take-over that follows
                     // (policy_resync stays set) finds out from the switch itself.
                     act.fail("flow bundle timed out; outcome unknown, taking over again", e);
