@@ -98,19 +98,7 @@ impl Drop for Lifeline {
 /// must have a `peers: Peers` field.
 macro_rules! common_handlers {
     ($actor:ty) => {
-        impl actix::Handler<$crate::actors::SetPeers> for $actor {
-            type Result = ();
-            fn handle(&mut self, msg: $crate::actors::SetPeers, _: &mut Self::Context) {
-                self.peers = msg.0;
-            }
-        }
-
-        impl actix::Handler<$crate::messages::Crash> for $actor {
-            type Result = ();
-            fn handle(&mut self, msg: $crate::messages::Crash, _: &mut Self::Context) {
-                panic!("fault injected into {}: {}", stringify!($actor), msg.0);
-            }
-        }
+        $crate::actors::common_handlers!($actor, own_stop);
 
         impl actix::Handler<$crate::messages::Stop> for $actor {
             type Result = ();
