@@ -48,8 +48,7 @@ use std::time::{Duration, Instant};
 use antrea_vm_agent::fqdn::Hold;
 use common::agent::write_atomic;
 use common::lab_fleet::{
-    fleet_policy, flow_count, in_netns, installed_rules, ovs_stall_probe, swap_policy_dir, APPLIED_TO,
-    RULES_PER_POLICY,
+    fleet_policy, flow_count, installed_rules, ovs_stall_probe, swap_policy_dir, APPLIED_TO, RULES_PER_POLICY,
 };
 use common::{env_usize, quantile};
 use hickory_proto::op::{Message, MessageType, OpCode, Query};

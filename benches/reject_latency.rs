@@ -43,8 +43,7 @@ use std::time::{Duration, Instant};
 use antrea_vm_agent::actors::supervisor::ONE_THREAD_ENV;
 use common::agent::write_atomic;
 use common::lab_fleet::{
-    fleet_policy, flow_count, in_netns, installed_rules, ovs_stall_probe, swap_policy_dir, APPLIED_TO,
-    RULES_PER_POLICY,
+    fleet_policy, flow_count, installed_rules, ovs_stall_probe, swap_policy_dir, APPLIED_TO, RULES_PER_POLICY,
 };
 use common::{env_usize, quantile};
 use support::*;

@@ -101,19 +101,6 @@ fn write_policy(lab: &Lab, file: &str, yaml: &str) {
     std::fs::rename(&tmp, dir.join(file)).expect("move policy in place");
 }
 
-/// Runs `f` on a thread inside network namespace `ns`.
-fn in_netns<T: Send + 'static>(
-    ns: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    let path = format!("/var/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let handle = std::fs::File::open(&path).expect("open the netns");
-        nix::sched::setns(handle, nix::sched::CloneFlags::CLONE_NEWNET).expect("enter the netns");
-        f()
-    })
-}
-
 /// Indexes of the special names (beyond the race test's).
 const SHORT: usize = 5000;
 const BAD: usize = 5001;

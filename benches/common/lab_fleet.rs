@@ -57,19 +57,6 @@ rules:
     )
 }
 
-/// Runs `f` on a new thread inside network namespace `ns`.
-pub fn in_netns<T: Send + 'static>(
-    ns: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    let path = format!("/var/run/netns/{ns}");
-    std::thread::spawn(move || {
-        let handle = std::fs::File::open(&path).expect("open the netns");
-        nix::sched::setns(handle, nix::sched::CloneFlags::CLONE_NEWNET).expect("enter the netns");
-        f()
-    })
-}
-
 /// The bridge's flow count (`ovs-ofctl dump-aggregate`), or `None` if the switch did not answer.
 pub fn flow_count(mgmt_sock: &Path) -> Option<usize> {
     let out = std::process::Command::new("ovs-ofctl")

@@ -7,7 +7,7 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use super::lab::{Lab, EXT_IP4};
-use super::util::wait_until;
+use super::util::{in_netns, wait_until};
 
 /// A running dnsmasq; killed on drop.
 pub struct Dnsmasq {
@@ -72,8 +72,8 @@ impl Dnsmasq {
         // Listening is not answering: dnsmasq binds its sockets before it loads the
         // host-records, which takes seconds for tens of thousands (a first query then waits,
         // and a test or bench would blame the agent).
-        let (ns, addr) = (lab.ext_ns().to_owned(), format!("{EXT_IP4}:{port}"));
-        let answered = std::thread::spawn(move || answers_a_query(&ns, &addr))
+        let addr = format!("{EXT_IP4}:{port}");
+        let answered = in_netns(lab.ext_ns(), move || answers_a_query(&addr))
             .join()
             .unwrap_or(false);
         assert!(answered, "dnsmasq did not answer a query within 60 s");
@@ -92,15 +92,9 @@ impl Dnsmasq {
     }
 }
 
-/// Whether the DNS server at `addr` answers a query (any answer: the name is unknown) sent from
-/// network namespace `ns` within 60 s. Runs on the calling thread, which it moves into `ns`.
-fn answers_a_query(ns: &str, addr: &str) -> bool {
-    let Ok(handle) = std::fs::File::open(format!("/var/run/netns/{ns}")) else {
-        return false;
-    };
-    if nix::sched::setns(handle, nix::sched::CloneFlags::CLONE_NEWNET).is_err() {
-        return false;
-    }
+/// Whether the DNS server at `addr` answers a query (any answer: the name is unknown) within
+/// 60 s, sent from the calling thread's network namespace.
+fn answers_a_query(addr: &str) -> bool {
     let Ok(sock) = std::net::UdpSocket::bind("0.0.0.0:0") else {
         return false;
     };

@@ -20,4 +20,4 @@ pub use dnsmasq::Dnsmasq;
 pub use lab::*;
 pub use probe::{ConnProbe, Recovery};
 pub use traffic::{PingFlood, PingResult};
-pub use util::{poll_until, wait_until, CommandOutputExt};
+pub use util::{in_netns, poll_until, wait_until, CommandOutputExt};

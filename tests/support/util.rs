@@ -165,3 +165,17 @@ pub(crate) fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
+
+/// Runs `f` on a new thread inside network namespace `ns` (panics in that thread if it cannot
+/// enter it).
+pub fn in_netns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let handle = std::fs::File::open(&path).expect("open the netns");
+        nix::sched::setns(handle, nix::sched::CloneFlags::CLONE_NEWNET).expect("enter the netns");
+        f()
+    })
+}
