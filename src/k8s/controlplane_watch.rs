@@ -283,7 +283,7 @@ fn track(raw: Value, object: &ControlplaneObject, valid: ValidObject) -> Tracked
 
 fn apply_patch(tracked: &mut Tracked, wire: &GroupPatch, patch: &MembersPatch) {
     if let ValidObject::AddressGroup(g) | ValidObject::AppliedToGroup(g) = &mut tracked.valid {
-        patch_group(g, patch);
+        patch_group(std::sync::Arc::make_mut(g), patch);
     }
     if let Wire::Group { members, .. } = &mut tracked.wire {
         // Validation drops bad members, so pair each wire member with its own key.

@@ -1189,7 +1189,9 @@ rules:
             "kind: AddressGroup\nmetadata: {name: clients}\n\
              groupMembers: [{externalEntity: {name: c1, namespace: vm-ns}, ips: [\"10.0.0.8\"]}]\n",
         );
-        let changes = store.upsert_address_group(clients.address_group("clients").expect("group").clone());
+        let changes = store.upsert_address_group(std::sync::Arc::new(
+            clients.address_group("clients").expect("group").clone(),
+        ));
         let affected = store.affected_policies(&changes);
         assert_eq!(affected, BTreeSet::from(["uid-1".to_string()]));
         assert!(view.update(&store, std::slice::from_ref(&eth0), Some(&affected)));

@@ -11,6 +11,8 @@
 //! net (network filesystems deliver no events), and polls on its short period if inotify cannot
 //! be used at all.
 
+use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -21,6 +23,13 @@ use tracing::{debug, warn};
 /// How long the directory must stay quiet after an event before it is read, so that one read
 /// sees a whole burst (an editor's temporary file and rename, a deploy tool writing many files).
 pub const SETTLE: Duration = Duration::from_millis(20);
+
+/// The same after an event that completes a file's new content (closed after writing, or renamed
+/// into place): the next step of the same write, if any, follows within microseconds (it is the
+/// writer's next system call), so a short quiet still sees it, and a single edit is read 20 ms
+/// sooner. A burst of files keeps resetting the quiet, and an event that starts a write (a file
+/// created, its attributes changed) or removes one asks for the full [`SETTLE`] again.
+pub const SETTLE_AFTER_WRITE: Duration = Duration::from_millis(2);
 
 /// The longest a burst may delay the read.
 const MAX_SETTLE: Duration = Duration::from_secs(1);
@@ -55,6 +64,10 @@ pub struct DirWatch {
     parent: Option<WatchDescriptor>,
     /// Set once inotify failed to start: the poller polls on its short period from then on.
     unavailable: bool,
+    /// The entries of the directory that events named since [`DirWatch::arm_for_read`]; `None`
+    /// when an event may stand for more than the entry it names (the directory itself moved,
+    /// an event on the parent, a lost event queue, a subdirectory), or inotify is not in use.
+    named: Option<BTreeSet<OsString>>,
 }
 
 impl DirWatch {
@@ -65,6 +78,33 @@ impl DirWatch {
             target: None,
             parent: None,
             unavailable: false,
+            named: None,
+        }
+    }
+
+    /// Like [`DirWatch::arm`], right before a read of the directory: starts recording the
+    /// entries that change from now on ([`DirWatch::changed_entries`]).
+    pub fn arm_for_read(&mut self) {
+        self.arm();
+        self.named = self.target.is_some().then(BTreeSet::new);
+    }
+
+    /// The entries of the directory that changed since the last [`DirWatch::arm_for_read`], as
+    /// far as the events tell: the regular files of the directory not listed are unchanged since
+    /// then (each change of one queues an event naming it). `None` when that is not known.
+    pub fn changed_entries(&self) -> Option<&BTreeSet<OsString>> {
+        self.named.as_ref()
+    }
+
+    /// Records what a counted event tells of the changed entries.
+    fn note(&mut self, e: &inotify::Event<OsString>) {
+        let Some(named) = self.named.as_mut() else { return };
+        let on_target = self.target.as_ref() == Some(&e.wd);
+        match &e.name {
+            Some(name) if on_target && !e.mask.contains(EventMask::ISDIR) => {
+                named.insert(name.clone());
+            }
+            _ => self.named = None,
         }
     }
 
@@ -82,6 +122,7 @@ impl DirWatch {
     pub async fn wait(&mut self, poll: Duration, fallback: Duration) -> bool {
         if self.arm() {
             // The path resolves to another directory (or to none) than at the last arm.
+            self.named = None;
             return true;
         }
         let deadline = tokio::time::Instant::now()
@@ -90,16 +131,24 @@ impl DirWatch {
             } else {
                 fallback.min(poll)
             };
-        let Some(stream) = self.stream.as_mut() else {
+        if self.stream.is_none() {
             tokio::time::sleep(fallback).await;
             return false;
-        };
+        }
         let failure = loop {
+            let Some(stream) = self.stream.as_mut() else {
+                return false;
+            };
             tokio::select! {
                 event = stream.next() => match event {
                     Some(Ok(e)) if !counts(&e, &self.target, &self.parent, &self.dir) => continue,
-                    Some(Ok(_)) => {
-                        settle(stream).await;
+                    Some(Ok(e)) => {
+                        self.note(&e);
+                        if let Err(failure) = self.settle(quiet_after(e.mask)).await {
+                            // Woken all the same; what else changed is unknown (the whole
+                            // directory is read).
+                            self.reset(&failure);
+                        }
                         return true;
                     }
                     Some(Err(e)) => break format!("reading inotify events failed: {e}"),
@@ -110,6 +159,34 @@ impl DirWatch {
         };
         self.reset(&failure);
         false
+    }
+
+    /// Waits until no event arrived for the quiet period the last event asks for (`first`,
+    /// then [`quiet_after`] each next one), at most [`MAX_SETTLE`] in all, recording the
+    /// entries the events name.
+    async fn settle(&mut self, first: Duration) -> Result<(), String> {
+        let end = tokio::time::Instant::now() + MAX_SETTLE;
+        let mut quiet_for = first;
+        loop {
+            let Some(stream) = self.stream.as_mut() else {
+                return Ok(());
+            };
+            let quiet = tokio::time::Instant::now() + quiet_for;
+            match tokio::time::timeout_at(quiet.min(end), stream.next()).await {
+                Ok(Some(Ok(e))) => {
+                    if counts(&e, &self.target, &self.parent, &self.dir) {
+                        self.note(&e);
+                        quiet_for = quiet_after(e.mask);
+                    }
+                    if tokio::time::Instant::now() >= end {
+                        return Ok(());
+                    }
+                }
+                Ok(Some(Err(e))) => return Err(format!("reading inotify events failed: {e}")),
+                Ok(None) => return Err("the inotify event stream ended".to_owned()),
+                Err(_) => return Ok(()),
+            }
+        }
     }
 
     /// Starts inotify if needed and points the watches at the directory as it resolves now
@@ -159,6 +236,7 @@ impl DirWatch {
     /// Drops the inotify instance after an error; the next wait starts a new one.
     fn reset(&mut self, why: &str) {
         warn!(dir = %self.dir.display(), "{why}; watching it again");
+        self.named = None;
         self.stream = None;
         self.target = None;
         self.parent = None;
@@ -197,15 +275,12 @@ fn counts(
     true
 }
 
-/// Waits until no event arrived for [`SETTLE`] (at most [`MAX_SETTLE`]).
-async fn settle(stream: &mut EventStream<Vec<u8>>) {
-    let end = tokio::time::Instant::now() + MAX_SETTLE;
-    loop {
-        let quiet = tokio::time::Instant::now() + SETTLE;
-        match tokio::time::timeout_at(quiet.min(end), stream.next()).await {
-            Ok(Some(Ok(_))) if tokio::time::Instant::now() < end => continue,
-            _ => return,
-        }
+/// How quiet the directory must stay after an event of kind `mask` before it is read.
+fn quiet_after(mask: EventMask) -> Duration {
+    if mask.intersects(EventMask::CLOSE_WRITE | EventMask::MOVED_TO) {
+        SETTLE_AFTER_WRITE
+    } else {
+        SETTLE
     }
 }
 
@@ -246,6 +321,64 @@ mod tests {
     async fn arm(w: &mut DirWatch) {
         w.arm();
         assert!(!w.wait(Duration::from_millis(50), Duration::from_millis(50)).await);
+    }
+
+    #[test]
+    fn only_a_completed_write_shortens_the_quiet() {
+        for done in [
+            EventMask::CLOSE_WRITE,
+            EventMask::MOVED_TO,
+            EventMask::MOVED_TO | EventMask::ISDIR,
+        ] {
+            assert_eq!(quiet_after(done), SETTLE_AFTER_WRITE, "{done:?}");
+        }
+        // A write starting, an attribute change, a removal or a move away: more may follow.
+        for more in [
+            EventMask::CREATE,
+            EventMask::ATTRIB,
+            EventMask::DELETE,
+            EventMask::MOVED_FROM,
+            EventMask::DELETE_SELF,
+            EventMask::MOVE_SELF,
+        ] {
+            assert_eq!(quiet_after(more), SETTLE, "{more:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn changed_entries_name_the_files_changed_since_the_read() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("policies");
+        std::fs::create_dir(&dir).expect("mkdir");
+        let mut w = DirWatch::new(&dir);
+        assert_eq!(w.changed_entries(), None, "unknown before the first read");
+        w.arm_for_read();
+        assert_eq!(w.changed_entries(), Some(&BTreeSet::new()));
+        woken_by(&mut w, || {
+            std::fs::write(dir.join(".a.yaml.tmp"), "x").expect("write");
+            std::fs::rename(dir.join(".a.yaml.tmp"), dir.join("a.yaml")).expect("rename");
+        })
+        .await;
+        let named: Vec<&str> = w
+            .changed_entries()
+            .expect("known")
+            .iter()
+            .filter_map(|n| n.to_str())
+            .collect();
+        assert_eq!(named, [".a.yaml.tmp", "a.yaml"]);
+        w.arm_for_read();
+        assert_eq!(w.changed_entries(), Some(&BTreeSet::new()), "reset by the read");
+        // A subdirectory (whatever it holds), an event on the parent or a lost event queue:
+        // anything may have changed.
+        woken_by(&mut w, || std::fs::create_dir(dir.join("sub")).expect("mkdir")).await;
+        assert_eq!(w.changed_entries(), None);
+        w.arm_for_read();
+        woken_by(&mut w, || {
+            std::fs::rename(&dir, tmp.path().join("moved")).expect("move away");
+            std::fs::create_dir(&dir).expect("mkdir again");
+        })
+        .await;
+        assert_eq!(w.changed_entries(), None);
     }
 
     #[tokio::test]

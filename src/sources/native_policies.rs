@@ -282,10 +282,10 @@ impl LocalController {
                     snapshot.network_policies.push(Arc::clone(p));
                 }
                 Ok(ValidObject::AddressGroup(g)) if !taken_ags.contains(name) => {
-                    snapshot.address_groups.push(g.clone())
+                    snapshot.address_groups.push(Arc::clone(g))
                 }
                 Ok(ValidObject::AppliedToGroup(g)) if !taken_atgs.contains(name) => {
-                    snapshot.applied_to_groups.push(g.clone())
+                    snapshot.applied_to_groups.push(Arc::clone(g))
                 }
                 Ok(_) => errors.push(format!(
                     "local controller: {kind} {name} is also defined by a controlplane object in the \

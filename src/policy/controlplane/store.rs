@@ -91,11 +91,11 @@ pub struct PolicyStore {
     /// Shared with whoever handed them over (a policy directory keeps its objects for
     /// last-good semantics), so a large policy set is held once.
     policies: BTreeMap<String, Arc<Policy>>,
-    address_groups: BTreeMap<String, Group>,
-    applied_to_groups: BTreeMap<String, Group>,
+    address_groups: BTreeMap<String, Arc<Group>>,
+    applied_to_groups: BTreeMap<String, Arc<Group>>,
 }
 
-/// Equality, with a shortcut for policies shared with the source that handed them over (a
+/// Equality, with a shortcut for objects shared with the source that handed them over (a
 /// policy directory hands the same allocation over again while its file is unchanged).
 trait SameValue {
     fn same(&self, other: &Self) -> bool;
@@ -107,9 +107,9 @@ impl SameValue for Arc<Policy> {
     }
 }
 
-impl SameValue for Group {
+impl SameValue for Arc<Group> {
     fn same(&self, other: &Self) -> bool {
-        self == other
+        Arc::ptr_eq(self, other) || self == other
     }
 }
 
@@ -157,7 +157,9 @@ fn replace<T: SameValue>(
     changes
 }
 
-fn patch(group: &mut Group, patch: MembersPatch) -> bool {
+fn patch(group: &mut Arc<Group>, patch: MembersPatch) -> bool {
+    // Copied only if the source still shares it.
+    let group = Arc::make_mut(group);
     let before = group.members.clone();
     for m in patch.added {
         group.members.insert(m.key(), m);
@@ -180,11 +182,11 @@ impl PolicyStore {
     }
 
     pub fn address_group(&self, name: &str) -> Option<&Group> {
-        self.address_groups.get(name)
+        self.address_groups.get(name).map(|g| &**g)
     }
 
     pub fn applied_to_group(&self, name: &str) -> Option<&Group> {
-        self.applied_to_groups.get(name)
+        self.applied_to_groups.get(name).map(|g| &**g)
     }
 
     /// Policies by name, in name order.
@@ -193,11 +195,11 @@ impl PolicyStore {
     }
 
     pub fn address_groups(&self) -> impl Iterator<Item = &Group> {
-        self.address_groups.values()
+        self.address_groups.values().map(|g| &**g)
     }
 
     pub fn applied_to_groups(&self) -> impl Iterator<Item = &Group> {
-        self.applied_to_groups.values()
+        self.applied_to_groups.values().map(|g| &**g)
     }
 
     /// Names of the policies whose rules have `group` as a peer.
@@ -269,13 +271,13 @@ impl PolicyStore {
         Changes::single(Kind::NetworkPolicy, &name, change)
     }
 
-    pub fn upsert_address_group(&mut self, group: Group) -> Changes {
+    pub fn upsert_address_group(&mut self, group: Arc<Group>) -> Changes {
         let name = group.name.clone();
         let change = upsert(&mut self.address_groups, &name, group);
         Changes::single(Kind::AddressGroup, &name, change)
     }
 
-    pub fn upsert_applied_to_group(&mut self, group: Group) -> Changes {
+    pub fn upsert_applied_to_group(&mut self, group: Arc<Group>) -> Changes {
         let name = group.name.clone();
         let change = upsert(&mut self.applied_to_groups, &name, group);
         Changes::single(Kind::AppliedToGroup, &name, change)
@@ -324,7 +326,7 @@ impl PolicyStore {
     }
 
     /// Makes the AddressGroups exactly `groups` (a later duplicate name wins).
-    pub fn replace_address_groups(&mut self, groups: impl IntoIterator<Item = Group>) -> Changes {
+    pub fn replace_address_groups(&mut self, groups: impl IntoIterator<Item = Arc<Group>>) -> Changes {
         Changes {
             address_groups: replace(
                 &mut self.address_groups,
@@ -335,7 +337,7 @@ impl PolicyStore {
     }
 
     /// Makes the AppliedToGroups exactly `groups` (a later duplicate name wins).
-    pub fn replace_applied_to_groups(&mut self, groups: impl IntoIterator<Item = Group>) -> Changes {
+    pub fn replace_applied_to_groups(&mut self, groups: impl IntoIterator<Item = Arc<Group>>) -> Changes {
         Changes {
             applied_to_groups: replace(
                 &mut self.applied_to_groups,
@@ -349,8 +351,8 @@ impl PolicyStore {
     pub fn replace_all(
         &mut self,
         policies: impl IntoIterator<Item = Arc<Policy>>,
-        address_groups: impl IntoIterator<Item = Group>,
-        applied_to_groups: impl IntoIterator<Item = Group>,
+        address_groups: impl IntoIterator<Item = Arc<Group>>,
+        applied_to_groups: impl IntoIterator<Item = Arc<Group>>,
     ) -> Changes {
         let mut changes = self.replace_policies(policies);
         changes.merge(self.replace_address_groups(address_groups));
@@ -525,10 +527,12 @@ mod tests {
         let ValidObject::AddressGroup(ag) = valid(AG) else {
             panic!("kind")
         };
-        let mut other = ag.clone();
+        let mut other = (*ag).clone();
         other.name = "other".into();
-        let mut smaller = ag.clone();
+        let other = Arc::new(other);
+        let mut smaller = (*ag).clone();
         smaller.members.pop_first();
+        let smaller = Arc::new(smaller);
         // Snapshot: AG modified, "other" added; nothing deleted.
         let c = s.replace_address_groups([smaller.clone(), other.clone()]);
         assert_eq!(
@@ -544,7 +548,8 @@ mod tests {
             .replace_address_groups([smaller.clone(), other.clone()])
             .is_empty());
         // A snapshot without "other" deletes it; an empty policy snapshot deletes the policy.
-        let c = s.replace_all([], [smaller], s.applied_to_groups().cloned().collect::<Vec<_>>());
+        let atgs: Vec<Arc<Group>> = s.applied_to_groups().cloned().map(Arc::new).collect();
+        let c = s.replace_all([], [smaller], atgs);
         assert_eq!(
             c.network_policies,
             BTreeMap::from([(NP_NAME.to_string(), Change::Deleted)])

@@ -487,8 +487,10 @@ pub struct MembersPatch {
 #[derive(Clone, Debug, PartialEq)]
 pub enum ValidObject {
     NetworkPolicy(Arc<Policy>),
-    AddressGroup(Group),
-    AppliedToGroup(Group),
+    /// Groups are shared like policies: a source that hands the same group over again (a policy
+    /// directory, the local controller) costs a pointer, not a copy of its members.
+    AddressGroup(Arc<Group>),
+    AppliedToGroup(Arc<Group>),
     AddressGroupPatch(MembersPatch),
     AppliedToGroupPatch(MembersPatch),
 }
@@ -500,8 +502,8 @@ impl ControlplaneObject {
     pub fn validate(&self) -> Result<ValidObject, InvalidObject> {
         Ok(match self {
             ControlplaneObject::NetworkPolicy(np) => ValidObject::NetworkPolicy(Arc::new(np.validate()?)),
-            ControlplaneObject::AddressGroup(g) => ValidObject::AddressGroup(g.validate()?),
-            ControlplaneObject::AppliedToGroup(g) => ValidObject::AppliedToGroup(g.validate()?),
+            ControlplaneObject::AddressGroup(g) => ValidObject::AddressGroup(Arc::new(g.validate()?)),
+            ControlplaneObject::AppliedToGroup(g) => ValidObject::AppliedToGroup(Arc::new(g.validate()?)),
             ControlplaneObject::AddressGroupPatch(p) => {
                 ValidObject::AddressGroupPatch(p.validate(Kind::AddressGroupPatch)?)
             }

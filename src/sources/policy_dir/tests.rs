@@ -794,3 +794,60 @@ async fn an_external_node_edit_elsewhere_is_read_at_once() {
         s.applied_to_groups
     );
 }
+
+/// On a pass an event woke, a regular file no event named is not looked at (not even its
+/// metadata), while a symlinked one is, since its target can change where no event is seen. A
+/// regular file changed without an event here (through a hard link elsewhere) is read at the next
+/// safety-net poll, which reads every file.
+#[tokio::test]
+async fn a_woken_pass_skips_unnamed_regular_files_but_not_symlinks() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("policies");
+    let shared = tmp.path().join("shared");
+    std::fs::create_dir(&dir).expect("mkdir");
+    std::fs::create_dir(&shared).expect("mkdir");
+    write(&dir, "a.yaml", &format!("{NP}---\n{ATG}"));
+    std::fs::hard_link(dir.join("a.yaml"), shared.join("a-elsewhere.yaml")).expect("hard link");
+    write(&shared, "b.json", AG_JSON);
+    std::os::unix::fs::symlink(shared.join("b.json"), dir.join("b.json")).expect("symlink");
+    // No poll within the test: only inotify wakes the source.
+    let source = PolicyDirSource::new(&dir, Duration::from_secs(600));
+    let mut events = source.subscribe();
+    let s = next_snapshot(&mut events).await;
+    assert_eq!(names(&s), (vec!["web"], vec!["front"], vec!["vm1"]));
+    assert_eq!(s.network_policies[0].priority, Some(5.0));
+
+    // The symlink's target changes in the other directory (no event in the policy directory),
+    // and a.yaml's content changes through its other name (no event here either).
+    write(&shared, "b.json", &AG_JSON.replace("\"front\"", "\"front2\""));
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(shared.join("a-elsewhere.yaml"))
+            .expect("open the hard link");
+        f.write_all(b"---\nkind: AddressGroup\nmetadata: {name: g9}\n")
+            .expect("append");
+    }
+    // Another file appears: its event wakes a pass.
+    write(&dir, "c.yaml", &NP.replace("{name: web}", "{name: web2}"));
+    let s = next_snapshot(&mut events).await;
+    assert_eq!(
+        names(&s),
+        (vec!["web", "web2"], vec!["front2"], vec!["vm1"]),
+        "the symlinked file was looked at, a.yaml (a regular file no event named) was not \
+         read again; {:?}",
+        s.errors
+    );
+    // An event naming it: read again, with what was appended through the other name.
+    std::fs::write(
+        dir.join("a.yaml"),
+        format!("{NP}---\n{ATG}---\nkind: AddressGroup\nmetadata: {{name: g9}}\n"),
+    )
+    .expect("rewrite in place");
+    let s = next_snapshot(&mut events).await;
+    assert_eq!(
+        names(&s),
+        (vec!["web", "web2"], vec!["front2", "g9"], vec!["vm1"])
+    );
+}
