@@ -47,7 +47,7 @@ use std::net::IpAddr;
 use etherparse::{IpHeaders, IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6Header, PacketBuilder, TcpHeader};
 
 use super::packet::{self, Fragment, PacketError, ParsedPacket, Transport};
-use crate::messages::AttachedInterface;
+use crate::attachment::AttachedInterface;
 use crate::ovs::openflow::{Action, Match, PacketIn, PacketOut, SetField};
 
 /// GeneratedRejectPacketOutRegMark: reg0[13].

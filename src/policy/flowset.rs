@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::attachment::AttachedInterface;
 use crate::config::BypassRule;
-use crate::messages::AttachedInterface;
 use crate::ovs::openflow::normalize_flow;
 use crate::ovs::openflow::{Flow, FlowKey, FlowMod};
 use crate::policy::pipeline::{self, PipelineOptions, ROUND_MASK};
@@ -139,7 +139,7 @@ pub fn full_resync(desired: FlowSet, round: u16, previous: Option<u16>) -> Vec<F
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::messages::EntityRef;
+    use crate::attachment::EntityRef;
     use crate::ovs::openflow::FlowModCommand;
 
     fn iface(name: &str, ofport: u32, uplink: u32) -> AttachedInterface {

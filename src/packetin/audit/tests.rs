@@ -6,7 +6,7 @@ use std::net::Ipv6Addr;
 use etherparse::PacketBuilder;
 
 use super::*;
-use crate::messages::EntityRef;
+use crate::attachment::EntityRef;
 use crate::ovs::openflow::{Masked, Match, PacketIn};
 use crate::packetin::meta::operation;
 use crate::packetin::packet::parse;
