@@ -8,9 +8,9 @@ use etherparse::PacketBuilder;
 use super::*;
 use crate::attachment::EntityRef;
 use crate::ovs::openflow::{Masked, Match, PacketIn};
-use crate::packetin::meta::operation;
 use crate::packetin::packet::parse;
 use crate::policy::compiler::ConjunctionInfo;
+use crate::policy::pipeline::fields::operation;
 use crate::policy::pipeline::table;
 use crate::policy::rule::{PolicyType, RuleAction, RuleId};
 
