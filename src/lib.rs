@@ -8,6 +8,7 @@
 
 pub mod actors;
 pub mod api;
+pub mod attachment;
 pub mod cli;
 pub mod config;
 pub mod emulator;

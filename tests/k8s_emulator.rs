@@ -29,20 +29,21 @@ use futures::FutureExt;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use antrea_vm_agent::actors::reporter::agent_conditions;
 use antrea_vm_agent::k8s::agent_info::{
     self, heartbeat, AgentInfoError, AgentInfoInputs, NetworkPolicyControllerInfo, OvsdbProbe, UpdateKind,
 };
 use antrea_vm_agent::k8s::api::{ApiClient, Method};
 use antrea_vm_agent::k8s::client::KubeApiClient;
-use antrea_vm_agent::k8s::controlplane_watch::{
-    update_kind, watch_path, ControlplaneSource, ControlplaneTiming, WATCHED_KINDS,
-};
 use antrea_vm_agent::k8s::external_node::ExternalNodeObject;
 use antrea_vm_agent::k8s::fallback::FallbackStore;
 use antrea_vm_agent::k8s::{policy_status, stats_summary};
 use antrea_vm_agent::messages::{ActorDetail, ActorStatus, FlowInstallerStatus, PolicyCacheStatus};
 use antrea_vm_agent::policy::controlplane::{
     ControlplaneObject, Group, Kind, Member, MemberRef, MembersPatch, PortMatch, ValidObject,
+};
+use antrea_vm_agent::sources::controlplane_watch::{
+    update_kind, watch_path, ControlplaneSource, ControlplaneTiming, WATCHED_KINDS,
 };
 use antrea_vm_agent::sources::kube_external_node::{KubeExternalNodeSource, WatchTiming};
 use antrea_vm_agent::sources::{ExternalNodeSource, PolicySource, PolicyUpdate, SourceEvent};
@@ -934,9 +935,9 @@ fn heartbeat_inputs() -> AgentInfoInputs {
         bridge_name: "br-int".into(),
         api_port: 10350,
         ovs_version: Some("3.1.2".into()),
-        flow_table: agent_info::flow_table(&statuses),
-        policy_info: agent_info::policy_info(&statuses),
-        conditions: agent_info::conditions(
+        flow_table: agent_conditions::flow_table(&statuses),
+        policy_info: agent_conditions::policy_info(&statuses),
+        conditions: agent_conditions::conditions(
             &statuses,
             &[],
             &OvsdbProbe::Up { version: None },

@@ -98,7 +98,7 @@ fn without_rounds(flows: Vec<String>) -> Vec<String> {
                 return line;
             };
             let (hex, tail) = rest.split_once(',').unwrap_or((rest, ""));
-            let cookie = u64::from_str_radix(hex, 16).expect("hex cookie") & !pipeline::ROUND_MASK;
+            let cookie = u64::from_str_radix(hex, 16).expect("hex cookie") & !pipeline::fields::ROUND_MASK;
             format!("cookie={cookie:#x},{tail}")
         })
         .collect();

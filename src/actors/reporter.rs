@@ -1,7 +1,7 @@
 //! The reporter: everything the agent writes back about itself.
 //!
 //! * Every `report_interval` (first one at start) it asks every actor for its status, probes
-//!   OVSDB, decides the four AntreaAgentInfo conditions (see [`agent_info::conditions`]) and
+//!   OVSDB, decides the four AntreaAgentInfo conditions (see [`agent_conditions::conditions`]) and
 //!   publishes one [`AgentInfo`] snapshot: written atomically as JSON to the state directory when
 //!   a path is configured, kept for [`GetAgentInfo`] (the local API), and — in Kubernetes mode —
 //!   sent as the AntreaAgentInfo heartbeat (GET/PUT with a cached copy, §5.3 of the API
@@ -25,6 +25,8 @@ use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, Resp
 use chrono::Utc;
 use serde::Serialize;
 use tracing::{debug, warn, Instrument};
+
+pub mod agent_conditions;
 
 use super::{common_handlers, Deps, Lifeline, Peers};
 use crate::k8s::agent_info::{
@@ -385,7 +387,7 @@ impl Handler<Report> for AgentInfoReporter {
                 }
             }
             let healthy = unresponsive.is_empty() && actors.iter().all(|s| s.healthy);
-            let conditions = agent_info::conditions(&actors, &unresponsive, &probe, Utc::now());
+            let conditions = agent_conditions::conditions(&actors, &unresponsive, &probe, Utc::now());
             let reports = act.conditions.update(&conditions);
             let inputs = AgentInfoInputs {
                 node_name: act.deps.node_name.clone(),
@@ -396,8 +398,8 @@ impl Handler<Report> for AgentInfoReporter {
                     OvsdbProbe::Up { version } => version.clone(),
                     OvsdbProbe::Down(_) => None,
                 },
-                flow_table: agent_info::flow_table(&actors),
-                policy_info: agent_info::policy_info(&actors),
+                flow_table: agent_conditions::flow_table(&actors),
+                policy_info: agent_conditions::policy_info(&actors),
                 conditions,
                 api_ca_bundle: None,
             };
@@ -473,7 +475,7 @@ impl Handler<PoliciesRealized> for AgentInfoReporter {
             return;
         };
         if w.post_statuses {
-            w.statuses.realized(&msg, Instant::now());
+            w.statuses.realized(&msg.policies, msg.sync_epoch, Instant::now());
         }
         // The flows are in: the earliest moment a counter baseline means something.
         let take_baseline = w.collect_stats && !w.baseline.has_baseline() && !w.stats_busy;

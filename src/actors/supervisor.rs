@@ -1,7 +1,8 @@
 //! The supervisor: starts the five actors in dependency order (flow installer, policy cache,
 //! interface manager, ExternalNode watcher, reporter), restarts any that dies — after an error
 //! stop or a panic — with exponential backoff, re-wires every actor to the new addresses, and asks
-//! all actors to resend their facts so the restarted one converges.
+//! all actors to resend their facts so the restarted one converges. It knows the actors through
+//! one table, [`CHILDREN`]: per actor, how to start it, reach it, restart it and stop it.
 //!
 //! Threads: the flow installer runs on a thread (actix arbiter) of its own, and the packet-ins
 //! of its connection (Reject replies, audit writes) are answered on another, so a full compile
@@ -17,7 +18,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::{Actor, ActorContext, Arbiter, AsyncContext, Context, Handler, Message, ResponseFuture};
+use actix::{
+    Actor, ActorContext, Addr, Arbiter, AsyncContext, Context, Handler, Message, Recipient, ResponseFuture,
+};
 use serde::Serialize;
 use tracing::{error, info, warn};
 
@@ -150,6 +153,44 @@ impl Timing {
 }
 
 #[cfg(test)]
+mod child_table_tests {
+    use super::*;
+
+    #[test]
+    fn the_table_has_one_row_per_actor_in_start_order() {
+        let kinds: Vec<ActorKind> = CHILDREN.iter().map(|c| c.kind).collect();
+        assert_eq!(kinds, ActorKind::ALL.to_vec());
+        for kind in ActorKind::ALL {
+            assert_eq!(spec(kind).kind, kind);
+        }
+        let mut stopped = SHUTDOWN_ORDER.to_vec();
+        stopped.sort_by_key(|k| k.as_str());
+        let mut all = ActorKind::ALL.to_vec();
+        all.sort_by_key(|k| k.as_str());
+        assert_eq!(stopped, all, "every actor is stopped once");
+        // Only the flow installer is waited for, and it is stopped last.
+        let awaited: Vec<ActorKind> = CHILDREN
+            .iter()
+            .filter(|c| matches!(c.on_shutdown, OnShutdown::Await(..)))
+            .map(|c| c.kind)
+            .collect();
+        assert_eq!(awaited, vec![ActorKind::FlowInstaller]);
+        assert_eq!(SHUTDOWN_ORDER.last(), Some(&ActorKind::FlowInstaller));
+        // Every producer resends its facts; the reporter only consumes.
+        let resynced: Vec<ActorKind> = CHILDREN.iter().filter(|c| c.resync).map(|c| c.kind).collect();
+        assert_eq!(
+            resynced,
+            vec![
+                ActorKind::FlowInstaller,
+                ActorKind::PolicyCache,
+                ActorKind::InterfaceManager,
+                ActorKind::ExternalNodeWatcher,
+            ]
+        );
+    }
+}
+
+#[cfg(test)]
 mod timing_tests {
     use super::*;
     use crate::config::parse_period;
@@ -172,6 +213,154 @@ struct ChildState {
     started_at: Instant,
     consecutive_failures: u32,
     restarts: u64,
+}
+
+/// What the supervisor does when a child dies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Restart {
+    /// Start a new instance after an exponential backoff (`Timing::restart_backoff_*`, reset once
+    /// an instance stayed up `restart_backoff_reset`), then re-wire everyone and ask for a resync.
+    WithBackoff,
+}
+
+/// How a child is stopped at shutdown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OnShutdown {
+    /// Sent `Stop`, not waited for.
+    Tell,
+    /// Sent `Stop`, and the shutdown's answer waits for it up to this long; the text says what a
+    /// later stop means (logged when it happens).
+    Await(Duration, &'static str),
+}
+
+/// A running child as the supervisor talks to it, whatever its type.
+struct ChildHandle {
+    set_peers: Recipient<SetPeers>,
+    resync: Recipient<Resync>,
+    stop: Recipient<Stop>,
+    connected: bool,
+}
+
+fn handle_of<A>(addr: &Option<Addr<A>>) -> Option<ChildHandle>
+where
+    A: Actor<Context = Context<A>> + Handler<SetPeers> + Handler<Resync> + Handler<Stop>,
+{
+    addr.as_ref().map(|a| ChildHandle {
+        set_peers: a.clone().recipient(),
+        resync: a.clone().recipient(),
+        stop: a.clone().recipient(),
+        connected: a.connected(),
+    })
+}
+
+/// One row of [`CHILDREN`]: how the supervisor starts, addresses, restarts and stops one actor.
+struct ChildSpec {
+    kind: ActorKind,
+    /// Starts a new instance (with the current addresses, on the thread the layout gives it) and
+    /// records its address in the peers.
+    start: fn(&mut Peers, Deps, Lifeline, Option<&Threads>),
+    /// The live instance's address, if any.
+    handle: fn(&Peers) -> Option<ChildHandle>,
+    /// Forgets the address of a dead instance.
+    clear: fn(&mut Peers),
+    restart: Restart,
+    /// Asked to resend its facts (`Resync`) after every re-wiring.
+    resync: bool,
+    on_shutdown: OnShutdown,
+}
+
+/// The children, in start order ([`ActorKind::ALL`]: each one's consumers start before it).
+/// `SetPeers` goes out in this order, `Resync` in the reverse one (producers first; the flow
+/// installer last, re-sending its last realization notice, which a restarted reporter lacks).
+const CHILDREN: [ChildSpec; 5] = [
+    ChildSpec {
+        kind: ActorKind::FlowInstaller,
+        start: |peers, deps, lifeline, threads| {
+            let given = peers.clone();
+            peers.flows = Some(match threads {
+                Some(threads) => {
+                    let packet_ins = threads.packet_ins.handle();
+                    FlowInstaller::start_in_arbiter(&threads.flow_installer.handle(), move |_| {
+                        FlowInstaller::new(deps, given, lifeline).with_packet_in_thread(packet_ins)
+                    })
+                }
+                None => FlowInstaller::new(deps, given, lifeline).start(),
+            });
+        },
+        handle: |p| handle_of(&p.flows),
+        clear: |p| p.flows = None,
+        restart: Restart::WithBackoff,
+        resync: true,
+        // It writes the audit lines still collecting first; bounded, since a Stop queues behind
+        // a bundle in flight, which a stuck ovs-vswitchd could hold for minutes.
+        on_shutdown: OnShutdown::Await(
+            INSTALLER_STOP_WAIT,
+            "a bundle in flight; audit lines still collecting may be lost",
+        ),
+    },
+    ChildSpec {
+        kind: ActorKind::PolicyCache,
+        start: |peers, deps, lifeline, _| {
+            let given = peers.clone();
+            peers.policy = Some(PolicyCache::new(deps, given, lifeline).start());
+        },
+        handle: |p| handle_of(&p.policy),
+        clear: |p| p.policy = None,
+        restart: Restart::WithBackoff,
+        resync: true,
+        on_shutdown: OnShutdown::Tell,
+    },
+    ChildSpec {
+        kind: ActorKind::InterfaceManager,
+        start: |peers, deps, lifeline, _| {
+            let given = peers.clone();
+            peers.interfaces = Some(InterfaceManager::new(deps, given, lifeline).start());
+        },
+        handle: |p| handle_of(&p.interfaces),
+        clear: |p| p.interfaces = None,
+        restart: Restart::WithBackoff,
+        resync: true,
+        on_shutdown: OnShutdown::Tell,
+    },
+    ChildSpec {
+        kind: ActorKind::ExternalNodeWatcher,
+        start: |peers, deps, lifeline, _| {
+            let given = peers.clone();
+            peers.watcher = Some(ExternalNodeWatcher::new(deps, given, lifeline).start());
+        },
+        handle: |p| handle_of(&p.watcher),
+        clear: |p| p.watcher = None,
+        restart: Restart::WithBackoff,
+        resync: true,
+        on_shutdown: OnShutdown::Tell,
+    },
+    ChildSpec {
+        kind: ActorKind::AgentInfoReporter,
+        start: |peers, deps, lifeline, _| {
+            let given = peers.clone();
+            peers.reporter = Some(AgentInfoReporter::new(deps, given, lifeline).start());
+        },
+        handle: |p| handle_of(&p.reporter),
+        clear: |p| p.reporter = None,
+        restart: Restart::WithBackoff,
+        // Nothing of its own to resend: it only consumes.
+        resync: false,
+        on_shutdown: OnShutdown::Tell,
+    },
+];
+
+/// The order `Stop` goes out at shutdown: the producers of facts first, the flow installer last.
+const SHUTDOWN_ORDER: [ActorKind; 5] = [
+    ActorKind::ExternalNodeWatcher,
+    ActorKind::AgentInfoReporter,
+    ActorKind::InterfaceManager,
+    ActorKind::PolicyCache,
+    ActorKind::FlowInstaller,
+];
+
+fn spec(kind: ActorKind) -> &'static ChildSpec {
+    // Every kind has its row: `the_table_has_one_row_per_actor_in_start_order` checks it.
+    CHILDREN.iter().find(|c| c.kind == kind).unwrap_or(&CHILDREN[0])
 }
 
 /// Supervision counters, for status and tests.
@@ -223,33 +412,7 @@ impl Supervisor {
         self.next_generation += 1;
         let lifeline = Lifeline::new(kind, generation, ctx.address().recipient());
         let deps = self.deps.clone();
-        let peers = self.peers.clone();
-        match kind {
-            ActorKind::FlowInstaller => {
-                let installer = match &self.threads {
-                    Some(threads) => {
-                        let packet_ins = threads.packet_ins.handle();
-                        FlowInstaller::start_in_arbiter(&threads.flow_installer.handle(), move |_| {
-                            FlowInstaller::new(deps, peers, lifeline).with_packet_in_thread(packet_ins)
-                        })
-                    }
-                    None => FlowInstaller::new(deps, peers, lifeline).start(),
-                };
-                self.peers.flows = Some(installer);
-            }
-            ActorKind::PolicyCache => {
-                self.peers.policy = Some(PolicyCache::new(deps, peers, lifeline).start());
-            }
-            ActorKind::InterfaceManager => {
-                self.peers.interfaces = Some(InterfaceManager::new(deps, peers, lifeline).start());
-            }
-            ActorKind::ExternalNodeWatcher => {
-                self.peers.watcher = Some(ExternalNodeWatcher::new(deps, peers, lifeline).start());
-            }
-            ActorKind::AgentInfoReporter => {
-                self.peers.reporter = Some(AgentInfoReporter::new(deps, peers, lifeline).start());
-            }
-        }
+        (spec(kind).start)(&mut self.peers, deps, lifeline, self.threads.as_ref());
         let previous = self.children.get(&kind).copied();
         self.children.insert(
             kind,
@@ -263,47 +426,23 @@ impl Supervisor {
     }
 
     fn clear_peer(&mut self, kind: ActorKind) {
-        match kind {
-            ActorKind::FlowInstaller => self.peers.flows = None,
-            ActorKind::PolicyCache => self.peers.policy = None,
-            ActorKind::InterfaceManager => self.peers.interfaces = None,
-            ActorKind::ExternalNodeWatcher => self.peers.watcher = None,
-            ActorKind::AgentInfoReporter => self.peers.reporter = None,
-        }
+        (spec(kind).clear)(&mut self.peers);
     }
 
     /// Sends the current addresses to every live actor, then asks them all to resend their facts.
     fn rewire_and_resync(&self) {
         let p = &self.peers;
         let msg = SetPeers(p.clone());
-        if let Some(a) = &p.flows {
-            a.do_send(msg.clone());
+        for child in CHILDREN.iter().filter_map(|c| (c.handle)(p)) {
+            child.set_peers.do_send(msg.clone());
         }
-        if let Some(a) = &p.policy {
-            a.do_send(msg.clone());
-        }
-        if let Some(a) = &p.interfaces {
-            a.do_send(msg.clone());
-        }
-        if let Some(a) = &p.watcher {
-            a.do_send(msg.clone());
-        }
-        if let Some(a) = &p.reporter {
-            a.do_send(msg);
-        }
-        if let Some(a) = &p.watcher {
-            a.do_send(Resync);
-        }
-        if let Some(a) = &p.interfaces {
-            a.do_send(Resync);
-        }
-        if let Some(a) = &p.policy {
-            a.do_send(Resync);
-        }
-        // The flow installer re-sends its last realization notice (a restarted reporter has
-        // none).
-        if let Some(a) = &p.flows {
-            a.do_send(Resync);
+        for child in CHILDREN
+            .iter()
+            .rev()
+            .filter(|c| c.resync)
+            .filter_map(|c| (c.handle)(p))
+        {
+            child.resync.do_send(Resync);
         }
     }
 
@@ -355,7 +494,9 @@ impl Handler<ChildExited> for Supervisor {
         state.consecutive_failures += 1;
         state.restarts += 1;
         let failures = state.consecutive_failures;
-        let delay = self.backoff(failures);
+        let delay = match spec(msg.kind).restart {
+            Restart::WithBackoff => self.backoff(failures),
+        };
         error!(actor = %msg.kind, uptime_ms = uptime.as_millis() as u64, restart_in_ms = delay.as_millis() as u64,
             "actor died; restarting");
         self.clear_peer(msg.kind);
@@ -388,27 +529,10 @@ impl Handler<GetSupervisorReport> for Supervisor {
                 .restarts
                 .insert(kind, self.children.get(&kind).map_or(0, |c| c.restarts));
         }
-        let p = &self.peers;
-        report.alive.insert(
-            ActorKind::FlowInstaller,
-            p.flows.as_ref().is_some_and(|a| a.connected()),
-        );
-        report.alive.insert(
-            ActorKind::PolicyCache,
-            p.policy.as_ref().is_some_and(|a| a.connected()),
-        );
-        report.alive.insert(
-            ActorKind::InterfaceManager,
-            p.interfaces.as_ref().is_some_and(|a| a.connected()),
-        );
-        report.alive.insert(
-            ActorKind::ExternalNodeWatcher,
-            p.watcher.as_ref().is_some_and(|a| a.connected()),
-        );
-        report.alive.insert(
-            ActorKind::AgentInfoReporter,
-            p.reporter.as_ref().is_some_and(|a| a.connected()),
-        );
+        for child in &CHILDREN {
+            let alive = (child.handle)(&self.peers).is_some_and(|h| h.connected);
+            report.alive.insert(child.kind, alive);
+        }
         actix::MessageResult(report)
     }
 }
@@ -424,31 +548,26 @@ impl Handler<Shutdown> for Supervisor {
         }
         self.shutting_down = true;
         let p = std::mem::take(&mut self.peers);
-        if let Some(a) = p.watcher {
-            a.do_send(Stop);
+        let mut awaited = Vec::new();
+        for kind in SHUTDOWN_ORDER {
+            let child = spec(kind);
+            let Some(handle) = (child.handle)(&p) else {
+                continue;
+            };
+            match child.on_shutdown {
+                OnShutdown::Tell => handle.stop.do_send(Stop),
+                OnShutdown::Await(bound, late) => awaited.push((kind, handle.stop, bound, late)),
+            }
         }
-        if let Some(a) = p.reporter {
-            a.do_send(Stop);
-        }
-        if let Some(a) = p.interfaces {
-            a.do_send(Stop);
-        }
-        if let Some(a) = p.policy {
-            a.do_send(Stop);
-        }
-        let flows = p.flows;
         // The installer's and the responder's threads end after its answer, not with this actor.
         let threads = self.threads.take();
         ctx.stop();
         Box::pin(async move {
-            if let Some(a) = flows {
+            for (kind, stop, bound, late) in awaited {
                 // Bounded: a Stop queues behind a bundle in flight, which a stuck ovs-vswitchd
                 // could hold for minutes (then the lines still collecting are lost).
-                if tokio::time::timeout(INSTALLER_STOP_WAIT, a.send(Stop))
-                    .await
-                    .is_err()
-                {
-                    warn!("the flow installer did not stop within {INSTALLER_STOP_WAIT:?} (a bundle in flight); audit lines still collecting may be lost");
+                if tokio::time::timeout(bound, stop.send(Stop)).await.is_err() {
+                    warn!("the {kind} did not stop within {bound:?} ({late})");
                 }
             }
             drop(threads);

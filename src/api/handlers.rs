@@ -28,6 +28,7 @@ use crate::actors::Supervisor;
 use crate::messages::{ActorKind, GetRuleStats, RuleStatsSnapshot};
 use crate::ovs::openflow::render::{render_flows, NameMap};
 use crate::ovs::openflow::{Action, Flow};
+use crate::policy::pipeline::fields::{ct_label, reg};
 use crate::policy::pipeline::{self, table};
 use crate::policy::rule::Direction;
 
@@ -272,8 +273,10 @@ pub fn is_rule_flow(f: &Flow, ids: &BTreeSet<u32>) -> bool {
     }
     if let Some(label) = f.matches.ct_label {
         let mask = label.mask.unwrap_or(u128::MAX);
-        for shift in [0u32, 32] {
-            let word_mask = 0xffff_ffffu128 << shift;
+        for (word_mask, shift) in [
+            (ct_label::INGRESS_MASK, ct_label::INGRESS_SHIFT),
+            (ct_label::EGRESS_MASK, ct_label::EGRESS_SHIFT),
+        ] {
             if mask & word_mask == word_mask {
                 let id = ((label.value & word_mask) >> shift) as u32;
                 if ids.contains(&id) {
@@ -284,7 +287,7 @@ pub fn is_rule_flow(f: &Flow, ids: &BTreeSet<u32>) -> bool {
     }
     f.matches
         .regs
-        .get(&3)
+        .get(&reg::DENY_CONJ)
         .is_some_and(|r| r.mask.is_none() && ids.contains(&r.value))
 }
 

@@ -56,7 +56,7 @@ use crate::ovs::openflow::{Event, FlowFilter, PacketIn, Switch, SwitchConnector}
 use crate::ovs::vswitchd::DatapathCache;
 use crate::policy::compiler::FqdnPlacement;
 use crate::policy::flowset::{self, FlowSet};
-use crate::policy::pipeline::{FQDN_COOKIE, PACKET_IN_CATEGORY_DNS};
+use crate::policy::pipeline::fields::{category, FQDN_COOKIE};
 
 /// File under `stateDir` holding the cache.
 pub const CACHE_FILE: &str = "fqdn-cache.json";
@@ -980,7 +980,7 @@ impl State {
     }
 
     async fn packet_in(&mut self, switch: &dyn Switch, pi: PacketIn) {
-        if pi.userdata.first() != Some(&PACKET_IN_CATEGORY_DNS) {
+        if pi.userdata.first() != Some(&category::DNS) {
             return;
         }
         let paused_at = Instant::now();

@@ -18,7 +18,7 @@ use super::selector::matches;
 use crate::ovs::openflow::{ct_state, normalize_flow, Action, CtStateMatch, Flow, FlowKey, FlowMod, Match};
 use crate::policy::compiler::FqdnPlacement;
 use crate::policy::flowset::{self, FlowSet};
-use crate::policy::pipeline::FQDN_COOKIE;
+use crate::policy::pipeline::fields::FQDN_COOKIE;
 
 /// The placed FQDN rules, grouped by (table, priority).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

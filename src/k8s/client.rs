@@ -497,7 +497,8 @@ impl ApiClient for KubeApiClient {
 }
 
 #[cfg(test)]
-mod tests {
+/// Also lends its HTTPS test server to `sources::kube_external_node`'s test over TLS.
+pub(crate) mod tests {
     use super::*;
     use crate::config::parse_period;
     use std::sync::{Arc, Mutex};
@@ -510,7 +511,7 @@ mod tests {
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
     /// A test CA, and certificates it signed, in PEM.
-    struct Pki {
+    pub(crate) struct Pki {
         ca_pem: String,
         server_cert: CertificateDer<'static>,
         server_key: Vec<u8>,
@@ -524,7 +525,7 @@ mod tests {
         CertifiedIssuer::self_signed(params, KeyPair::generate().expect("key")).expect("ca")
     }
 
-    fn pki() -> Pki {
+    pub(crate) fn pki() -> Pki {
         let ca = ca();
         let server_key = KeyPair::generate().expect("key");
         let server = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
@@ -551,7 +552,7 @@ mod tests {
     }
 
     /// Writes a kubeconfig; `cluster` and `user` are extra YAML lines for those sections.
-    fn kubeconfig(dir: &Path, server: &str, cluster: &[String], user: &[String]) -> PathBuf {
+    pub(crate) fn kubeconfig(dir: &Path, server: &str, cluster: &[String], user: &[String]) -> PathBuf {
         let indent = |lines: &[String], n: usize| {
             lines
                 .iter()
@@ -574,11 +575,11 @@ mod tests {
         path
     }
 
-    fn ca_data(pki: &Pki) -> Vec<String> {
+    pub(crate) fn ca_data(pki: &Pki) -> Vec<String> {
         vec![format!("certificate-authority-data: {}", b64(&pki.ca_pem))]
     }
 
-    fn token(t: &str) -> Vec<String> {
+    pub(crate) fn token(t: &str) -> Vec<String> {
         vec![format!("token: {t}")]
     }
 
@@ -781,7 +782,7 @@ mod tests {
     // === against a real HTTPS server ===
 
     /// Feeds the body of the next `/watch` answer, line by line, from the test.
-    type WatchFeed = Arc<Mutex<Option<mpsc::UnboundedReceiver<Bytes>>>>;
+    pub(crate) type WatchFeed = Arc<Mutex<Option<mpsc::UnboundedReceiver<Bytes>>>>;
 
     fn authorization(req: &HttpRequest) -> String {
         req.headers()
@@ -845,10 +846,10 @@ mod tests {
     }
 
     /// A running HTTPS test server; stops when dropped.
-    struct Server {
-        url: String,
+    pub(crate) struct Server {
+        pub(crate) url: String,
         handle: actix_web::dev::ServerHandle,
-        feed: WatchFeed,
+        pub(crate) feed: WatchFeed,
     }
 
     impl Drop for Server {
@@ -858,7 +859,7 @@ mod tests {
         }
     }
 
-    fn start_server(pki: &Pki, require_client_cert: bool) -> Server {
+    pub(crate) fn start_server(pki: &Pki, require_client_cert: bool) -> Server {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
@@ -1051,51 +1052,5 @@ mod tests {
             .await
             .expect_err("no client cert");
         assert!(matches!(err, ApiError::Transport { .. }), "{err:?}");
-    }
-
-    async fn next_event(
-        events: &mut futures::stream::BoxStream<'static, crate::sources::SourceEvent>,
-    ) -> crate::sources::SourceEvent {
-        tokio::time::timeout(Duration::from_secs(10), events.next())
-            .await
-            .expect("event in time")
-            .expect("stream goes on")
-    }
-
-    #[actix_rt::test]
-    async fn the_external_node_source_works_over_https() {
-        use crate::sources::kube_external_node::{KubeExternalNodeSource, WatchTiming};
-        use crate::sources::{ExternalNodeSource, SourceEvent};
-
-        let dir = tempfile::tempdir().expect("tempdir");
-        let pki = pki();
-        let server = start_server(&pki, false);
-        let (tx, rx) = mpsc::unbounded();
-        *server.feed.lock().expect("feed") = Some(rx);
-        let path = kubeconfig(dir.path(), &server.url, &ca_data(&pki), &token("s3cret"));
-        let client = KubeApiClient::from_kubeconfig(&path, "kube-apiserver").expect("client");
-        let timing = WatchTiming {
-            initial_retry: Duration::from_millis(10),
-            backoff_min: Duration::from_millis(10),
-            backoff_max: Duration::from_millis(50),
-            ..WatchTiming::default()
-        };
-        let source = KubeExternalNodeSource::new(Arc::new(client), "vm-ns", "vm1").with_timing(timing);
-        let mut events = source.subscribe();
-        // The object's GET answers a 404 Status: absent, then the list and the watch.
-        assert_eq!(next_event(&mut events).await, SourceEvent::Absent);
-        let added = serde_json::json!({"type": "ADDED", "object": {
-            "apiVersion": "crd.antrea.io/v1alpha1", "kind": "ExternalNode",
-            "metadata": {"name": "vm1", "namespace": "vm-ns", "resourceVersion": "42"},
-            "spec": {"interfaces": [{"name": "", "ips": ["172.16.100.3"]}]}}});
-        tx.unbounded_send(Bytes::from(format!("{added}\n")))
-            .expect("send");
-        match next_event(&mut events).await {
-            SourceEvent::Present(obj) => {
-                assert_eq!(obj.metadata.name, "vm1");
-                assert_eq!(obj.spec.expect("spec").interfaces[0].ips, vec!["172.16.100.3"]);
-            }
-            other => panic!("expected Present, got {other:?}"),
-        }
     }
 }

@@ -4,7 +4,6 @@
 pub mod agent_info;
 pub mod api;
 pub mod client;
-pub mod controlplane_watch;
 pub mod external_node;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake_api;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::messages::{PoliciesRealized, PolicyGeneration};
+use crate::policy::report::PolicyGeneration;
 
 /// Back-off ceiling of a failing status post (Antrea's status queue).
 pub const RETRY_MAX: Duration = Duration::from_secs(300);
@@ -79,8 +79,8 @@ pub struct PosterSummary {
     pub posts_failed: u64,
 }
 
-/// Which statuses need posting. Fed with every [`PoliciesRealized`] (the full set of realized
-/// policies) and with the result of every post.
+/// Which statuses need posting. Fed with the full set of realized policies after every commit
+/// (what the flow installer's `PoliciesRealized` carries) and with the result of every post.
 #[derive(Clone, Debug)]
 pub struct StatusPoster {
     retry_min: Duration,
@@ -117,13 +117,12 @@ impl StatusPoster {
     /// controller may have restarted and lost the statuses). Policies no longer realized are
     /// dropped; Antrea-native policies whose (uid, generation) is not yet posted in this epoch
     /// become due now (a policy already waiting at the same generation keeps its back-off).
-    pub fn realized(&mut self, msg: &PoliciesRealized, now: Instant) {
-        if self.epoch != Some(msg.sync_epoch) {
-            self.epoch = Some(msg.sync_epoch);
+    pub fn realized(&mut self, policies: &[PolicyGeneration], sync_epoch: u64, now: Instant) {
+        if self.epoch != Some(sync_epoch) {
+            self.epoch = Some(sync_epoch);
             self.posted.clear();
         }
-        let native: BTreeMap<&str, &PolicyGeneration> = msg
-            .policies
+        let native: BTreeMap<&str, &PolicyGeneration> = policies
             .iter()
             .filter(|p| p.antrea_native)
             .map(|p| (p.uid.as_str(), p))
@@ -141,13 +140,13 @@ impl StatusPoster {
             let keep = self
                 .pending
                 .get(uid)
-                .is_some_and(|q| q.policy == *p && q.epoch == msg.sync_epoch);
+                .is_some_and(|q| q.policy == *p && q.epoch == sync_epoch);
             if !keep {
                 self.pending.insert(
                     uid.to_string(),
                     Pending {
                         policy: p.clone(),
-                        epoch: msg.sync_epoch,
+                        epoch: sync_epoch,
                         failures: 0,
                         not_before: now,
                         in_flight: false,
@@ -259,13 +258,6 @@ mod tests {
         }
     }
 
-    fn realized(policies: Vec<PolicyGeneration>, epoch: u64) -> PoliciesRealized {
-        PoliciesRealized {
-            policies,
-            sync_epoch: epoch,
-        }
-    }
-
     fn uids(posts: &[Post]) -> Vec<(&str, i64)> {
         posts.iter().map(|p| (p.uid.as_str(), p.generation)).collect()
     }
@@ -312,17 +304,17 @@ mod tests {
     fn a_change_of_what_is_not_enforced_is_posted_again() {
         let now = Instant::now();
         let mut s = StatusPoster::new(Duration::from_secs(5));
-        s.realized(&realized(vec![policy("a", 1, true)], 1), now);
+        s.realized(&[policy("a", 1, true)], 1, now);
         let posts = s.due(now);
         s.finished(&posts[0], true, now);
         let mut refused = policy("a", 1, true);
         refused.not_enforced = Some("rules[0]: fqdns ...".into());
-        s.realized(&realized(vec![refused.clone()], 1), now);
+        s.realized(&[refused.clone()], 1, now);
         let posts = s.due(now);
         assert_eq!(posts.len(), 1);
         assert_eq!(posts[0].not_enforced.as_deref(), Some("rules[0]: fqdns ..."));
         s.finished(&posts[0], true, now);
-        s.realized(&realized(vec![refused], 1), now);
+        s.realized(&[refused], 1, now);
         assert!(s.due(now).is_empty(), "posted once");
     }
 
@@ -330,18 +322,15 @@ mod tests {
     fn only_antrea_native_policies_not_yet_posted_are_due() {
         let now = Instant::now();
         let mut s = StatusPoster::new(Duration::from_secs(5));
-        s.realized(
-            &realized(vec![policy("a", 1, true), policy("k8s", 3, false)], 1),
-            now,
-        );
+        s.realized(&[policy("a", 1, true), policy("k8s", 3, false)], 1, now);
         let posts = s.due(now);
         assert_eq!(uids(&posts), vec![("a", 1)]);
         assert!(s.due(now).is_empty(), "in flight is not due again");
         assert_eq!(s.finished(&posts[0], true, now), None);
         // Same generation again: nothing to do. New generation: post it.
-        s.realized(&realized(vec![policy("a", 1, true)], 1), now);
+        s.realized(&[policy("a", 1, true)], 1, now);
         assert!(s.due(now).is_empty());
-        s.realized(&realized(vec![policy("a", 2, true)], 1), now);
+        s.realized(&[policy("a", 2, true)], 1, now);
         assert_eq!(uids(&s.due(now)), vec![("a", 2)]);
     }
 
@@ -349,18 +338,12 @@ mod tests {
     fn a_new_epoch_reposts_everything() {
         let now = Instant::now();
         let mut s = StatusPoster::new(Duration::from_secs(5));
-        s.realized(
-            &realized(vec![policy("a", 1, true), policy("b", 1, true)], 1),
-            now,
-        );
+        s.realized(&[policy("a", 1, true), policy("b", 1, true)], 1, now);
         for p in s.due(now) {
             s.finished(&p, true, now);
         }
         assert_eq!(s.summary().posted, 2);
-        s.realized(
-            &realized(vec![policy("a", 1, true), policy("b", 1, true)], 2),
-            now,
-        );
+        s.realized(&[policy("a", 1, true), policy("b", 1, true)], 2, now);
         assert_eq!(uids(&s.due(now)), vec![("a", 1), ("b", 1)]);
     }
 
@@ -368,9 +351,9 @@ mod tests {
     fn a_success_of_the_old_epoch_does_not_count_for_the_new_one() {
         let now = Instant::now();
         let mut s = StatusPoster::new(Duration::from_secs(5));
-        s.realized(&realized(vec![policy("a", 1, true)], 1), now);
+        s.realized(&[policy("a", 1, true)], 1, now);
         let old = s.due(now);
-        s.realized(&realized(vec![policy("a", 1, true)], 2), now);
+        s.realized(&[policy("a", 1, true)], 2, now);
         s.finished(&old[0], true, now);
         assert_eq!(s.summary().posted, 0);
         assert_eq!(uids(&s.due(now)), vec![("a", 1)]);
@@ -380,7 +363,7 @@ mod tests {
     fn failures_back_off_exponentially_up_to_300_s() {
         let t0 = Instant::now();
         let mut s = StatusPoster::new(Duration::from_secs(5));
-        s.realized(&realized(vec![policy("a", 1, true)], 1), t0);
+        s.realized(&[policy("a", 1, true)], 1, t0);
         let mut now = t0;
         let mut delays = Vec::new();
         for _ in 0..8 {
@@ -403,10 +386,10 @@ mod tests {
         let now = Instant::now();
         let mut s = StatusPoster::new(Duration::from_secs(5));
         let many: Vec<_> = (0..10).map(|i| policy(&format!("p{i}"), 1, true)).collect();
-        s.realized(&realized(many, 1), now);
+        s.realized(&many, 1, now);
         let first = s.due(now);
         assert_eq!(first.len(), MAX_IN_FLIGHT);
-        s.realized(&realized(vec![policy("p0", 1, true)], 1), now);
+        s.realized(&[policy("p0", 1, true)], 1, now);
         assert_eq!(s.summary().pending, 1);
         for p in &first {
             s.finished(p, true, now);

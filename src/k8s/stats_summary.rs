@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::messages::RuleStatsSnapshot;
+use crate::policy::report::RuleStatsSnapshot;
 use crate::policy::rule::PolicyType;
 
 /// `POST` path (the controller's `create` on `nodestatssummaries`).
@@ -279,7 +279,7 @@ impl StatsBaseline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::messages::RuleStats;
+    use crate::policy::report::RuleStats;
     use crate::policy::rule::{Direction, PolicyRef, RuleAction};
     use serde_json::{json, Value};
 

@@ -1,29 +1,8 @@
 //! Interface manager → flow installer and policy cache.
 
-use std::net::IpAddr;
-
 use actix::Message;
-use serde::Serialize;
 
-/// The ExternalEntity an attached interface stands for in policies.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct EntityRef {
-    pub namespace: String,
-    pub name: String,
-}
-
-/// One interface that is attached to the bridge: the internal port that carries the host's
-/// configuration and the uplink (the renamed NIC).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct AttachedInterface {
-    /// The internal port's name (the NIC's original name).
-    pub name: String,
-    pub ofport: u32,
-    pub uplink_name: String,
-    pub uplink_ofport: u32,
-    pub ips: Vec<IpAddr>,
-    pub entity: EntityRef,
-}
+pub use crate::attachment::{AttachedInterface, EntityRef};
 
 /// Every interface attached right now (full view, sorted by name). Sent after the interface
 /// manager has recovered its state and after every change; never sent while its view is unknown.

@@ -16,8 +16,8 @@ use tokio::sync::watch;
 
 use super::responder::{run, PacketInContext, PacketInStats};
 use super::AuditLog;
+use crate::attachment::{AttachedInterface, EntityRef};
 use crate::config::AuditLogging;
-use crate::messages::{AttachedInterface, EntityRef};
 use crate::ovs::openflow::conn::{ConnOptions, OfConnection};
 use crate::ovs::openflow::{FlowMod, Switch};
 use crate::policy::compiler::{compile, CompileOptions};

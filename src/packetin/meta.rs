@@ -3,32 +3,9 @@
 //! §9.2). Pure.
 
 use crate::ovs::openflow::PacketIn;
-use crate::policy::pipeline::{reg0, table};
+use crate::policy::pipeline::fields::{category, operation, reg, reg0, reg2};
+use crate::policy::pipeline::table;
 use crate::policy::rule::{is_egress_table, Direction};
-
-/// Packet-in categories (userdata byte 0).
-pub mod category {
-    pub const TRACEFLOW: u8 = 0;
-    pub const NETWORK_POLICY: u8 = 1;
-    pub const DNS: u8 = 2;
-    pub const IGMP: u8 = 3;
-    pub const SVC_REJECT: u8 = 4;
-}
-
-/// NetworkPolicy packet-in operations (userdata byte 1, bit flags).
-pub mod operation {
-    pub const LOGGING: u8 = 0b1;
-    pub const REJECT: u8 = 0b10;
-    pub const STORE_DENY: u8 = 0b100;
-}
-
-/// APDenyRegMark, reg0[10].
-const AP_DENY: u32 = 0x400;
-/// APDispositionField, reg0[11..12].
-const DISPOSITION_MASK: u32 = 0x1800;
-const DISPOSITION_SHIFT: u32 = 11;
-/// PacketInTableField, reg2[0..7].
-const PACKET_IN_TABLE_MASK: u32 = 0xff;
 
 /// A rule's disposition as the pipeline records it in reg0[11..12].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -42,10 +19,10 @@ pub enum Disposition {
 impl Disposition {
     /// From the 2-bit field value.
     pub fn from_bits(bits: u32) -> Self {
-        match bits & 0b11 {
-            0b00 => Disposition::Allow,
-            0b01 => Disposition::Drop,
-            0b10 => Disposition::Reject,
+        match bits & (reg0::DISPOSITION_MASK >> reg0::DISPOSITION_SHIFT) {
+            reg0::DISPOSITION_ALLOW => Disposition::Allow,
+            reg0::DISPOSITION_DROP => Disposition::Drop,
+            reg0::DISPOSITION_REJECT => Disposition::Reject,
             _ => Disposition::Pass,
         }
     }
@@ -83,7 +60,7 @@ pub struct NpPacketIn {
     pub ingress_conj: Option<u32>,
 }
 
-fn reg(pi: &PacketIn, idx: u8) -> Option<u32> {
+fn reg_value(pi: &PacketIn, idx: u8) -> Option<u32> {
     pi.metadata
         .regs
         .get(&idx)
@@ -98,21 +75,21 @@ impl NpPacketIn {
         if cat != category::NETWORK_POLICY {
             return None;
         }
-        let r0 = reg(pi, 0).unwrap_or(0);
-        let table_id = reg(pi, 2)
-            .map(|v| (v & PACKET_IN_TABLE_MASK) as u8)
+        let r0 = reg_value(pi, reg::MARKS).unwrap_or(0);
+        let table_id = reg_value(pi, reg::PACKET_IN_TABLE)
+            .map(|v| (v & reg2::PACKET_IN_TABLE_MASK) as u8)
             .filter(|&t| t != 0)
             .unwrap_or(pi.table_id);
         Some(NpPacketIn {
             operations: ops,
             table_id,
-            disposition: Disposition::from_bits((r0 & DISPOSITION_MASK) >> DISPOSITION_SHIFT),
-            ap_deny: r0 & AP_DENY != 0,
+            disposition: Disposition::from_bits((r0 & reg0::DISPOSITION_MASK) >> reg0::DISPOSITION_SHIFT),
+            ap_deny: r0 & reg0::AP_DENY.1 != 0,
             in_port: pi.metadata.in_port,
-            target_port: reg(pi, 1),
-            deny_conj: reg(pi, 3),
-            egress_conj: reg(pi, 5),
-            ingress_conj: reg(pi, 6),
+            target_port: reg_value(pi, reg::TARGET_PORT),
+            deny_conj: reg_value(pi, reg::DENY_CONJ),
+            egress_conj: reg_value(pi, reg::EGRESS_CONJ),
+            ingress_conj: reg_value(pi, reg::INGRESS_CONJ),
         })
     }
 

@@ -47,11 +47,10 @@ use std::net::IpAddr;
 use etherparse::{IpHeaders, IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6Header, PacketBuilder, TcpHeader};
 
 use super::packet::{self, Fragment, PacketError, ParsedPacket, Transport};
-use crate::messages::AttachedInterface;
+use crate::attachment::AttachedInterface;
 use crate::ovs::openflow::{Action, Match, PacketIn, PacketOut, SetField};
+use crate::policy::pipeline::fields::{reg, reg0};
 
-/// GeneratedRejectPacketOutRegMark: reg0[13].
-pub const GENERATED_REJECT_PACKET_OUT: (u32, u32) = (0x2000, 0x2000);
 /// IPv4 TTL and IPv6 hop limit of a reply.
 pub const REPLY_TTL: u8 = 128;
 pub const ICMPV4_DEST_UNREACHABLE: u8 = 3;
@@ -302,13 +301,13 @@ pub fn reject_parsed(
         return Ok(RejectOutcome::Suppressed(s));
     }
     let r = route(in_port, p.dst_ip, p.src_ip, interfaces)?;
-    let (mark, mask) = GENERATED_REJECT_PACKET_OUT;
+    let (mark, mask) = reg0::GENERATED_REJECT_PACKET_OUT;
     Ok(RejectOutcome::Reply(Box::new(PacketOut {
         in_port: r.in_port,
         metadata: Match::new(),
         actions: vec![
             Action::SetField(SetField::Reg {
-                idx: 0,
+                idx: reg::MARKS,
                 value: mark,
                 mask: Some(mask),
             }),

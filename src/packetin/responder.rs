@@ -24,7 +24,7 @@ use super::audit::{audit_record, AuditError, AuditLog, AuditRecord};
 use super::meta::NpPacketIn;
 use super::packet::{self, PacketError};
 use super::reject::{reject_parsed, RejectError, RejectOutcome};
-use crate::messages::AttachedInterface;
+use crate::attachment::AttachedInterface;
 use crate::ovs::openflow::{Event, PacketIn, Subscription, Switch, SwitchConnector};
 use crate::policy::compiler::{ConjunctionMap, SharedConjunctions};
 

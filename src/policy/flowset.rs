@@ -5,11 +5,12 @@
 
 use std::collections::BTreeMap;
 
+use crate::attachment::AttachedInterface;
 use crate::config::BypassRule;
-use crate::messages::AttachedInterface;
 use crate::ovs::openflow::normalize_flow;
 use crate::ovs::openflow::{Flow, FlowKey, FlowMod};
-use crate::policy::pipeline::{self, PipelineOptions, ROUND_MASK};
+use crate::policy::pipeline::fields::{round_cookie, ROUND_MASK};
+use crate::policy::pipeline::{self, PipelineOptions};
 
 /// Flows keyed by identity.
 pub type FlowSet = BTreeMap<FlowKey, Flow>;
@@ -122,16 +123,10 @@ fn deletes(installed: &FlowSet, desired: &FlowSet) -> Vec<FlowMod> {
 /// carries the `previous` round (flows no longer wanted).
 pub fn full_resync(desired: FlowSet, round: u16, previous: Option<u16>) -> Vec<FlowMod> {
     let mut mods = Vec::with_capacity(desired.len() + 2);
-    mods.push(FlowMod::delete_by_cookie(
-        pipeline::round_cookie(round),
-        ROUND_MASK,
-    ));
+    mods.push(FlowMod::delete_by_cookie(round_cookie(round), ROUND_MASK));
     mods.extend(desired.into_values().map(FlowMod::add));
     if let Some(prev) = previous.filter(|&p| p != round) {
-        mods.push(FlowMod::delete_by_cookie(
-            pipeline::round_cookie(prev),
-            ROUND_MASK,
-        ));
+        mods.push(FlowMod::delete_by_cookie(round_cookie(prev), ROUND_MASK));
     }
     mods
 }
@@ -139,7 +134,7 @@ pub fn full_resync(desired: FlowSet, round: u16, previous: Option<u16>) -> Vec<F
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::messages::EntityRef;
+    use crate::attachment::EntityRef;
     use crate::ovs::openflow::FlowModCommand;
 
     fn iface(name: &str, ofport: u32, uplink: u32) -> AttachedInterface {

@@ -8,6 +8,7 @@ pub mod native;
 pub mod pipeline;
 pub mod priority;
 pub mod refuse;
+pub mod report;
 pub mod resolve;
 pub mod rule;
 pub mod state_file;

@@ -1,4 +1,4 @@
-//! The ExternalNode OpenFlow pipeline: table layout and ids, cookies, and the flows that do not
+//! The ExternalNode OpenFlow pipeline: table layout and ids, priorities, and the flows that do not
 //! come from NetworkPolicies (default/miss flows, conntrack, output, packet-in, per-interface
 //! cross-connect flows, `policyBypassRules`). Pure: every function maps inputs to flows.
 //!
@@ -7,6 +7,10 @@
 //! conntrack and the policy tables (upstream sends it through `NonIP`, unfiltered — defect D13).
 //! IPv6 neighbour discovery and MLD are link-layer control, like ARP, so they keep taking the
 //! `NonIP` cross-connect.
+//!
+//! The registers, marks and cookie fields the flows use are defined in [`fields`].
+
+pub mod fields;
 
 use std::net::IpAddr;
 
@@ -17,6 +21,9 @@ use crate::ovs::openflow::{
     ct_state, eth_type, ip_proto, Action, ControllerAction, CtAction, CtStateMatch, CtZone, Flow, Group,
     Match, Meter, RegRange, SetField,
 };
+/// Also named here by the compiler's golden tests, which stay as they are.
+pub use fields::ROUND_MASK;
+use fields::{category, cookie, reg, reg0, CookieCategory};
 
 /// A pipeline table: its OpenFlow id, Antrea's name, and what a miss does.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,28 +98,6 @@ pub fn table_names() -> Vec<(u8, String)> {
     tables().into_iter().map(|t| (t.id, t.name.to_string())).collect()
 }
 
-/// Cookie categories (bits 40..47 of the cookie).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum CookieCategory {
-    Default = 0,
-    NetworkPolicy = 2,
-    ExternalNodeConnectivity = 8,
-}
-
-/// Mask selecting the round number in a cookie.
-pub const ROUND_MASK: u64 = 0xffff_0000_0000_0000;
-
-/// Antrea's cookie layout: round (16 bits) | category (8) | reserved (8) | object id (32).
-pub fn cookie(round: u16, category: CookieCategory) -> u64 {
-    (u64::from(round) << 48) | (u64::from(category as u8) << 40)
-}
-
-/// The cookie value that selects every flow of `round` under [`ROUND_MASK`].
-pub fn round_cookie(round: u16) -> u64 {
-    u64::from(round) << 48
-}
-
 /// Fixed priorities (pipeline reference §3.5).
 pub mod priority {
     pub const HIGH: u16 = 210;
@@ -125,17 +110,6 @@ pub mod priority {
 /// Conntrack zones.
 pub const CT_ZONE_V4: u16 = 0xfff0;
 pub const CT_ZONE_V6: u16 = 0xffe6;
-
-/// reg0 marks (pipeline reference §3.1).
-pub mod reg0 {
-    /// OutputRegField reg0[21..22]: 1 = output to the port in reg1.
-    pub const OUTPUT_TO_PORT: (u32, u32) = (0x20_0000, 0x60_0000);
-    /// OutputRegField reg0[21..22]: 2 = send to the controller.
-    pub const OUTPUT_TO_CONTROLLER: (u32, u32) = (0x40_0000, 0x60_0000);
-    /// PacketInOperationField reg0[25..31].
-    pub const PACKET_IN_OPERATION_MASK: u32 = 0xfe00_0000;
-    pub const PACKET_IN_OPERATION_SHIFT: u32 = 25;
-}
 
 /// Packet-in rate-limiting meters (NetworkPolicy, Traceflow, DNS).
 pub const METER_NP: u32 = 256;
@@ -273,9 +247,13 @@ pub fn connectivity_init_flows(round: u16) -> Vec<Flow> {
     }
     let (v, m) = reg0::OUTPUT_TO_PORT;
     flows.push(
-        Flow::new(table::OUTPUT, priority::NORMAL, Match::new().reg(0, v, Some(m)))
-            .cookie(c)
-            .action(Action::OutputReg(RegRange::whole(1))),
+        Flow::new(
+            table::OUTPUT,
+            priority::NORMAL,
+            Match::new().reg(reg::MARKS, v, Some(m)),
+        )
+        .cookie(c)
+        .action(Action::OutputReg(RegRange::whole(reg::TARGET_PORT))),
     );
     flows
 }
@@ -292,7 +270,7 @@ pub fn network_policy_init_flows(opts: PipelineOptions) -> Vec<Flow> {
         let mut flow = Flow::new(
             table::OUTPUT,
             priority::NORMAL,
-            Match::new().reg(0, value, Some(mask)),
+            Match::new().reg(reg::MARKS, value, Some(mask)),
         )
         .cookie(c);
         if opts.meters {
@@ -302,7 +280,7 @@ pub fn network_policy_init_flows(opts: PipelineOptions) -> Vec<Flow> {
             max_len: 0xffff,
             controller_id: CONTROLLER_ID,
             reason: 0,
-            userdata: vec![0x01, op as u8],
+            userdata: vec![category::NETWORK_POLICY, op as u8],
             pause: false,
             meter_id: None,
         })));
@@ -346,7 +324,7 @@ pub fn network_policy_groups() -> Vec<Group> {
             }],
             vec![
                 Action::SetField(SetField::Reg {
-                    idx: 0,
+                    idx: reg::MARKS,
                     value: v,
                     mask: Some(m),
                 }),
@@ -385,8 +363,6 @@ pub fn init_flows(opts: PipelineOptions) -> Vec<Flow> {
 pub const DNS_INTERCEPT_CONJ_ID: u32 = 1;
 /// Priority of the DNS interception flows in `AntreaPolicyIngressRule` (`priorityDNSIntercept`).
 pub const DNS_INTERCEPT_PRIORITY: u16 = 64991;
-/// Packet-in category of DNS responses (userdata byte 0).
-pub const PACKET_IN_CATEGORY_DNS: u8 = 2;
 
 /// Antrea's DNS interception (pipeline reference §8.9), installed with the NetworkPolicy init
 /// flows: conjunction 1 in `AntreaPolicyIngressRule` at priority 64991. Clause 1/2 matches DNS
@@ -410,7 +386,7 @@ pub fn dns_intercept_flows(opts: PipelineOptions) -> Vec<Flow> {
             max_len: 0xffff,
             controller_id: FQDN_CONTROLLER_ID,
             reason: 0,
-            userdata: vec![PACKET_IN_CATEGORY_DNS],
+            userdata: vec![category::DNS],
             pause: true,
             meter_id: None,
         }))
@@ -446,7 +422,7 @@ pub fn dns_intercept_port_flows(round: u16, ports: impl IntoIterator<Item = u32>
             Flow::new(
                 table::ANTREA_POLICY_INGRESS_RULE,
                 DNS_INTERCEPT_PRIORITY,
-                Match::new().reg(1, p, None),
+                Match::new().reg(reg::TARGET_PORT, p, None),
             )
             .cookie(c)
             .action(Action::Conjunction {
@@ -457,14 +433,6 @@ pub fn dns_intercept_port_flows(round: u16, ports: impl IntoIterator<Item = u32>
         })
         .collect()
 }
-
-/// Cookie of the FQDN clause flows the DNS path adds: category NetworkPolicy, reserved byte
-/// [`FQDN_COOKIE_TAG`], round 0. The flow installer's take-over and the rule statistics skip
-/// round-0 flows, so these flows belong to the FQDN controller alone, whatever round the
-/// installer is in.
-pub const FQDN_COOKIE_TAG: u8 = 0xf0;
-pub const FQDN_COOKIE: u64 =
-    ((CookieCategory::NetworkPolicy as u64) << 40) | ((FQDN_COOKIE_TAG as u64) << 32);
 
 /// The cross-connect flows of one attached interface: IP packets get the peer port in reg1 and
 /// continue to the ingress tables; non-IP frames are forwarded straight to the peer.
@@ -482,12 +450,12 @@ pub fn uplink_pair_flows(round: u16, host_port: u32, uplink_port: u32) -> Vec<Fl
                 )
                 .cookie(c)
                 .action(Action::SetField(SetField::Reg {
-                    idx: 0,
+                    idx: reg::MARKS,
                     value: out_v,
                     mask: Some(out_m),
                 }))
                 .action(Action::SetField(SetField::Reg {
-                    idx: 1,
+                    idx: reg::TARGET_PORT,
                     value: peer,
                     mask: None,
                 }))
@@ -551,6 +519,7 @@ pub fn family_of(ip: &IpAddr) -> Family {
 
 #[cfg(test)]
 mod tests {
+    use super::fields::round_cookie;
     use super::*;
 
     #[test]

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::messages::{AttachedInterface, EntityRef};
+use crate::attachment::{AttachedInterface, EntityRef};
 use crate::policy::controlplane::store::PolicyStore;
 use crate::policy::controlplane::validate::{
     self as cp, Action, Direction, MemberRef, Policy, PortMatch, Protocol, Rule, ServiceMatch,

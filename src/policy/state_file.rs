@@ -12,8 +12,8 @@ use std::net::IpAddr;
 
 use serde::Deserialize;
 
+use crate::attachment::{AttachedInterface, EntityRef};
 use crate::config::{BypassRule, Config};
-use crate::messages::{AttachedInterface, EntityRef};
 use crate::ovs::openflow::render::{render_flow, NameMap};
 use crate::policy::compiler::{CompileOptions, Compiler};
 use crate::policy::controlplane::store::PolicyStore;

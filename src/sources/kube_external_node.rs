@@ -902,4 +902,61 @@ mod tests {
         b.reset();
         assert_eq!(b.next_delay(), Duration::from_secs(1));
     }
+
+    /// The source over the real HTTPS client, against the TLS test server of `k8s::client`'s
+    /// tests.
+    mod over_https {
+        use std::sync::Arc;
+        use std::time::Duration;
+
+        use bytes::Bytes;
+        use futures::channel::mpsc;
+        use futures::stream::{BoxStream, StreamExt};
+
+        use crate::k8s::client::tests::{ca_data, kubeconfig, pki, start_server, token};
+        use crate::k8s::client::KubeApiClient;
+        use crate::sources::kube_external_node::{KubeExternalNodeSource, WatchTiming};
+        use crate::sources::{ExternalNodeSource, SourceEvent};
+
+        async fn next_event(events: &mut BoxStream<'static, SourceEvent>) -> SourceEvent {
+            tokio::time::timeout(Duration::from_secs(10), events.next())
+                .await
+                .expect("event in time")
+                .expect("stream goes on")
+        }
+
+        #[actix_rt::test]
+        async fn the_external_node_source_works_over_https() {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let pki = pki();
+            let server = start_server(&pki, false);
+            let (tx, rx) = mpsc::unbounded();
+            *server.feed.lock().expect("feed") = Some(rx);
+            let path = kubeconfig(dir.path(), &server.url, &ca_data(&pki), &token("s3cret"));
+            let client = KubeApiClient::from_kubeconfig(&path, "kube-apiserver").expect("client");
+            let timing = WatchTiming {
+                initial_retry: Duration::from_millis(10),
+                backoff_min: Duration::from_millis(10),
+                backoff_max: Duration::from_millis(50),
+                ..WatchTiming::default()
+            };
+            let source = KubeExternalNodeSource::new(Arc::new(client), "vm-ns", "vm1").with_timing(timing);
+            let mut events = source.subscribe();
+            // The object's GET answers a 404 Status: absent, then the list and the watch.
+            assert_eq!(next_event(&mut events).await, SourceEvent::Absent);
+            let added = serde_json::json!({"type": "ADDED", "object": {
+                "apiVersion": "crd.antrea.io/v1alpha1", "kind": "ExternalNode",
+                "metadata": {"name": "vm1", "namespace": "vm-ns", "resourceVersion": "42"},
+                "spec": {"interfaces": [{"name": "", "ips": ["172.16.100.3"]}]}}});
+            tx.unbounded_send(Bytes::from(format!("{added}\n")))
+                .expect("send");
+            match next_event(&mut events).await {
+                SourceEvent::Present(obj) => {
+                    assert_eq!(obj.metadata.name, "vm1");
+                    assert_eq!(obj.spec.expect("spec").interfaces[0].ips, vec!["172.16.100.3"]);
+                }
+                other => panic!("expected Present, got {other:?}"),
+            }
+        }
+    }
 }

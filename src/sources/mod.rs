@@ -1,9 +1,12 @@
 //! Where the agent's ExternalNode comes from. A source is a stream of observations of one object:
 //! present (with the raw object), absent, or unreadable. The standalone mode reads a local YAML
-//! file ([`file::FileSource`]); the Kubernetes watch will be another implementation; tests use
-//! [`fake::FakeSource`].
+//! file ([`file::FileSource`]), the Kubernetes mode watches kube-apiserver
+//! ([`kube_external_node::KubeExternalNodeSource`]); tests use [`fake::FakeSource`]. The policies
+//! come from a [`PolicySource`]: the policy directory ([`policy_dir`]) or antrea-controller's
+//! three watches ([`controlplane_watch`]); [`select`] picks both from the configuration.
 
 pub mod bounded;
+pub mod controlplane_watch;
 pub mod dir_watch;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;

@@ -15,9 +15,9 @@ use super::{ExternalNodeSource, PolicySource};
 use crate::config::Config;
 use crate::k8s::api::ApiClient;
 use crate::k8s::client::{KubeApiClient, Liveness};
-use crate::k8s::controlplane_watch::ControlplaneSource;
 use crate::k8s::fallback::FallbackStore;
 use crate::k8s::ClusterClients;
+use crate::sources::controlplane_watch::ControlplaneSource;
 
 /// How often standalone files are re-read.
 const STANDALONE_POLL: Duration = Duration::from_millis(500);

@@ -389,9 +389,9 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
+    use crate::attachment::EntityRef;
     use crate::host::fake::FakeHost;
     use crate::host::{Address, HostNet, Link, LinkNature, Route, TunNature};
-    use crate::messages::EntityRef;
     use crate::ovs::ovsdb::{FakeOvsdb, Ovsdb, PortSpec};
 
     const MAC: &str = "02:00:00:00:01:01";

@@ -20,9 +20,9 @@ use tracing::{info, warn};
 
 use super::stale;
 use super::store::{InterfaceRecord, Phase, RecordStore, Step};
+use crate::attachment::{AttachedInterface, EntityRef};
 use crate::failpoint;
 use crate::host::{Address, HostError, HostNet, Link, Route};
-use crate::messages::{AttachedInterface, EntityRef};
 use crate::ovs::ovsdb::{Ovsdb, OvsdbError, PortRecord, PortSpec};
 
 /// external_ids keys Antrea puts on its ports.

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
+use crate::attachment::EntityRef;
 use crate::host::{Address, Route};
-use crate::messages::EntityRef;
 
 /// Where an interface is in its life cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

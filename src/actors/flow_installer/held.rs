@@ -13,7 +13,7 @@ use crate::ovs::openflow::oxm::{decode_match, encode_match};
 use crate::ovs::openflow::wire::{Reader, Writer};
 use crate::ovs::openflow::{normalize_flow, Flow, FlowKey};
 use crate::policy::flowset::{self, FlowSet};
-use crate::policy::pipeline::ROUND_MASK;
+use crate::policy::pipeline::fields::ROUND_MASK;
 
 /// The switch's flows, keyed by identity.
 #[derive(Default)]

@@ -46,18 +46,11 @@ use crate::ovs::openflow::{
     ct_state, FlowFilter, FlowMod, FlowModChunks, FlowModCommand, FlowStats, OfError, Switch,
 };
 use crate::policy::compiler::{ConjunctionInfo, ConjunctionMap, METRIC_PRIORITY};
-use crate::policy::pipeline::{cookie, table, CookieCategory, ROUND_MASK};
+use crate::policy::pipeline::fields::{
+    cookie, ct_label, reg, reg0, CookieCategory, CATEGORY_MASK, ROUND_MASK,
+};
+use crate::policy::pipeline::table;
 use crate::policy::rule::{CompiledRuleInput, Direction};
-
-/// Bits of a cookie holding the category (Antrea's `CategoryMask`).
-const CATEGORY_MASK: u64 = 0x0000_ff00_0000_0000;
-/// APDenyRegMark, reg0[10]: set by Drop/Reject action flows, matched by deny metric flows.
-const AP_DENY_MARK: u32 = 0x400;
-/// The register holding a Drop/Reject rule's conjunction id.
-const REG_DENY_CONJ: u8 = 3;
-/// The `ct_label` bits an ingress (low word) or egress (high word) Allow rule's id occupies.
-const INGRESS_LABEL_MASK: u128 = 0xffff_ffff;
-const EGRESS_LABEL_MASK: u128 = 0xffff_ffff << 32;
 
 /// What one metric flow counted, attributed to a conjunction id.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -87,9 +80,9 @@ pub fn metric_sample(fs: &FlowStats) -> Option<MetricSample> {
     if let Some(label) = m.ct_label {
         // Allow: the id is the label's word of the rule's direction.
         let (want_mask, shift) = if egress {
-            (EGRESS_LABEL_MASK, 32)
+            (ct_label::EGRESS_MASK, ct_label::EGRESS_SHIFT)
         } else {
-            (INGRESS_LABEL_MASK, 0)
+            (ct_label::INGRESS_MASK, ct_label::INGRESS_SHIFT)
         };
         if label.mask != Some(want_mask) {
             return None;
@@ -108,9 +101,9 @@ pub fn metric_sample(fs: &FlowStats) -> Option<MetricSample> {
     // Drop/Reject: reg0's deny mark and the id in reg3.
     let deny = m
         .regs
-        .get(&0)
-        .is_some_and(|r| r.value & AP_DENY_MARK != 0 && r.mask.unwrap_or(u32::MAX) & AP_DENY_MARK != 0);
-    let id = m.regs.get(&REG_DENY_CONJ)?;
+        .get(&reg::MARKS)
+        .is_some_and(|r| r.value & reg0::AP_DENY.0 != 0 && r.mask.unwrap_or(u32::MAX) & reg0::AP_DENY.1 != 0);
+    let id = m.regs.get(&reg::DENY_CONJ)?;
     if !deny || id.mask.is_some_and(|mask| mask != u32::MAX) || id.value == 0 {
         return None;
     }

@@ -16,7 +16,7 @@ use super::removal::{DeletesLast, DELETE_CHUNK};
 use crate::ovs::openflow::{FlowFilter, FlowMod, OfError, Switch};
 use crate::policy::compiler::{CountChanges, FlowDelta, FlowPlan, PlanChunks, CHUNK_RULES};
 use crate::policy::flowset::FlowSet;
-use crate::policy::pipeline::{self, ROUND_MASK};
+use crate::policy::pipeline::fields::{round_cookie, ROUND_MASK};
 
 /// What a sync sends.
 pub(super) enum Outgoing {
@@ -162,13 +162,10 @@ fn full_resync<'a>(
     round: u16,
     previous: Option<u16>,
 ) -> impl Iterator<Item = Vec<FlowMod>> + Send + 'a {
-    let first = vec![FlowMod::delete_by_cookie(
-        pipeline::round_cookie(round),
-        ROUND_MASK,
-    )];
+    let first = vec![FlowMod::delete_by_cookie(round_cookie(round), ROUND_MASK)];
     let last: Vec<FlowMod> = previous
         .filter(|&p| p != round)
-        .map(|p| FlowMod::delete_by_cookie(pipeline::round_cookie(p), ROUND_MASK))
+        .map(|p| FlowMod::delete_by_cookie(round_cookie(p), ROUND_MASK))
         .into_iter()
         .collect();
     std::iter::once(first)

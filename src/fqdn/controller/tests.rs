@@ -40,7 +40,7 @@ fn answer(name: &str, ip: Ipv4Addr) -> Event {
         reason: 1,
         metadata: Match::new(),
         other_metadata: vec![],
-        userdata: vec![PACKET_IN_CATEGORY_DNS],
+        userdata: vec![category::DNS],
         continuation: Some(vec![0; 8]),
         metadata_raw: vec![],
     }))

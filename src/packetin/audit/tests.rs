@@ -6,11 +6,11 @@ use std::net::Ipv6Addr;
 use etherparse::PacketBuilder;
 
 use super::*;
-use crate::messages::EntityRef;
+use crate::attachment::EntityRef;
 use crate::ovs::openflow::{Masked, Match, PacketIn};
-use crate::packetin::meta::operation;
 use crate::packetin::packet::parse;
 use crate::policy::compiler::ConjunctionInfo;
+use crate::policy::pipeline::fields::operation;
 use crate::policy::pipeline::table;
 use crate::policy::rule::{PolicyType, RuleAction, RuleId};
 

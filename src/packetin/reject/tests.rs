@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use etherparse::{IpHeaders, IpNumber, Ipv4Header, PacketBuilder, SlicedPacket, TransportSlice};
 
 use super::*;
-use crate::messages::{AttachedInterface, EntityRef};
+use crate::attachment::{AttachedInterface, EntityRef};
 
 const PEER_MAC: [u8; 6] = [0x02, 0x42, 0, 0, 0, 0x01];
 const VM_MAC: [u8; 6] = [0x02, 0x42, 0, 0, 0, 0x09];

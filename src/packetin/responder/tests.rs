@@ -7,7 +7,7 @@ use std::time::Duration;
 use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
 
 use super::*;
-use crate::messages::EntityRef;
+use crate::attachment::EntityRef;
 use crate::ovs::openflow::events::Hub;
 use crate::ovs::openflow::fake::FakeSwitch;
 use crate::ovs::openflow::{Action, Masked, Match, PortDesc, PortReason, PortStatus, SetField};

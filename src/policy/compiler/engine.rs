@@ -10,31 +10,11 @@ use ipnet::IpNet;
 use crate::ovs::openflow::{
     ct_state, eth_type, ip_proto, Action, CtAction, CtStateMatch, CtZone, Flow, Masked, Match, SetField,
 };
-use crate::policy::pipeline::{self, cookie, table, CookieCategory, Family, CT_ZONE_V4, CT_ZONE_V6};
+use crate::policy::pipeline::fields::{cookie, ct_label, operation, reg, reg0, reg2, CookieCategory};
+use crate::policy::pipeline::{self, table, Family, CT_ZONE_V4, CT_ZONE_V6};
 use crate::policy::rule::{is_egress_table, Peer, Protocol, RuleAction, Service};
 
 use super::{identity, CompileOptions, ResolvedRule, METRIC_PRIORITY};
-
-/// APDenyRegMark, reg0[10].
-const AP_DENY: (u32, u32) = (0x400, 0x400);
-/// APDispositionField, reg0[11..12].
-const DISPOSITION_MASK: u32 = 0x1800;
-const DISPOSITION_SHIFT: u32 = 11;
-const DISPOSITION_ALLOW: u32 = 0b00;
-const DISPOSITION_DROP: u32 = 0b01;
-const DISPOSITION_REJECT: u32 = 0b10;
-const DISPOSITION_PASS: u32 = 0b11;
-/// Packet-in operations (PacketInOperationField, userdata byte 1).
-const OP_LOGGING: u32 = 0b1;
-const OP_REJECT: u32 = 0b10;
-/// PacketInTableField, reg2[0..7].
-const PACKET_IN_TABLE_MASK: u32 = 0xff;
-/// Registers holding the conjunction id: deny rules, egress and ingress Allow/Pass rules.
-const REG_DENY_CONJ: u8 = 3;
-const REG_EGRESS_CONJ: u8 = 5;
-const REG_INGRESS_CONJ: u8 = 6;
-/// `reg1`: the output port chosen by L2ForwardingCalc.
-const REG_TARGET_PORT: u8 = 1;
 
 fn family_eth_type(f: Family) -> u16 {
     match f {
@@ -176,7 +156,7 @@ impl Elem {
             Elem::Dst(IpNet::V4(n)) => Match::new().ipv4().ipv4_dst(n),
             Elem::Dst(IpNet::V6(n)) => Match::new().ipv6().ipv6_dst(n),
             Elem::InPort(p) => Match::new().in_port(p),
-            Elem::TargetPort(p) => Match::new().reg(REG_TARGET_PORT, p, None),
+            Elem::TargetPort(p) => Match::new().reg(reg::TARGET_PORT, p, None),
             Elem::Service {
                 v6,
                 proto,
@@ -423,24 +403,38 @@ fn rule_flows(r: &ResolvedRule<'_>, c: u64, families: &[Family], targets: &Targe
     } else {
         table::INGRESS_METRIC
     };
-    let conj_reg = if egress { REG_EGRESS_CONJ } else { REG_INGRESS_CONJ };
+    let conj_reg = if egress {
+        reg::EGRESS_CONJ
+    } else {
+        reg::INGRESS_CONJ
+    };
     let logging = r.rule.enable_logging;
-    let table_mark = set_reg(2, u32::from(r.table), Some(PACKET_IN_TABLE_MASK));
+    let table_mark = set_reg(
+        reg::PACKET_IN_TABLE,
+        u32::from(r.table),
+        Some(reg2::PACKET_IN_TABLE_MASK),
+    );
     let op = |ops: u32| {
         set_reg(
-            0,
-            ops << pipeline::reg0::PACKET_IN_OPERATION_SHIFT,
-            Some(pipeline::reg0::PACKET_IN_OPERATION_MASK),
+            reg::MARKS,
+            ops << reg0::PACKET_IN_OPERATION_SHIFT,
+            Some(reg0::PACKET_IN_OPERATION_MASK),
         )
     };
-    let disposition = |d: u32| set_reg(0, d << DISPOSITION_SHIFT, Some(DISPOSITION_MASK));
+    let disposition = |d: u32| {
+        set_reg(
+            reg::MARKS,
+            d << reg0::DISPOSITION_SHIFT,
+            Some(reg0::DISPOSITION_MASK),
+        )
+    };
     let action_flow = || Flow::new(r.table, r.priority, Match::new().conj_id(id)).cookie(c);
     match r.rule.action {
         RuleAction::Allow => {
             let (label, label_mask) = if egress {
-                (u128::from(id) << 32, 0xffff_ffffu128 << 32)
+                (u128::from(id) << ct_label::EGRESS_SHIFT, ct_label::EGRESS_MASK)
             } else {
-                (u128::from(id), 0xffff_ffffu128)
+                (u128::from(id) << ct_label::INGRESS_SHIFT, ct_label::INGRESS_MASK)
             };
             for &fam in families {
                 let mut f = Flow::new(
@@ -460,11 +454,11 @@ fn rule_flows(r: &ResolvedRule<'_>, c: u64, families: &[Family], targets: &Targe
                     })],
                 }));
                 if logging {
-                    let (to_ctrl, to_ctrl_mask) = pipeline::reg0::OUTPUT_TO_CONTROLLER;
+                    let (to_ctrl, to_ctrl_mask) = reg0::OUTPUT_TO_CONTROLLER;
                     f = f
-                        .action(disposition(DISPOSITION_ALLOW))
-                        .action(set_reg(0, to_ctrl, Some(to_ctrl_mask)))
-                        .action(op(OP_LOGGING))
+                        .action(disposition(reg0::DISPOSITION_ALLOW))
+                        .action(set_reg(reg::MARKS, to_ctrl, Some(to_ctrl_mask)))
+                        .action(op(u32::from(operation::LOGGING)))
                         .action(table_mark.clone())
                         .goto(table::OUTPUT);
                 }
@@ -486,27 +480,28 @@ fn rule_flows(r: &ResolvedRule<'_>, c: u64, families: &[Family], targets: &Targe
         RuleAction::Drop | RuleAction::Reject => {
             let reject = r.rule.action == RuleAction::Reject;
             let mut f = action_flow()
-                .action(set_reg(REG_DENY_CONJ, id, None))
-                .action(set_reg(0, AP_DENY.0, Some(AP_DENY.1)));
+                .action(set_reg(reg::DENY_CONJ, id, None))
+                .action(set_reg(reg::MARKS, reg0::AP_DENY.0, Some(reg0::AP_DENY.1)));
             if logging {
                 f = f.action(disposition(if reject {
-                    DISPOSITION_REJECT
+                    reg0::DISPOSITION_REJECT
                 } else {
-                    DISPOSITION_DROP
+                    reg0::DISPOSITION_DROP
                 }));
             }
             let group = targets.groups.get(&metric).copied();
             f = match group {
                 Some(g) if logging || reject => {
-                    let ops = if logging { OP_LOGGING } else { 0 } + if reject { OP_REJECT } else { 0 };
+                    let ops = if logging { u32::from(operation::LOGGING) } else { 0 }
+                        + if reject { u32::from(operation::REJECT) } else { 0 };
                     f.action(op(ops)).action(table_mark).action(Action::Group(g))
                 }
                 _ => f.goto(metric),
             };
             flows.push(f);
             let m = Match::new()
-                .reg(0, AP_DENY.0, Some(AP_DENY.1))
-                .reg(REG_DENY_CONJ, id, None);
+                .reg(reg::MARKS, reg0::AP_DENY.0, Some(reg0::AP_DENY.1))
+                .reg(reg::DENY_CONJ, id, None);
             flows.push(Flow::new(metric, METRIC_PRIORITY, m).cookie(c));
         }
         RuleAction::Pass => {
@@ -521,8 +516,8 @@ fn rule_flows(r: &ResolvedRule<'_>, c: u64, families: &[Family], targets: &Targe
             let group = targets.groups.get(&next).copied();
             flows.push(match group {
                 Some(g) if logging => f
-                    .action(disposition(DISPOSITION_PASS))
-                    .action(op(OP_LOGGING))
+                    .action(disposition(reg0::DISPOSITION_PASS))
+                    .action(op(u32::from(operation::LOGGING)))
                     .action(table_mark)
                     .action(Action::Group(g)),
                 _ => f.goto(next),

@@ -33,14 +33,14 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
-use super::api::{ApiClient, WatchLines};
-use super::fallback::FallbackStore;
+use super::{PolicySource, PolicyUpdate};
+use crate::k8s::api::{ApiClient, WatchLines};
+use crate::k8s::fallback::FallbackStore;
 use crate::policy::controlplane::types::{AddressGroup, AppliedToGroup, GroupMember, GroupPatch, ObjectMeta};
 use crate::policy::controlplane::validate::dropped_members;
 use crate::policy::controlplane::{
     ControlplaneObject, Group, Kind, MemberKey, MembersPatch, ValidObject, API_VERSION,
 };
-use crate::sources::{PolicySource, PolicyUpdate};
 
 /// The kinds watched, in the order their watches start.
 pub const WATCHED_KINDS: [Kind; 3] = [Kind::NetworkPolicy, Kind::AppliedToGroup, Kind::AddressGroup];
@@ -727,7 +727,7 @@ impl Watcher {
     /// write succeeds again (the in-memory state is unaffected).
     async fn persist<F>(&mut self, write: F) -> Result<(), End>
     where
-        F: FnOnce(&FallbackStore) -> Result<(), super::fallback::FallbackError> + Send + 'static,
+        F: FnOnce(&FallbackStore) -> Result<(), crate::k8s::fallback::FallbackError> + Send + 'static,
     {
         let Some(store) = self.fallback.clone() else {
             return Ok(());

@@ -1,0 +1,284 @@
+//! The layering of the agent's modules (docs/architecture.md, section 5): a module may import
+//! only from below it. This test reads the sources and fails, naming the file and the line, when
+//! an import goes the wrong way along one of the pairs that once formed circles
+//! (`messages ⇄ policy`, `messages ⇄ k8s`, `sources ⇄ k8s`, `messages ⇄ packetin`), or when the
+//! shared attachment model imports anything of the agent. Test code counts too: a `use` in a
+//! test module is still an edge between the modules.
+//!
+//! It also measures the table of section 5.1 (which module names which, how often, in product
+//! code: comments, `#[cfg(test)]` items and the files they declare left out), prints it
+//! (`cargo test --test layering -- --nocapture`), and checks that the pairs of modules still
+//! importing each other are exactly the ones section 5.2 lists.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// (module, module it must not name): the lower one of each pair never names the upper one.
+const FORBIDDEN: &[(&str, &str)] = &[
+    ("policy", "messages"),
+    ("k8s", "messages"),
+    ("k8s", "sources"),
+    ("packetin", "messages"),
+];
+
+/// Modules at the bottom: they name no other module of the agent.
+const LEAVES: &[&str] = &["attachment"];
+
+/// The pairs of modules whose product code still names each other (docs/architecture.md §5.2),
+/// each as (a, b) with a < b. Breaking one: remove it here and from the document. Making one:
+/// don't.
+const REMAINING_CYCLES: &[(&str, &str)] = &[("actors", "api"), ("fqdn", "policy"), ("k8s", "policy")];
+
+/// Every `.rs` file of a top-level module: `src/<module>.rs` and everything under `src/<module>/`.
+fn files_of(module: &str) -> Vec<PathBuf> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    let file = src.join(format!("{module}.rs"));
+    if file.is_file() {
+        files.push(file);
+    }
+    let mut dirs = vec![src.join(module)];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.expect("directory entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    assert!(
+        !files.is_empty(),
+        "module {module} has no source files under src/"
+    );
+    files
+}
+
+/// Every place in `text` that names `crate::<target>` (the whole module name, so `k8s` is not
+/// found in `k8s_x`), as (line number, line).
+fn naming(text: &str, target: &str) -> Vec<(usize, String)> {
+    let needle = format!("crate::{target}");
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| {
+            line.match_indices(&needle).any(|(at, _)| {
+                !line[at + needle.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+            })
+        })
+        .map(|(n, line)| (n + 1, line.trim().to_string()))
+        .collect()
+}
+
+/// The top-level modules of the library, read from `src/lib.rs`.
+fn top_level_modules() -> Vec<String> {
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs");
+    let text = std::fs::read_to_string(&lib).expect("src/lib.rs");
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("pub mod "))
+        .map(|m| m.trim_end_matches(';').to_string())
+        .collect()
+}
+
+fn violations(module: &str, targets: &[String]) -> Vec<String> {
+    let mut found = Vec::new();
+    for file in files_of(module) {
+        let text = std::fs::read_to_string(&file).expect("source file");
+        for target in targets {
+            for (line, code) in naming(&text, target) {
+                found.push(format!(
+                    "{}:{line}: {module} must not import {target}: {code}",
+                    file.strip_prefix(env!("CARGO_MANIFEST_DIR"))
+                        .unwrap_or(&file)
+                        .display()
+                ));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_module_imports_one_above_it_along_the_former_circles() {
+    let mut found = Vec::new();
+    for (module, target) in FORBIDDEN {
+        found.extend(violations(module, &[target.to_string()]));
+    }
+    assert!(
+        found.is_empty(),
+        "imports against the layering:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_leaves_import_nothing_of_the_agent() {
+    let modules = top_level_modules();
+    assert!(
+        modules.iter().any(|m| m == "messages") && modules.iter().any(|m| m == "attachment"),
+        "src/lib.rs lists {modules:?}"
+    );
+    let mut found = Vec::new();
+    for leaf in LEAVES {
+        let others: Vec<String> = modules.iter().filter(|m| m != leaf).cloned().collect();
+        found.extend(violations(leaf, &others));
+    }
+    assert!(
+        found.is_empty(),
+        "a leaf imports the agent:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_check_finds_an_import_and_only_whole_module_names() {
+    let text = "use std::fmt;\nuse crate::messages::EntityRef;\nuse crate::messages_x::Y;\n";
+    assert_eq!(
+        naming(text, "messages"),
+        vec![(2, "use crate::messages::EntityRef;".to_string())]
+    );
+    assert!(naming("let x = crate::k8s_helpers::f();", "k8s").is_empty());
+    assert_eq!(naming("pub use crate::k8s;", "k8s").len(), 1);
+}
+
+/// The product code of one file: without comment lines and without `#[cfg(test)]` items; the
+/// names of the modules such items declare in other files (`#[cfg(test)] mod tests;`) go to
+/// `test_mods`.
+fn product_code(text: &str, test_mods: &mut Vec<String>) -> String {
+    let mut out = String::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let t = line.trim();
+        if t.starts_with("//") {
+            continue;
+        }
+        if t != "#[cfg(test)]" {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
+        // Skip the item: one line ending in `;`, or up to its closing brace.
+        let mut depth = 0i32;
+        for item in lines.by_ref() {
+            let it = item.trim();
+            if it.starts_with("#[") {
+                continue;
+            }
+            if depth == 0 && it.ends_with(';') {
+                if let Some(name) = it
+                    .trim_start_matches("pub(crate) ")
+                    .strip_prefix("mod ")
+                    .map(|n| n.trim_end_matches(';'))
+                {
+                    test_mods.push(name.to_string());
+                }
+                break;
+            }
+            depth += item.matches('{').count() as i32 - item.matches('}').count() as i32;
+            if depth <= 0 && item.contains('}') {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Where the files of a child module `name` declared in `file` live.
+fn child_paths(file: &Path, name: &str) -> [PathBuf; 2] {
+    let dir = match file.file_name().and_then(|n| n.to_str()) {
+        Some("mod.rs" | "lib.rs") => file.parent().map(Path::to_path_buf),
+        _ => Some(file.with_extension("")),
+    }
+    .unwrap_or_default();
+    [dir.join(format!("{name}.rs")), dir.join(name)]
+}
+
+/// module → (module it names → occurrences), product code only.
+fn import_counts() -> BTreeMap<String, BTreeMap<String, usize>> {
+    let modules = top_level_modules();
+    let mut table = BTreeMap::new();
+    for module in &modules {
+        // First every file's product code and the files its test items declare, then the
+        // counts over the files no test item declared (a parent sorts after its own folder).
+        let mut skipped: Vec<PathBuf> = Vec::new();
+        let mut codes = Vec::new();
+        for file in files_of(module) {
+            let text = std::fs::read_to_string(&file).expect("source file");
+            let mut test_mods = Vec::new();
+            let code = product_code(&text, &mut test_mods);
+            for name in test_mods {
+                skipped.extend(child_paths(&file, &name));
+            }
+            codes.push((file, code));
+        }
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for (file, code) in &codes {
+            if skipped.iter().any(|s| file.starts_with(s)) {
+                continue;
+            }
+            for target in modules.iter().filter(|t| *t != module) {
+                let n = naming(code, target).len();
+                if n > 0 {
+                    *counts.entry(target.clone()).or_default() += n;
+                }
+            }
+        }
+        table.insert(module.clone(), counts);
+    }
+    table
+}
+
+#[test]
+fn the_import_table_has_only_the_documented_cycles() {
+    let table = import_counts();
+    println!("| module | imports (lines naming it) |\n|---|---|");
+    for (module, counts) in &table {
+        let mut row: Vec<(&String, &usize)> = counts.iter().collect();
+        row.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let cells: Vec<String> = row.iter().map(|(m, n)| format!("`{m}` {n}")).collect();
+        let cells = if cells.is_empty() {
+            "—".to_string()
+        } else {
+            cells.join(", ")
+        };
+        println!("| `{module}` | {cells} |");
+    }
+    let mut cycles = BTreeSet::new();
+    for (a, counts) in &table {
+        for b in counts.keys() {
+            if a < b && table.get(b).is_some_and(|c| c.contains_key(a)) {
+                cycles.insert((a.clone(), b.clone()));
+            }
+        }
+    }
+    let expected: BTreeSet<(String, String)> = REMAINING_CYCLES
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    assert_eq!(
+        cycles, expected,
+        "pairs of modules importing each other (product code); update docs/architecture.md §5.2"
+    );
+}
+
+#[test]
+fn product_code_leaves_out_comments_and_test_items() {
+    let text = "use crate::a::X;\n// crate::b\n#[cfg(test)]\nmod tests;\n#[cfg(test)]\nmod t {\n    use crate::c;\n    fn f() {}\n}\nuse crate::d;\n";
+    let mut test_mods = Vec::new();
+    let code = product_code(text, &mut test_mods);
+    assert_eq!(code, "use crate::a::X;\nuse crate::d;\n");
+    assert_eq!(test_mods, vec!["tests".to_string()]);
+    assert_eq!(
+        child_paths(Path::new("src/x/mod.rs"), "tests")[0],
+        PathBuf::from("src/x/tests.rs")
+    );
+    assert_eq!(
+        child_paths(Path::new("src/x/y.rs"), "tests")[1],
+        PathBuf::from("src/x/y/tests")
+    );
+}
