@@ -359,8 +359,16 @@ const SHUTDOWN_ORDER: [ActorKind; 5] = [
 ];
 
 fn spec(kind: ActorKind) -> &'static ChildSpec {
-    // Every kind has its row: `the_table_has_one_row_per_actor_in_start_order` checks it.
-    CHILDREN.iter().find(|c| c.kind == kind).unwrap_or(&CHILDREN[0])
+    // An exhaustive match: a new kind without its row does not compile (and
+    // `the_table_has_one_row_per_actor_in_start_order` checks each row is the kind's).
+    let row = match kind {
+        ActorKind::FlowInstaller => 0,
+        ActorKind::PolicyCache => 1,
+        ActorKind::InterfaceManager => 2,
+        ActorKind::ExternalNodeWatcher => 3,
+        ActorKind::AgentInfoReporter => 4,
+    };
+    &CHILDREN[row]
 }
 
 /// Supervision counters, for status and tests.

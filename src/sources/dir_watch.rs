@@ -3,13 +3,14 @@
 //! its next tick.
 //!
 //! The directory is watched where it resolves now, and its parent too, so the ways policy
-//! directories are replaced all wake the poller: files written (once closed, so never read half
-//! written), renamed in or removed; the directory created or removed; a symlink naming it
-//! swapped to another directory (how a Kubernetes ConfigMap mount and many deploy tools update
-//! it). After each wake the watch moves
-//! to wherever the path resolves then. The poller keeps polling on a longer period as a safety
-//! net (network filesystems deliver no events), and polls on its short period if inotify cannot
-//! be used at all.
+//! directories are replaced all wake the poller: files written (a rewrite wakes it once closed;
+//! a file still being written when another event's read comes may be read half written, and is
+//! read again once closed), renamed in or removed; the directory created or removed; a symlink
+//! naming it swapped to another directory (how a Kubernetes ConfigMap mount and many deploy
+//! tools update it). After each wake the watch moves to wherever the path resolves then. The
+//! watch also tells which entries events named since the last read, so a poller can skip the
+//! others. The poller keeps polling on a longer period as a safety net (network filesystems
+//! deliver no events), and polls on its short period if inotify cannot be used at all.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -24,12 +25,14 @@ use tracing::{debug, warn};
 /// sees a whole burst (an editor's temporary file and rename, a deploy tool writing many files).
 pub const SETTLE: Duration = Duration::from_millis(20);
 
-/// The same after an event that completes a file's new content (closed after writing, or renamed
-/// into place): the next step of the same write, if any, follows within microseconds (it is the
-/// writer's next system call), so a short quiet still sees it, and a single edit is read 20 ms
-/// sooner. A burst of files keeps resetting the quiet, and an event that starts a write (a file
-/// created, its attributes changed) or removes one asks for the full [`SETTLE`] again.
-pub const SETTLE_AFTER_WRITE: Duration = Duration::from_millis(2);
+/// The same after a file of interest was renamed into the directory (how atomic writers, deploy
+/// tools and a ConfigMap's files land): its content is complete, so a single edit is read 18 ms
+/// sooner. Only when nothing in the burst removed a file of interest that has not come back (an
+/// editor renaming the old version to a backup name before writing the new one), and only for
+/// a rename: a file closed after writing may be appended to by the writer's next command, and a
+/// created one is still being written, so those wait the full [`SETTLE`]. A burst of files keeps
+/// resetting the quiet.
+pub const SETTLE_AFTER_RENAME: Duration = Duration::from_millis(2);
 
 /// The longest a burst may delay the read.
 const MAX_SETTLE: Duration = Duration::from_secs(1);
@@ -68,6 +71,9 @@ pub struct DirWatch {
     /// when an event may stand for more than the entry it names (the directory itself moved,
     /// an event on the parent, a lost event queue, a subdirectory), or inotify is not in use.
     named: Option<BTreeSet<OsString>>,
+    /// The names whose rename into the directory completes them ([`SETTLE_AFTER_RENAME`]);
+    /// `None`: every event waits [`SETTLE`].
+    of_interest: Option<fn(&str) -> bool>,
 }
 
 impl DirWatch {
@@ -79,21 +85,27 @@ impl DirWatch {
             parent: None,
             unavailable: false,
             named: None,
+            of_interest: None,
         }
     }
 
-    /// Like [`DirWatch::arm`], right before a read of the directory: starts recording the
-    /// entries that change from now on ([`DirWatch::changed_entries`]).
-    pub fn arm_for_read(&mut self) {
-        self.arm();
-        self.named = self.target.is_some().then(BTreeSet::new);
+    /// The same watch, reading the directory 2 ms after a file whose name `of_interest` accepts
+    /// was renamed into it ([`SETTLE_AFTER_RENAME`]) instead of 20 ms.
+    pub fn with_files_of_interest(mut self, of_interest: fn(&str) -> bool) -> Self {
+        self.of_interest = Some(of_interest);
+        self
     }
 
-    /// The entries of the directory that changed since the last [`DirWatch::arm_for_read`], as
-    /// far as the events tell: the regular files of the directory not listed are unchanged since
-    /// then (each change of one queues an event naming it). `None` when that is not known.
-    pub fn changed_entries(&self) -> Option<&BTreeSet<OsString>> {
-        self.named.as_ref()
+    /// Like [`DirWatch::arm`], right before a read of the directory: returns the entries of the
+    /// directory that changed since the last such call, as far as the events tell (the regular
+    /// files not listed are unchanged since then: each change of one queues an event naming
+    /// it), and starts recording anew. `None` when that is not known, including when the path
+    /// now resolves to another directory than the events were about.
+    pub fn arm_for_read(&mut self) -> Option<BTreeSet<OsString>> {
+        let moved = self.arm();
+        let named = self.named.take().filter(|_| !moved);
+        self.named = self.target.is_some().then(BTreeSet::new);
+        named
     }
 
     /// Records what a counted event tells of the changed entries.
@@ -114,11 +126,11 @@ impl DirWatch {
     }
 
     /// Waits until something changed in or around the directory and it has been quiet for
-    /// [`SETTLE`]; or until `poll` passed without an event (`fallback` instead if inotify is
+    /// [`SETTLE`] (or [`SETTLE_AFTER_RENAME`]); or until `poll` passed without an event (`fallback` instead if inotify is
     /// unavailable, or while only the parent can be watched). Returns whether a change woke it.
     ///
-    /// Call [`DirWatch::arm`] before each read of the directory, so that a change made during
-    /// the read wakes the next wait.
+    /// Call [`DirWatch::arm_for_read`] (or [`DirWatch::arm`]) before each read of the
+    /// directory, so that a change made during the read wakes the next wait.
     pub async fn wait(&mut self, poll: Duration, fallback: Duration) -> bool {
         if self.arm() {
             // The path resolves to another directory (or to none) than at the last arm.
@@ -144,7 +156,7 @@ impl DirWatch {
                     Some(Ok(e)) if !counts(&e, &self.target, &self.parent, &self.dir) => continue,
                     Some(Ok(e)) => {
                         self.note(&e);
-                        if let Err(failure) = self.settle(quiet_after(e.mask)).await {
+                        if let Err(failure) = self.settle(&e).await {
                             // Woken all the same; what else changed is unknown (the whole
                             // directory is read).
                             self.reset(&failure);
@@ -161,12 +173,12 @@ impl DirWatch {
         false
     }
 
-    /// Waits until no event arrived for the quiet period the last event asks for (`first`,
-    /// then [`quiet_after`] each next one), at most [`MAX_SETTLE`] in all, recording the
-    /// entries the events name.
-    async fn settle(&mut self, first: Duration) -> Result<(), String> {
+    /// Waits until no event arrived for the quiet period the burst asks for (see
+    /// [`Burst::quiet`]), at most [`MAX_SETTLE`] in all, recording the entries the events name.
+    async fn settle(&mut self, first: &inotify::Event<OsString>) -> Result<(), String> {
         let end = tokio::time::Instant::now() + MAX_SETTLE;
-        let mut quiet_for = first;
+        let mut burst = Burst::default();
+        let mut quiet_for = burst.quiet(first, self.of_interest);
         loop {
             let Some(stream) = self.stream.as_mut() else {
                 return Ok(());
@@ -176,7 +188,7 @@ impl DirWatch {
                 Ok(Some(Ok(e))) => {
                     if counts(&e, &self.target, &self.parent, &self.dir) {
                         self.note(&e);
-                        quiet_for = quiet_after(e.mask);
+                        quiet_for = burst.quiet(&e, self.of_interest);
                     }
                     if tokio::time::Instant::now() >= end {
                         return Ok(());
@@ -275,12 +287,36 @@ fn counts(
     true
 }
 
-/// How quiet the directory must stay after an event of kind `mask` before it is read.
-fn quiet_after(mask: EventMask) -> Duration {
-    if mask.intersects(EventMask::CLOSE_WRITE | EventMask::MOVED_TO) {
-        SETTLE_AFTER_WRITE
-    } else {
-        SETTLE
+/// The files of interest a burst of events removed and did not bring back.
+#[derive(Default)]
+struct Burst {
+    missing: BTreeSet<OsString>,
+}
+
+impl Burst {
+    /// How quiet the directory must stay after `e` before it is read.
+    fn quiet(&mut self, e: &inotify::Event<OsString>, of_interest: Option<fn(&str) -> bool>) -> Duration {
+        self.quiet_for(e.mask, e.name.as_deref(), of_interest)
+    }
+
+    fn quiet_for(
+        &mut self,
+        mask: EventMask,
+        name: Option<&std::ffi::OsStr>,
+        of_interest: Option<fn(&str) -> bool>,
+    ) -> Duration {
+        let name = name.filter(|n| of_interest.is_some_and(|f| n.to_str().is_some_and(f)));
+        let Some(name) = name else { return SETTLE };
+        if mask.intersects(EventMask::DELETE | EventMask::MOVED_FROM) {
+            self.missing.insert(name.to_owned());
+        } else if mask.intersects(EventMask::CREATE | EventMask::MOVED_TO) {
+            self.missing.remove(name);
+        }
+        if mask.contains(EventMask::MOVED_TO) && self.missing.is_empty() {
+            SETTLE_AFTER_RENAME
+        } else {
+            SETTLE
+        }
     }
 }
 
@@ -324,25 +360,49 @@ mod tests {
     }
 
     #[test]
-    fn only_a_completed_write_shortens_the_quiet() {
-        for done in [
-            EventMask::CLOSE_WRITE,
-            EventMask::MOVED_TO,
-            EventMask::MOVED_TO | EventMask::ISDIR,
-        ] {
-            assert_eq!(quiet_after(done), SETTLE_AFTER_WRITE, "{done:?}");
-        }
-        // A write starting, an attribute change, a removal or a move away: more may follow.
-        for more in [
-            EventMask::CREATE,
-            EventMask::ATTRIB,
-            EventMask::DELETE,
-            EventMask::MOVED_FROM,
-            EventMask::DELETE_SELF,
-            EventMask::MOVE_SELF,
-        ] {
-            assert_eq!(quiet_after(more), SETTLE, "{more:?}");
-        }
+    fn only_a_policy_file_renamed_in_shortens_the_quiet() {
+        let yaml: Option<fn(&str) -> bool> = Some(|n| n.ends_with(".yaml"));
+        let n = |s: &'static str| Some(std::ffi::OsStr::new(s));
+        let mut burst = Burst::default();
+        // The atomic writer: a hidden temporary file written, then renamed into place.
+        assert_eq!(burst.quiet_for(EventMask::CREATE, n(".a.yaml.tmp"), yaml), SETTLE);
+        assert_eq!(
+            burst.quiet_for(EventMask::CLOSE_WRITE, n(".a.yaml.tmp"), yaml),
+            SETTLE
+        );
+        assert_eq!(
+            burst.quiet_for(EventMask::MOVED_FROM, n(".a.yaml.tmp"), yaml),
+            SETTLE
+        );
+        assert_eq!(
+            burst.quiet_for(EventMask::MOVED_TO, n("a.yaml"), yaml),
+            SETTLE_AFTER_RENAME
+        );
+        // Written in place, possibly in several commands: the full quiet.
+        assert_eq!(burst.quiet_for(EventMask::CLOSE_WRITE, n("b.yaml"), yaml), SETTLE);
+        // Without a filter, for another name or without a name: the full quiet.
+        assert_eq!(burst.quiet_for(EventMask::MOVED_TO, n("a.yaml"), None), SETTLE);
+        assert_eq!(burst.quiet_for(EventMask::MOVED_TO, n("a.yaml~"), yaml), SETTLE);
+        assert_eq!(burst.quiet_for(EventMask::MOVE_SELF, None, yaml), SETTLE);
+
+        // An editor's backup: the old file renamed away, the new one not there yet.
+        let mut burst = Burst::default();
+        assert_eq!(burst.quiet_for(EventMask::MOVED_FROM, n("c.yaml"), yaml), SETTLE);
+        assert_eq!(burst.quiet_for(EventMask::MOVED_TO, n("c.yaml~"), yaml), SETTLE);
+        assert_eq!(
+            burst.quiet_for(EventMask::MOVED_TO, n("d.yaml"), yaml),
+            SETTLE,
+            "c.yaml is missing"
+        );
+        assert_eq!(burst.quiet_for(EventMask::CREATE, n("c.yaml"), yaml), SETTLE);
+        assert_eq!(burst.quiet_for(EventMask::CLOSE_WRITE, n("c.yaml"), yaml), SETTLE);
+        assert_eq!(
+            burst.quiet_for(EventMask::MOVED_TO, n("e.yaml"), yaml),
+            SETTLE_AFTER_RENAME
+        );
+        // A removal in the burst.
+        assert_eq!(burst.quiet_for(EventMask::DELETE, n("e.yaml"), yaml), SETTLE);
+        assert_eq!(burst.quiet_for(EventMask::MOVED_TO, n("f.yaml"), yaml), SETTLE);
     }
 
     #[tokio::test]
@@ -351,34 +411,47 @@ mod tests {
         let dir = tmp.path().join("policies");
         std::fs::create_dir(&dir).expect("mkdir");
         let mut w = DirWatch::new(&dir);
-        assert_eq!(w.changed_entries(), None, "unknown before the first read");
-        w.arm_for_read();
-        assert_eq!(w.changed_entries(), Some(&BTreeSet::new()));
+        assert_eq!(w.arm_for_read(), None, "unknown before the first read");
+        assert_eq!(w.arm_for_read(), Some(BTreeSet::new()));
         woken_by(&mut w, || {
             std::fs::write(dir.join(".a.yaml.tmp"), "x").expect("write");
             std::fs::rename(dir.join(".a.yaml.tmp"), dir.join("a.yaml")).expect("rename");
         })
         .await;
-        let named: Vec<&str> = w
-            .changed_entries()
-            .expect("known")
-            .iter()
-            .filter_map(|n| n.to_str())
-            .collect();
+        let named = w.arm_for_read().expect("known");
+        let named: Vec<&str> = named.iter().filter_map(|n| n.to_str()).collect();
         assert_eq!(named, [".a.yaml.tmp", "a.yaml"]);
-        w.arm_for_read();
-        assert_eq!(w.changed_entries(), Some(&BTreeSet::new()), "reset by the read");
         // A subdirectory (whatever it holds), an event on the parent or a lost event queue:
         // anything may have changed.
         woken_by(&mut w, || std::fs::create_dir(dir.join("sub")).expect("mkdir")).await;
-        assert_eq!(w.changed_entries(), None);
-        w.arm_for_read();
+        assert_eq!(w.arm_for_read(), None);
         woken_by(&mut w, || {
             std::fs::rename(&dir, tmp.path().join("moved")).expect("move away");
             std::fs::create_dir(&dir).expect("mkdir again");
         })
         .await;
-        assert_eq!(w.changed_entries(), None);
+        assert_eq!(w.arm_for_read(), None);
+    }
+
+    /// The path starts resolving to another directory while no event reached this watch (an
+    /// ancestor symlink swapped): what the events named says nothing of the new directory.
+    #[tokio::test]
+    async fn a_directory_swapped_without_an_event_here_is_not_known_unchanged() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let v1 = tmp.path().join("v1");
+        let v2 = tmp.path().join("v2");
+        std::fs::create_dir_all(v1.join("policies")).expect("mkdir");
+        std::fs::create_dir_all(v2.join("policies")).expect("mkdir");
+        let link = tmp.path().join("current");
+        std::os::unix::fs::symlink(&v1, &link).expect("link");
+        let mut w = DirWatch::new(link.join("policies"));
+        w.arm_for_read();
+        assert_eq!(w.arm_for_read(), Some(BTreeSet::new()));
+        let new_link = tmp.path().join(".current.new");
+        std::os::unix::fs::symlink(&v2, &new_link).expect("new link");
+        std::fs::rename(&new_link, &link).expect("swap");
+        assert_eq!(w.arm_for_read(), None, "the watch moved to another directory");
+        assert_eq!(w.arm_for_read(), Some(BTreeSet::new()));
     }
 
     #[tokio::test]
