@@ -249,6 +249,69 @@ pub fn parse_values(text: &str, json: bool, limits: &InputLimits) -> Result<Vec<
     }
 }
 
+/// Parses one YAML document's text (a piece of a file cut by [`split_yaml_documents`]; the file
+/// as a whole passed [`prescan`]) within `max_elements`; returns its values (none or one) and the
+/// elements they spent, so the pieces of one file share the file's budget.
+pub fn parse_yaml_piece(
+    text: &str,
+    max_elements: usize,
+    limits: &InputLimits,
+) -> Result<(Vec<Value>, usize), InputError> {
+    let budget = Budget {
+        elements: Cell::new(0),
+        max_elements,
+        max_depth: limits.max_nesting_depth,
+        exceeded: Cell::new(None),
+    };
+    let parse_error = |e: String| budget.exceeded.take().unwrap_or(InputError::Parse(e));
+    let mut out = Vec::new();
+    for doc in serde_norway::Deserializer::from_str(text) {
+        let value = Bounded {
+            budget: &budget,
+            depth: 0,
+        }
+        .deserialize(doc)
+        .map_err(|e| parse_error(e.to_string()))?;
+        out.push(value);
+    }
+    Ok((out, budget.elements.get()))
+}
+
+/// Cuts YAML text into the texts of its documents, each starting at its `---` line (the first
+/// may have none): what lets a file whose documents mostly did not change be parsed only where
+/// it did. `None` when a line-based cut could differ from the parser's view: a directive (`%`),
+/// a document end marker (`...`), or a `---` line with content after it. A `---` at the start
+/// of a line always starts a document (YAML forbids it inside any scalar), so the cut is exact
+/// otherwise.
+pub fn split_yaml_documents(text: &str) -> Option<Vec<&str>> {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let bare = line.trim_end_matches(['\n', '\r']);
+        if bare.starts_with('%') || bare.starts_with("...") {
+            return None;
+        }
+        if let Some(rest) = bare.strip_prefix("---") {
+            let after = rest.trim_start_matches([' ', '\t']);
+            let marker_only = (rest.is_empty() || rest.starts_with([' ', '\t']))
+                && (after.is_empty() || after.starts_with('#'));
+            if !marker_only {
+                return None;
+            }
+            if offset > start {
+                pieces.push(&text[start..offset]);
+            }
+            start = offset;
+        }
+        offset += line.len();
+    }
+    if offset > start {
+        pieces.push(&text[start..offset]);
+    }
+    Some(pieces)
+}
+
 /// What one parse may still spend; shared by every document of a file.
 struct Budget {
     elements: Cell<usize>,
@@ -357,6 +420,47 @@ impl<'de> Visitor<'de> for Bounded<'_> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn yaml_pieces_parse_as_the_whole_stream_does() {
+        let limits = InputLimits::default();
+        let texts = [
+            "a: 1\n---\nb: 2\n--- # second\nc: [3, 4]\n",
+            "---\nkind: X\n---\n\n---\nkind: Y\ntext: |\n  ---indented is content\n",
+            "# only a comment\n",
+            "",
+            "k: v\r\n---\r\nk: w\r\n",
+            "---\n--- \nx: 1\n---\t\n",
+        ];
+        for text in texts {
+            let pieces = split_yaml_documents(text).expect("cut");
+            assert_eq!(pieces.concat(), text, "the pieces are the text");
+            let whole: Vec<Value> = parse_values(text, false, &limits)
+                .expect("whole")
+                .into_iter()
+                .filter(|v| !v.is_null())
+                .collect();
+            let mut parts = Vec::new();
+            for piece in pieces {
+                let (values, _) = parse_yaml_piece(piece, limits.max_elements, &limits).expect("piece");
+                parts.extend(values.into_iter().filter(|v| !v.is_null()));
+            }
+            assert_eq!(parts, whole, "{text:?}");
+        }
+        // Where a line-based cut could be wrong: not cut.
+        for text in [
+            "%YAML 1.2\n---\na: 1\n",
+            "a: 1\n...\n---\nb: 2\n",
+            "--- {a: 1}\n",
+            "----\n",
+        ] {
+            assert_eq!(split_yaml_documents(text), None, "{text:?}");
+        }
+        // A piece spends from the budget it is given.
+        let (_, spent) = parse_yaml_piece("a: [1, 2, 3]\n", 100, &limits).expect("piece");
+        assert!(spent >= 4, "{spent}");
+        assert!(parse_yaml_piece("a: [1, 2, 3]\n", 2, &limits).is_err());
+    }
     use super::*;
     use std::time::{Duration, Instant};
 

@@ -11,8 +11,10 @@
 //! parsing, or an object that stops validating, keeps its last good version (reported as such),
 //! so a half-saved edit never opens traffic; removing the file or the object removes it.
 //!
-//! Only files whose text changed are parsed again, and no text is kept between polls (a
-//! fingerprint of each is): with thousands of policy files a change costs one file's parse, and
+//! Only files whose text changed are parsed again, and in a changed YAML file only the
+//! documents whose text changed (the others give back the objects they gave before); no text is
+//! kept between polls (a fingerprint of each file and document is): with thousands of policy
+//! files, or an inventory of thousands of documents in one file, a change costs its own parse, and
 //! the objects are held once, shared with the policy cache (`Arc`). On a pass inotify woke, the
 //! regular files no event named are not even looked at (symlinks are: their targets change
 //! elsewhere); a file changed with no event in the directory (through a hard link elsewhere, on
@@ -28,7 +30,9 @@ use futures::stream::{self, BoxStream, StreamExt};
 use serde_json::Value;
 use tracing::debug;
 
-use super::bounded::{parse_values, read_regular_file, FileRead};
+use super::bounded::{
+    parse_values, parse_yaml_piece, prescan, read_regular_file, split_yaml_documents, FileRead,
+};
 use super::dir_watch::DirWatch;
 use super::file_stat::{FileStat, ReadStamp};
 use super::native_policies::{
@@ -511,11 +515,7 @@ fn read_content_blocking(
 /// The objects of a file: JSON (`.json`) or YAML documents; arrays and `...List` objects are
 /// flattened, empty documents skipped. Parsed within `limits`.
 fn parse_documents(path: &Path, text: &str, limits: &InputLimits) -> Result<Vec<Value>, String> {
-    let is_json = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-    let docs = parse_values(text, is_json, limits).map_err(|e| e.to_string())?;
+    let docs = parse_values(text, is_json_file(path), limits).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     for doc in docs {
         flatten(doc, &mut out);
@@ -574,6 +574,115 @@ struct LoadedFile {
     native: Vec<NativeObject>,
     /// The problems found in it, reported again as long as the text stays the same.
     errors: Vec<String>,
+    /// Its YAML documents that loaded cleanly into one object each, by their text: a document
+    /// whose text is the same in the next version of the file is not parsed again.
+    pieces: Pieces,
+}
+
+/// A YAML document's text, reduced to its length and a hash.
+type PieceKey = (usize, u64);
+
+/// The documents of a file that a next load may take over, by text.
+type Pieces = std::collections::HashMap<PieceKey, Piece>;
+
+/// The object one YAML document gave, and the elements its parse spent.
+#[derive(Clone, Copy, Debug)]
+struct Piece {
+    elements: usize,
+    slot: Slot,
+}
+
+/// Where a document's object sits in its file's lists.
+#[derive(Clone, Copy, Debug)]
+enum Slot {
+    Native(usize),
+    Controlplane(usize),
+}
+
+fn piece_key(text: &str) -> PieceKey {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut hasher);
+    (text.len(), hasher.finish())
+}
+
+/// One object of a file, as its load sees it.
+enum Doc {
+    /// Parsed now; `piece` when it is its YAML document's only object (what a later load may
+    /// take over), with the elements the document spent.
+    Parsed {
+        value: Value,
+        piece: Option<(PieceKey, usize)>,
+    },
+    /// Its document's text is the one that gave the object at `slot` last time.
+    Unchanged { key: PieceKey, piece: Piece },
+}
+
+/// The objects of a file's text, each parsed, or taken over from the last load when its YAML
+/// document did not change (`previous`, with the lengths of the lists its slots index). Parsed
+/// whole, as before, whenever the text cannot be cut into documents exactly or a piece fails:
+/// errors read the same either way.
+fn documents(
+    path: &Path,
+    text: &str,
+    limits: &InputLimits,
+    previous: (&Pieces, usize, usize),
+) -> Result<Vec<Doc>, String> {
+    let whole = || {
+        parse_documents(path, text, limits).map(|docs| {
+            docs.into_iter()
+                .map(|value| Doc::Parsed { value, piece: None })
+                .collect()
+        })
+    };
+    let (old_pieces, old_objects, old_native) = previous;
+    let cut = if is_json_file(path) {
+        None
+    } else {
+        split_yaml_documents(text)
+    };
+    let Some(cut) = cut else { return whole() };
+    if prescan(text, limits).is_err() {
+        return whole();
+    }
+    let mut out = Vec::new();
+    let mut spent = 0usize;
+    for piece_text in cut {
+        let key = piece_key(piece_text);
+        let held = old_pieces.get(&key).filter(|p| match p.slot {
+            Slot::Native(at) => at < old_native,
+            Slot::Controlplane(at) => at < old_objects,
+        });
+        if let Some(piece) = held {
+            spent += piece.elements;
+            if spent > limits.max_elements {
+                return whole();
+            }
+            out.push(Doc::Unchanged { key, piece: *piece });
+            continue;
+        }
+        let Ok((values, used)) =
+            parse_yaml_piece(piece_text, limits.max_elements.saturating_sub(spent), limits)
+        else {
+            return whole();
+        };
+        spent += used;
+        let mut items = Vec::new();
+        for value in values {
+            flatten(value, &mut items);
+        }
+        let single = items.len() == 1;
+        out.extend(items.into_iter().map(|value| Doc::Parsed {
+            value,
+            piece: single.then_some((key, used)),
+        }));
+    }
+    Ok(out)
+}
+
+fn is_json_file(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
 }
 
 /// Builds snapshots, remembering per file the objects last loaded from it, and per object name
@@ -651,14 +760,20 @@ impl Loader {
                         });
                         parsed_bytes += text.as_ref().map_or(0, |f| f.text.len());
                         let mut file_errors = Vec::new();
-                        let (objects, native) =
-                            load_file(path, text, (old.objects, old.native), limits, &mut file_errors);
+                        let (objects, native, pieces) = load_file(
+                            path,
+                            text,
+                            (old.objects, old.native, old.pieces),
+                            limits,
+                            &mut file_errors,
+                        );
                         LoadedFile {
                             text: fingerprint,
                             stamp,
                             objects,
                             native,
                             errors: file_errors,
+                            pieces,
                         }
                     };
                     errors.extend(loaded.errors.iter().cloned());
@@ -780,15 +895,19 @@ fn report_bad_object(
     ));
 }
 
+/// What a file's load takes from the last one and gives to the next: its objects, its
+/// Antrea-native objects, and the documents that gave them ([`Pieces`]).
+type FileObjects = (Vec<ValidObject>, Vec<NativeObject>, Pieces);
+
 /// The objects of one file; `old` is what was last loaded from it.
 fn load_file(
     path: &Path,
     text: &Result<FileText, String>,
-    old: (Vec<ValidObject>, Vec<NativeObject>),
+    old: FileObjects,
     limits: &InputLimits,
     errors: &mut Vec<String>,
-) -> (Vec<ValidObject>, Vec<NativeObject>) {
-    let keep_all = |why: String, errors: &mut Vec<String>, old: (Vec<ValidObject>, Vec<NativeObject>)| {
+) -> FileObjects {
+    let keep_all = |why: String, errors: &mut Vec<String>, old: FileObjects| {
         let kept = match old.0.len() + old.1.len() {
             0 => String::new(),
             1 => "; keeping the object last loaded from it".to_owned(),
@@ -801,7 +920,7 @@ fn load_file(
         Ok(file) => &file.text,
         Err(e) => return keep_all(e.clone(), errors, old),
     };
-    let docs = match parse_documents(path, text, limits) {
+    let docs = match documents(path, text, limits, (&old.2, old.0.len(), old.1.len())) {
         Ok(docs) => docs,
         Err(e) => return keep_all(e, errors, old),
     };
@@ -814,15 +933,40 @@ fn load_file(
             old,
         );
     }
-    let (old, old_native) = old;
+    let (old, old_native, _) = old;
     let mut out = Vec::with_capacity(docs.len());
     let mut native_out = Vec::new();
+    let mut pieces = Pieces::new();
     let mut unreported = 0usize;
     for (i, doc) in docs.into_iter().enumerate() {
+        let (doc, piece) = match doc {
+            Doc::Unchanged { key, piece } => {
+                // In range: `documents` checked it.
+                let slot = match piece.slot {
+                    Slot::Native(at) => {
+                        native_out.extend(old_native.get(at).cloned());
+                        Slot::Native(native_out.len() - 1)
+                    }
+                    Slot::Controlplane(at) => {
+                        out.extend(old.get(at).cloned());
+                        Slot::Controlplane(out.len() - 1)
+                    }
+                };
+                pieces.insert(key, Piece { slot, ..piece });
+                continue;
+            }
+            Doc::Parsed { value, piece } => (value, piece),
+        };
         if is_native(&doc) {
             let key = native_raw_key(&doc);
             match decode_native(doc) {
-                Ok(object) => native_out.push(object),
+                Ok(object) => {
+                    if let Some((key, elements)) = piece {
+                        let slot = Slot::Native(native_out.len());
+                        pieces.insert(key, Piece { elements, slot });
+                    }
+                    native_out.push(object)
+                }
                 Err(msg) => {
                     let previous = key.and_then(|k| old_native.iter().find(|o| native_key(o) == k));
                     report_bad_object(errors, &mut unreported, path, i, &msg, previous.is_some());
@@ -832,6 +976,7 @@ fn load_file(
             continue;
         }
         let key = raw_key(&doc);
+        let clean_before = errors.len();
         let loaded = ControlplaneObject::from_value(doc)
             .map_err(|e| e.to_string())
             .and_then(|obj| match obj.kind() {
@@ -853,7 +998,14 @@ fn load_file(
                 }
             });
         match loaded {
-            Ok(object) => out.push(object),
+            Ok(object) => {
+                // Without a note on a dropped member: taking it over later reports nothing.
+                if let Some((key, elements)) = piece.filter(|_| errors.len() == clean_before) {
+                    let slot = Slot::Controlplane(out.len());
+                    pieces.insert(key, Piece { elements, slot });
+                }
+                out.push(object)
+            }
             Err(msg) => {
                 let previous = key.and_then(|k| old.iter().find(|o| key_of(o) == k));
                 report_bad_object(errors, &mut unreported, path, i, &msg, previous.is_some());
@@ -908,7 +1060,7 @@ fn load_file(
             native_out.extend(missing);
         }
     }
-    (out, native_out)
+    (out, native_out, pieces)
 }
 
 #[cfg(test)]

@@ -682,6 +682,71 @@ proptest::proptest! {
     }
 }
 
+/// A file of several documents, controlplane and Antrea-native.
+fn mixed_documents() -> Vec<String> {
+    vec![
+        NP.to_owned(),
+        ATG.to_owned(),
+        SSH.to_owned(),
+        ANNP.to_owned(),
+        FRONT.trim_start_matches("---\n").to_owned(),
+    ]
+}
+
+#[test]
+fn the_unchanged_documents_of_a_changed_file_are_taken_over_not_parsed_again() {
+    let mut l = Loader::default();
+    db_node(&mut l);
+    let mut docs = mixed_documents();
+    let first = build(&mut l, &[("a.yaml", &docs.join("---\n"))]);
+    assert_eq!(first.errors, Vec::<String>::new());
+    docs[1] = docs[1].replace("name: vm1, namespace", "name: vm9, namespace");
+    let second = build(&mut l, &[("a.yaml", &docs.join("---\n"))]);
+    assert_eq!(second.errors, Vec::<String>::new());
+    // The unchanged NetworkPolicy documents gave back the very objects loaded before.
+    for name in ["web", "ssh"] {
+        let held = |s: &PolicySnapshot| s.network_policies.iter().find(|p| p.name == name).cloned();
+        assert!(
+            Arc::ptr_eq(&held(&first).expect("before"), &held(&second).expect("after")),
+            "{name}"
+        );
+    }
+    let group = |s: &PolicySnapshot| s.applied_to_groups.iter().find(|g| g.name == "vm1").cloned();
+    assert_ne!(group(&first), group(&second), "the changed document was parsed");
+    // The same as a loader that parses every document.
+    let mut fresh = Loader::default();
+    db_node(&mut fresh);
+    assert_eq!(build(&mut fresh, &[("a.yaml", &docs.join("---\n"))]), second);
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// Random edits of the documents of a file, one at a time: the loader that takes unchanged
+    /// documents over gives exactly what one with the same history that parses everything gives
+    /// (objects, last good versions kept, errors).
+    #[test]
+    fn taking_documents_over_equals_parsing_them(
+        edits in proptest::collection::vec((0usize..5, crate::sources::mutations::mutation()), 1..6)
+    ) {
+        let mut l = Loader::default();
+        let mut parsing = Loader::default();
+        db_node(&mut l);
+        db_node(&mut parsing);
+        let mut docs = mixed_documents();
+        for (at, edit) in &edits {
+            docs[*at] = edit.apply(&docs[*at]);
+            let text = docs.join("---\n");
+            let s = build(&mut l, &[("a.yaml", &text)]);
+            for file in parsing.files.values_mut() {
+                file.pieces.clear();
+            }
+            let expected = build(&mut parsing, &[("a.yaml", &text)]);
+            proptest::prop_assert_eq!(s, expected);
+        }
+    }
+}
+
 // --- the polling stream, on a real directory ---
 
 async fn next_snapshot(events: &mut BoxStream<'static, PolicySnapshot>) -> PolicySnapshot {
