@@ -235,18 +235,21 @@ pub fn parse_values(text: &str, json: bool, limits: &InputLimits) -> Result<Vec<
         de.end().map_err(|e| parse_error(e.to_string()))?;
         Ok(vec![value])
     } else {
-        let mut out = Vec::new();
-        for doc in serde_norway::Deserializer::from_str(text) {
-            let value = Bounded {
-                budget: &budget,
-                depth: 0,
-            }
+        parse_yaml_stream(text, &budget)
+    }
+}
+
+/// The values of YAML `text`'s documents, spending from `budget`.
+fn parse_yaml_stream(text: &str, budget: &Budget) -> Result<Vec<Value>, InputError> {
+    let parse_error = |e: String| budget.exceeded.take().unwrap_or(InputError::Parse(e));
+    let mut out = Vec::new();
+    for doc in serde_norway::Deserializer::from_str(text) {
+        let value = Bounded { budget, depth: 0 }
             .deserialize(doc)
             .map_err(|e| parse_error(e.to_string()))?;
-            out.push(value);
-        }
-        Ok(out)
+        out.push(value);
     }
+    Ok(out)
 }
 
 /// Parses one YAML document's text (a piece of a file cut by [`split_yaml_documents`]; the file
@@ -263,17 +266,7 @@ pub fn parse_yaml_piece(
         max_depth: limits.max_nesting_depth,
         exceeded: Cell::new(None),
     };
-    let parse_error = |e: String| budget.exceeded.take().unwrap_or(InputError::Parse(e));
-    let mut out = Vec::new();
-    for doc in serde_norway::Deserializer::from_str(text) {
-        let value = Bounded {
-            budget: &budget,
-            depth: 0,
-        }
-        .deserialize(doc)
-        .map_err(|e| parse_error(e.to_string()))?;
-        out.push(value);
-    }
+    let out = parse_yaml_stream(text, &budget)?;
     Ok((out, budget.elements.get()))
 }
 

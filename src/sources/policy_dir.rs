@@ -318,9 +318,7 @@ struct FileText {
 
 impl FileText {
     fn new(text: String) -> Self {
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        text.hash(&mut hasher);
-        let fingerprint = (text.len(), hasher.finish());
+        let fingerprint = text_fingerprint(&text);
         FileText {
             text,
             fingerprint,
@@ -579,8 +577,8 @@ struct LoadedFile {
     pieces: Pieces,
 }
 
-/// A YAML document's text, reduced to its length and a hash.
-type PieceKey = (usize, u64);
+/// A YAML document's text, reduced as a file's is.
+type PieceKey = TextFingerprint;
 
 /// The documents of a file that a next load may take over, by text.
 type Pieces = std::collections::HashMap<PieceKey, Piece>;
@@ -599,7 +597,8 @@ enum Slot {
     Controlplane(usize),
 }
 
-fn piece_key(text: &str) -> PieceKey {
+/// A text reduced to its length and a hash: what tells a file's or a document's change.
+fn text_fingerprint(text: &str) -> TextFingerprint {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     text.hash(&mut hasher);
     (text.len(), hasher.finish())
@@ -647,7 +646,7 @@ fn documents(
     let mut out = Vec::new();
     let mut spent = 0usize;
     for piece_text in cut {
-        let key = piece_key(piece_text);
+        let key = text_fingerprint(piece_text);
         let held = old_pieces.get(&key).filter(|p| match p.slot {
             Slot::Native(at) => at < old_native,
             Slot::Controlplane(at) => at < old_objects,
