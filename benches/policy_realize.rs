@@ -32,7 +32,10 @@
 //!    flow (`conj_id`) for **every rule given**: fewer makes the bench exit non-zero (counted
 //!    on the bridge, not against `compile`, which may drop the same rules).
 //! 2. With the rules in place: one policy file added, changed, deleted, 20 times each; p50/p99
-//!    of the agent's `realization_ms` and of file write to commit.
+//!    of the agent's `realization_ms` and of file write to commit. Next to them, OVS's own
+//!    limit for the same changes: once both agents are gone (after 4.), the first agent's
+//!    bundles after its fleet's are replayed byte for byte, in order, on one connection, into
+//!    the same switch state, each timed from its first byte to its commit reply.
 //! 3. The agent's VmRSS before any policy, and VmRSS and VmHWM (peak) with the rules installed.
 //! 4. A restart on the installed rules (SIGKILL, new agent, same config): agent start to the
 //!    take-over commit, and the new agent's peak (VmHWM) by then.
@@ -62,7 +65,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::agent::{commit_ms, parse_commit, rss_mb, write_atomic, Commit};
 use common::lab_fleet::installed_rules;
-use common::replay::{largest_bundle, recording_proxy, replay};
+use common::replay::{bundles_after_largest, largest_bundle, recording_proxy, replay, replay_each};
 use common::{env_usize, ms, quantile};
 use support::*;
 
@@ -463,6 +466,9 @@ struct Outcome {
     ofctl: Vec<(String, f64)>,
     replay_ms: f64,
     replay_adds: usize,
+    /// Step 2b: OVS's time for each of the agent's change bundles, replayed (ms), and their sizes.
+    change_replay: Vec<f64>,
+    change_adds: Vec<usize>,
 }
 
 fn run_fleet(fleet: Fleet, policies: usize, iterations: usize, orders: &[String]) -> Outcome {
@@ -633,6 +639,24 @@ fn run_fleet(fleet: Fleet, policies: usize, iterations: usize, orders: &[String]
     let mut agent = agent;
     agent.kill_hard();
 
+    // === 2b. OVS's own limit for the changes of step 2: the first agent's bundles after the
+    // fleet's, replayed byte for byte in the same order on one connection, into the same
+    // switch state (the fleet's flows, nobody else connected): the sequence of adds, changes
+    // and deletes leaves the switch where it started, as it did for the agent.
+    let changes = bundles_after_largest(&recording);
+    let change_replay: Vec<f64> = replay_each(&lab.mgmt_sock(), &changes)
+        .unwrap_or_else(|e| panic!("raw replay of the change bundles: {e}"))
+        .into_iter()
+        .map(ms)
+        .collect();
+    let change_adds: Vec<usize> = changes.iter().map(|b| b.adds).collect();
+    drop(changes);
+    assert_eq!(
+        flow_count(&lab),
+        expected_count,
+        "the replayed change bundles left the fleet's flows"
+    );
+
     // === 5. baselines, each into a fresh settled switch, the agent gone ===
     let setup = SwitchSetup::dump(&lab);
     println!(
@@ -684,6 +708,8 @@ fn run_fleet(fleet: Fleet, policies: usize, iterations: usize, orders: &[String]
         ofctl: ofctl_times,
         replay_ms: ms(replay_time),
         replay_adds,
+        change_replay,
+        change_adds,
     }
 }
 
@@ -731,6 +757,16 @@ fn report(o: &Outcome, iterations: usize) {
     for (what, inc) in &o.incremental {
         println!("   {}", inc.line(what));
     }
+    println!(
+        "   OVS's limit, the agent's {} change bundles (bundle_adds {}..{}) replayed byte for byte \
+         in order on one connection, first byte -> commit reply: p50 {:.2} ms p99 {:.2} ms (max {:.2})",
+        o.change_replay.len(),
+        o.change_adds.iter().min().copied().unwrap_or(0),
+        o.change_adds.iter().max().copied().unwrap_or(0),
+        quantile(&o.change_replay, 0.5),
+        quantile(&o.change_replay, 0.99),
+        quantile(&o.change_replay, 1.0),
+    );
     println!(
         "3. agent memory: VmRSS {:.1} MB before any policy; with {rules} rules VmRSS {:.1} MB, \
          peak VmHWM {:.1} MB (target < 80 MB); after step 2 VmRSS {:.1} MB, VmHWM {:.1} MB",

@@ -93,14 +93,22 @@ fn control_type(msg: &[u8]) -> Option<u16> {
     msg.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]]))
 }
 
-/// The largest committed bundle of the recording (by number of bundle_add messages): its open,
-/// adds and commit, byte for byte, and the number of adds.
-pub fn largest_bundle(rec: &Recording) -> Option<(Vec<u8>, usize)> {
+/// One committed bundle of the recording: its open, adds and commit, byte for byte.
+pub struct RecordedBundle {
+    pub bytes: Vec<u8>,
+    /// Its bundle_add messages.
+    pub adds: usize,
+}
+
+/// Every committed bundle of the recording, per connection (in accept order), each connection's
+/// in the order their commits were sent.
+pub fn committed_bundles(rec: &Recording) -> Vec<Vec<RecordedBundle>> {
     let all = rec.lock().unwrap_or_else(|e| e.into_inner());
-    let mut best: Option<(Vec<u8>, usize)> = None;
+    let mut out = Vec::new();
     for stream in all.iter() {
+        let mut committed = Vec::new();
         // Per bundle id on this connection: the bytes so far and the number of adds.
-        let mut open: std::collections::HashMap<u32, (Vec<u8>, usize)> = Default::default();
+        let mut open: std::collections::HashMap<u32, RecordedBundle> = Default::default();
         for msg in messages(stream) {
             match msg[1] {
                 T_BUNDLE_CONTROL => {
@@ -108,29 +116,66 @@ pub fn largest_bundle(rec: &Recording) -> Option<(Vec<u8>, usize)> {
                         continue;
                     };
                     if ctrl == BUNDLE_OPEN_REQUEST {
-                        open.insert(id, (msg.to_vec(), 0));
+                        let bytes = msg.to_vec();
+                        open.insert(id, RecordedBundle { bytes, adds: 0 });
                     } else if ctrl == BUNDLE_COMMIT_REQUEST {
-                        if let Some((mut bytes, adds)) = open.remove(&id) {
-                            bytes.extend_from_slice(msg);
-                            if best.as_ref().is_none_or(|(_, n)| adds > *n) {
-                                best = Some((bytes, adds));
-                            }
+                        if let Some(mut bundle) = open.remove(&id) {
+                            bundle.bytes.extend_from_slice(msg);
+                            committed.push(bundle);
                         }
                     } else {
                         open.remove(&id);
                     }
                 }
                 T_BUNDLE_ADD => {
-                    if let Some((bytes, adds)) = bundle_id(msg).and_then(|id| open.get_mut(&id)) {
-                        bytes.extend_from_slice(msg);
-                        *adds += 1;
+                    if let Some(bundle) = bundle_id(msg).and_then(|id| open.get_mut(&id)) {
+                        bundle.bytes.extend_from_slice(msg);
+                        bundle.adds += 1;
                     }
                 }
                 _ => {}
             }
         }
+        out.push(committed);
     }
-    best
+    out
+}
+
+/// The largest committed bundle of the recording (by number of bundle_add messages): its open,
+/// adds and commit, byte for byte, and the number of adds.
+pub fn largest_bundle(rec: &Recording) -> Option<(Vec<u8>, usize)> {
+    committed_bundles(rec)
+        .into_iter()
+        .flatten()
+        .fold(None::<RecordedBundle>, |best, b| match best {
+            Some(best) if best.adds >= b.adds => Some(best),
+            _ => Some(b),
+        })
+        .map(|b| (b.bytes, b.adds))
+}
+
+/// The bundles the connection that sent the largest bundle committed after it, in order: the
+/// agent's incremental changes once its fleet was in.
+pub fn bundles_after_largest(rec: &Recording) -> Vec<RecordedBundle> {
+    let per_conn = committed_bundles(rec);
+    let mut best: Option<(usize, usize, usize)> = None; // (adds, connection, index)
+    for (c, bundles) in per_conn.iter().enumerate() {
+        for (i, b) in bundles.iter().enumerate() {
+            if best.is_none_or(|(adds, _, _)| b.adds > adds) {
+                best = Some((b.adds, c, i));
+            }
+        }
+    }
+    let Some((_, c, i)) = best else {
+        return Vec::new();
+    };
+    per_conn
+        .into_iter()
+        .nth(c)
+        .unwrap_or_default()
+        .into_iter()
+        .skip(i + 1)
+        .collect()
 }
 
 fn read_msg(s: &mut UnixStream) -> std::io::Result<Vec<u8>> {
@@ -143,10 +188,8 @@ fn read_msg(s: &mut UnixStream) -> std::io::Result<Vec<u8>> {
     Ok(msg)
 }
 
-/// Sends `bundle` (open, adds, commit) to the switch at `mgmt` on a fresh connection and waits
-/// for the commit reply: the time from the first byte sent to the reply. Fails on any error
-/// message from the switch.
-pub fn replay(mgmt: &Path, bundle: &[u8]) -> Result<Duration, String> {
+/// A fresh OpenFlow 1.5 connection to the switch at `mgmt`, hellos exchanged.
+fn connect(mgmt: &Path) -> Result<UnixStream, String> {
     let mut s = UnixStream::connect(mgmt).map_err(|e| format!("connect {}: {e}", mgmt.display()))?;
     s.set_read_timeout(Some(Duration::from_secs(600)))
         .map_err(|e| e.to_string())?;
@@ -155,9 +198,35 @@ pub fn replay(mgmt: &Path, bundle: &[u8]) -> Result<Duration, String> {
     loop {
         let m = read_msg(&mut s).map_err(|e| format!("read hello: {e}"))?;
         if m[1] == T_HELLO {
-            break;
+            return Ok(s);
         }
     }
+}
+
+/// Sends `bundle` (open, adds, commit) to the switch at `mgmt` on a fresh connection and waits
+/// for the commit reply: the time from the first byte sent to the reply. Fails on any error
+/// message from the switch.
+pub fn replay(mgmt: &Path, bundle: &[u8]) -> Result<Duration, String> {
+    let s = connect(mgmt)?;
+    send_and_await_commit(s, bundle)
+}
+
+/// Replays `bundles` one after the other on one connection (as the agent sends them: the next
+/// only once the previous commit was answered) and returns each one's time from its first byte
+/// to its commit reply.
+pub fn replay_each(mgmt: &Path, bundles: &[RecordedBundle]) -> Result<Vec<Duration>, String> {
+    let s = connect(mgmt)?;
+    let mut times = Vec::with_capacity(bundles.len());
+    for b in bundles {
+        let s = s.try_clone().map_err(|e| e.to_string())?;
+        times.push(send_and_await_commit(s, &b.bytes)?);
+    }
+    Ok(times)
+}
+
+/// Writes `bundle` on `s` (from another thread, so a large bundle cannot deadlock against the
+/// switch's replies) and reads until its commit reply.
+fn send_and_await_commit(mut s: UnixStream, bundle: &[u8]) -> Result<Duration, String> {
     let mut writer = s.try_clone().map_err(|e| e.to_string())?;
     let bytes = bundle.to_vec();
     let started = Instant::now();

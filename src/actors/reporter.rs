@@ -42,7 +42,8 @@ use crate::messages::status_detail::{
     StatsWrites,
 };
 use crate::messages::{
-    ActorDetail, ActorKind, ActorStatus, GetRuleStats, PoliciesRealized, Resync, StatusQuery,
+    ActorDetail, ActorKind, ActorStatus, GetRuleStats, PoliciesRealized, PoliciesRealizedShared, Resync,
+    StatusQuery,
 };
 use crate::ovs::ovsdb::Ovsdb;
 
@@ -471,6 +472,20 @@ impl Handler<PoliciesRealized> for AgentInfoReporter {
     type Result = ();
 
     fn handle(&mut self, msg: PoliciesRealized, ctx: &mut Context<Self>) {
+        self.policies_realized(&msg, ctx);
+    }
+}
+
+impl Handler<PoliciesRealizedShared> for AgentInfoReporter {
+    type Result = ();
+
+    fn handle(&mut self, msg: PoliciesRealizedShared, ctx: &mut Context<Self>) {
+        self.policies_realized(&msg.0, ctx);
+    }
+}
+
+impl AgentInfoReporter {
+    fn policies_realized(&mut self, msg: &PoliciesRealized, ctx: &mut Context<Self>) {
         let Some(w) = self.k8s.as_mut() else {
             return;
         };

@@ -18,8 +18,11 @@ use crate::policy::pipeline::fields::ROUND_MASK;
 /// The switch's flows, keyed by identity.
 #[derive(Default)]
 pub(super) struct HeldFlows {
-    /// Encoded identity → hash of the rest.
-    encoded: HashMap<Box<[u8]>, u128>,
+    /// Encoded identity → hash of the rest. Keyed with foldhash (randomly seeded per process)
+    /// rather than SipHash: every flow of the switch is hashed two or three times (insert,
+    /// growth, lookup), and a collision here costs only a probe, never a wrong answer (the
+    /// content hash below stays SipHash).
+    encoded: HashMap<Box<[u8]>, u128, foldhash::fast::RandomState>,
     /// Flows the encoder refuses (none in practice: the switch sent them, the decoder read
     /// them), kept whole so they are still compared exactly.
     whole: FlowSet,

@@ -80,6 +80,14 @@ struct Sync;
 #[rtype(result = "Vec<crate::ovs::openflow::Flow>")]
 pub struct GetInstalledFlows;
 
+/// What the flows besides the NetworkPolicy flows are built from.
+#[derive(PartialEq)]
+struct BaseFlowsKey {
+    opts: PipelineOptions,
+    interfaces: Vec<AttachedInterface>,
+    dns_ports: std::collections::BTreeSet<u32>,
+}
+
 /// A live connection and the round it installs with.
 struct Session {
     switch: Arc<dyn Switch>,
@@ -89,6 +97,8 @@ struct Session {
     meters: bool,
     /// Set once the first full resync of this session committed.
     synced: bool,
+    /// The switch's flows, dumped when the connection came up, for the first sync's take-over.
+    prefetched: Option<stream::PrefetchedHeld>,
     /// Stops this connection's packet-in responder when the session ends (dropped with it): on
     /// a thread of its own the responder is not tied to this actor's lifetime, and it holds the
     /// connection open.
@@ -133,7 +143,10 @@ pub struct FlowInstaller {
     realization: stats::Realization,
     /// The flows installed besides the NetworkPolicy flows (those are the compiler's, see
     /// [`FlowInstaller::installed_flows`]): init flows, bypass rules, cross-connects.
-    installed: FlowSet,
+    installed: Arc<FlowSet>,
+    /// The desired flows besides the NetworkPolicy flows, and what they were built from: built
+    /// again only when that changes, so a rule change neither rebuilds nor diffs them.
+    base_flows: Option<(BaseFlowsKey, Arc<FlowSet>)>,
     /// The switch's flows may have drifted (what was seen): the next sync takes over and repairs.
     pending_audit: Option<drift::Found>,
     /// The FQDN rule placements the switch's rule flows match (committed), to tell which rules
@@ -182,7 +195,8 @@ impl FlowInstaller {
             reclaim_pending: false,
             rules_changed_at: None,
             realization: Default::default(),
-            installed: FlowSet::new(),
+            installed: Arc::default(),
+            base_flows: None,
             pending_audit: None,
             fqdn_committed: Vec::new(),
             not_installed: BTreeMap::new(),
@@ -288,7 +302,7 @@ impl FlowInstaller {
         round: u16,
         meters: bool,
         want_delta: bool,
-    ) -> Option<(FlowSet, Update, FlowDelta)> {
+    ) -> Option<(Arc<FlowSet>, Update, FlowDelta)> {
         let (Some(interfaces), Some(rules)) = (self.interfaces.as_ref(), self.view.rules()) else {
             return None;
         };
@@ -312,13 +326,24 @@ impl FlowInstaller {
             return None;
         }
         self.ports_differ_since = None;
-        let opts = PipelineOptions { round, meters };
-        let flows = flowset::desired_flows(
-            opts,
-            &self.deps.config.policy_bypass_rules,
-            interfaces,
-            &self.view.dns_ports(),
-        );
+        let key = BaseFlowsKey {
+            opts: PipelineOptions { round, meters },
+            interfaces: interfaces.clone(),
+            dns_ports: self.view.dns_ports(),
+        };
+        let flows = match &self.base_flows {
+            Some((built_from, flows)) if *built_from == key => Arc::clone(flows),
+            _ => {
+                let flows = Arc::new(flowset::desired_flows(
+                    key.opts,
+                    &self.deps.config.policy_bypass_rules,
+                    &key.interfaces,
+                    &key.dns_ports,
+                ));
+                self.base_flows = Some((key, Arc::clone(&flows)));
+                flows
+            }
+        };
         let (update, delta) =
             self.compiler
                 .update_delta_or_rebuild(rules, self.view.changed_ids(), round, want_delta);
@@ -540,6 +565,7 @@ impl Handler<Connect> for FlowInstaller {
                                 ctx.notify(Disconnected { epoch });
                             }),
                     );
+                    let prefetched = Some(stream::prefetch_held(switch.clone()));
                     act.session = Some(Session {
                         switch,
                         epoch,
@@ -547,9 +573,10 @@ impl Handler<Connect> for FlowInstaller {
                         previous_round,
                         meters,
                         synced: false,
+                        prefetched,
                         _responder: stop_responder,
                     });
-                    act.installed.clear();
+                    act.installed = Arc::default();
                     act.pending_audit = None;
                     act.reconnect_delay = act.deps.timing.reconnect_min;
                     act.last_error = None;
@@ -571,7 +598,7 @@ impl Handler<Disconnected> for FlowInstaller {
         if self.session.as_ref().is_some_and(|s| s.epoch == msg.epoch) {
             warn!("OpenFlow connection lost; reconnecting");
             self.session = None;
-            self.installed.clear();
+            self.installed = Arc::default();
             self.schedule_reconnect(ctx);
         }
     }
@@ -595,11 +622,15 @@ impl Handler<Sync> for FlowInstaller {
             debug!("waiting for the interface and rule views before syncing");
             return noop();
         };
+        let audit = self.pending_audit.take();
+        let take_over_all = will_take_over || update.full;
+        // Only the first sync of a connection may use the switch's flows dumped when it came up:
+        // later take-overs (drift, a resync) read the switch as it is then.
+        let prefetched = self.session.as_mut().and_then(|s| s.prefetched.take());
+        let prefetched = prefetched.filter(|_| first && take_over_all);
         let Some(session) = &self.session else {
             return noop();
         };
-        let audit = self.pending_audit.take();
-        let take_over_all = will_take_over || update.full;
         // A rule with FQDN peers that this bundle adds or moves carries the address flows of
         // the names already cached (a snapshot of the FQDN cache), so it never exists without
         // them: a Drop-to-FQDN rule drops its cached addresses from its first packet. The FQDN
@@ -615,14 +646,19 @@ impl Handler<Sync> for FlowInstaller {
         let outgoing = if take_over_all {
             drop(delta);
             stream::Outgoing::TakeOver {
-                base: desired.clone(),
+                base: (*desired).clone(),
                 plan: self.compiler.plan(round),
                 round,
                 previous: session.previous_round,
                 extra: fqdn_mods,
+                prefetched,
             }
         } else {
-            let base = flowset::diff(&self.installed, &desired);
+            let base = if Arc::ptr_eq(&self.installed, &desired) {
+                Vec::new()
+            } else {
+                flowset::diff(&self.installed, &desired)
+            };
             if base.is_empty() && delta.is_empty() && fqdn_mods.is_empty() {
                 // A rule change that needs no flow change is realized already.
                 self.rules_changed_at = None;
@@ -753,7 +789,7 @@ impl Handler<Sync> for FlowInstaller {
                     }
                     act.fail("OpenFlow connection failed during a bundle", "closed");
                     act.session = None;
-                    act.installed.clear();
+                    act.installed = Arc::default();
                     act.schedule_reconnect(ctx);
                 }
                 Err(e @ OfError::Timeout(_)) => {

@@ -40,7 +40,8 @@ use tracing::debug;
 use super::FlowInstaller;
 use crate::api::metrics::AgentMetrics;
 use crate::messages::{
-    GetRuleStats, PoliciesRealized, PolicyGeneration, RuleStats, RuleStatsError, RuleStatsSnapshot,
+    GetRuleStats, PoliciesRealized, PoliciesRealizedShared, PolicyGeneration, RuleStats, RuleStatsError,
+    RuleStatsSnapshot,
 };
 use crate::ovs::openflow::{
     ct_state, FlowFilter, FlowMod, FlowModChunks, FlowModCommand, FlowStats, OfError, Switch,
@@ -307,7 +308,7 @@ impl FlowInstaller {
         };
         let view = self.with_not_installed(view);
         if let Some(reporter) = &self.peers.reporter {
-            reporter.do_send((*view).clone());
+            reporter.do_send(PoliciesRealizedShared(Arc::clone(&view)));
         }
         self.realization.last_sent = Some(view);
     }

@@ -33,7 +33,41 @@ pub(super) enum Outgoing {
         round: u16,
         previous: Option<u16>,
         extra: Vec<FlowMod>,
+        /// What the switch held, dumped as soon as the connection came up (see
+        /// [`prefetch_held`]); without it, or if that dump failed, the switch is dumped now.
+        prefetched: Option<PrefetchedHeld>,
     },
+}
+
+/// The switch's flows dumped ahead of a connection's first sync.
+pub(super) type PrefetchedHeld = tokio::sync::oneshot::Receiver<Result<HeldFlows, OfError>>;
+
+/// Starts dumping what the switch holds on a new connection, on this thread's runtime, so a
+/// restart's take-over has the switch's flows by the time the policies are read and resolved
+/// instead of dumping them only then. Nothing but this agent's own flow installer writes flows
+/// with a round in their cookie, and it writes none before its first sync, so the dump is what
+/// that sync would read (the FQDN controller's flows, round 0, are left out either way).
+pub(super) fn prefetch_held(switch: std::sync::Arc<dyn Switch>) -> PrefetchedHeld {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    actix::spawn(async move {
+        let _ = tx.send(dump_held(switch.as_ref()).await);
+    });
+    rx
+}
+
+/// The switch's flows with a round in their cookie, held compactly as they arrive. Flows with
+/// round 0 are not the agent's (e.g. added by hand, or the FQDN controller's) and are left alone.
+async fn dump_held(switch: &dyn Switch) -> Result<HeldFlows, OfError> {
+    let mut current = HeldFlows::default();
+    switch
+        .dump_flows_each(FlowFilter::all(), &mut |s| {
+            if s.flow.cookie & ROUND_MASK != 0 {
+                current.insert(s.flow);
+            }
+        })
+        .await?;
+    debug!(held = current.len(), "take-over: the switch's flows dumped");
+    Ok(current)
 }
 
 /// How the compiler's flow counts move once the bundle committed.
@@ -66,22 +100,22 @@ impl Outgoing {
                 round,
                 previous,
                 extra,
+                prefetched,
             } => {
                 let mut plan = plan.into_chunks(CHUNK_RULES);
-                // The switch's flows, held compactly as they arrive. Flows with round 0 in
-                // their cookie are not the agent's (e.g. added by hand, or the FQDN
-                // controller's) and are left alone.
-                let mut current = HeldFlows::default();
-                let dumped = switch
-                    .dump_flows_each(FlowFilter::all(), &mut |s| {
-                        if s.flow.cookie & ROUND_MASK != 0 {
-                            current.insert(s.flow);
+                let dumped = match prefetched {
+                    Some(early) => match early.await {
+                        Ok(Ok(held)) => Ok(held),
+                        Ok(Err(e)) => {
+                            debug!("the early dump of the switch's flows failed ({e}); dumping again");
+                            dump_held(switch).await
                         }
-                    })
-                    .await;
+                        Err(_) => dump_held(switch).await,
+                    },
+                    None => dump_held(switch).await,
+                };
                 let n = match dumped {
-                    Ok(()) => {
-                        debug!(held = current.len(), "take-over: the switch's flows dumped");
+                    Ok(current) => {
                         // The extra flow_mods (the FQDN address flows, round 0) come last; the
                         // deletes of leftovers never touch round 0.
                         let mut chunks = DeletesLast::new(
