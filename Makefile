@@ -11,7 +11,8 @@
 #                per test (the library's `lab_...` tests, tests/lab_*.rs, tests/deb_package.rs)
 #   make demo    deploy/lab.sh demo: the agent on a VM made of two network namespaces (root)
 #   make deps    apt-get install the lab's packages, skipped when every tool is already there
-#   make lint    rustfmt check and clippy with warnings as errors, on every crate of the workspace
+#   make lint    rustfmt check and clippy with warnings as errors, on every crate of the workspace,
+#                for the tests' build and for the product build (no test-util feature)
 #   make deny    cargo-deny: licenses, sources and duplicate versions (deny.toml); the advisories
 #                need the RustSec database from GitHub: `make deny-advisories` where it is reachable
 #   make deb     the Debian package (release build, LTO) in target/debian/; DEB_PROFILE=dev for a
@@ -105,9 +106,13 @@ deb: cargo-deb
 		deploy/systemd/antrea-vm-agent.service > $(DEB_ASSETS)/antrea-vm-agent.service
 	cargo deb --no-build $(DEB_STRIP) --profile $(DEB_PROFILE) $(DEB_ARGS)
 
+# The second clippy checks the product build: --lib --bins without --all-targets builds no
+# dev-dependency, so the test-util feature is off; it fails if product code names a fake or the
+# emulator (docs/architecture.md rule 10).
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --lib --bins -- -D warnings
 
 cargo-deny:
 	@if [ "$$(cargo deny --version 2>/dev/null)" != "cargo-deny $(CARGO_DENY_VERSION)" ]; then \
