@@ -126,6 +126,12 @@ impl Drift {
     }
 }
 
+/// The flow monitor a connection registered as it came up ([`Switch::monitor_flows`]), before
+/// anything else was asked of the switch: from then on every change by anyone else is reported,
+/// so a dump taken afterwards can be trusted until a report says otherwise.
+pub(super) type Monitor =
+    Result<tokio::sync::mpsc::UnboundedReceiver<Vec<FlowUpdate>>, crate::ovs::openflow::OfError>;
+
 /// Watches the switch of connection `epoch` until the connection ends, sending an [`Audit`]
 /// to the installer whenever its flows may have drifted.
 pub(super) async fn watch(
@@ -133,8 +139,9 @@ pub(super) async fn watch(
     epoch: u64,
     installer: Addr<FlowInstaller>,
     fallback: Duration,
+    monitor: Monitor,
 ) {
-    match switch.monitor_flows().await {
+    match monitor {
         Ok(mut updates) => {
             info!("watching the switch's flows (OpenFlow flow monitor)");
             while let Some(batch) = updates.recv().await {

@@ -535,12 +535,21 @@ impl Handler<Connect> for FlowInstaller {
                     false
                 }
             };
-            Ok::<_, (&'static str, String)>((switch, round, previous_round, meters))
+            // Registered before the session starts, so the early dump below and the drift
+            // watch see the same switch: whatever changes after the dump gets reported.
+            let monitor = switch.monitor_flows().await;
+            if matches!(monitor, Err(OfError::Closed)) {
+                return Err((
+                    "OpenFlow connection closed",
+                    "while registering the flow monitor".into(),
+                ));
+            }
+            Ok::<_, (&'static str, String)>((switch, round, previous_round, meters, monitor))
         };
         AtomicResponse::new(Box::pin(fut.into_actor(self).map(|res, act, ctx| {
             act.connecting = false;
             match res {
-                Ok((switch, round, previous_round, meters)) => {
+                Ok((switch, round, previous_round, meters, monitor)) => {
                     let epoch = act.next_epoch;
                     act.next_epoch += 1;
                     info!(round, ?previous_round, meters, "connected to OpenFlow switch");
@@ -555,7 +564,8 @@ impl Handler<Connect> for FlowInstaller {
                     };
                     let audit_every = act.deps.timing.flow_audit;
                     ctx.spawn(
-                        drift::watch(switch.clone(), epoch, ctx.address(), audit_every).into_actor(act),
+                        drift::watch(switch.clone(), epoch, ctx.address(), audit_every, monitor)
+                            .into_actor(act),
                     );
                     let closing = switch.clone();
                     ctx.spawn(
@@ -820,7 +830,17 @@ impl Handler<drift::Audit> for FlowInstaller {
     type Result = ();
 
     fn handle(&mut self, msg: drift::Audit, ctx: &mut Context<Self>) {
-        // Before the first sync of a connection there is nothing to audit: that sync takes over.
+        // Before the first sync of a connection there is nothing to audit: that sync takes
+        // over, from a fresh dump (the switch changed since the early one).
+        if let Some(s) = self
+            .session
+            .as_mut()
+            .filter(|s| s.epoch == msg.epoch && !s.synced)
+        {
+            if s.prefetched.take().is_some() {
+                debug!(found = %msg.found.what, "the switch changed after its early dump; the take-over dumps it again");
+            }
+        }
         if self
             .session
             .as_ref()

@@ -44,9 +44,12 @@ pub(super) type PrefetchedHeld = tokio::sync::oneshot::Receiver<Result<HeldFlows
 
 /// Starts dumping what the switch holds on a new connection, on this thread's runtime, so a
 /// restart's take-over has the switch's flows by the time the policies are read and resolved
-/// instead of dumping them only then. Nothing but this agent's own flow installer writes flows
-/// with a round in their cookie, and it writes none before its first sync, so the dump is what
-/// that sync would read (the FQDN controller's flows, round 0, are left out either way).
+/// instead of dumping them only then. Call it once the connection's flow monitor is registered
+/// ([`super::drift::Monitor`]): a change by anyone else after the dump then reaches the
+/// installer as an audit, which discards this dump before the first sync uses it. The installer
+/// itself writes no flow before that sync (the FQDN controller's flows, round 0, are left out
+/// either way). The task runs on the arbiter, not in the actor's context, so a sync waiting for
+/// it never waits on the context it holds.
 pub(super) fn prefetch_held(switch: std::sync::Arc<dyn Switch>) -> PrefetchedHeld {
     let (tx, rx) = tokio::sync::oneshot::channel();
     actix::spawn(async move {
