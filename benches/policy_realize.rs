@@ -33,9 +33,9 @@
 //!    on the bridge, not against `compile`, which may drop the same rules).
 //! 2. With the rules in place: one policy file added, changed, deleted, 20 times each; p50/p99
 //!    of the agent's `realization_ms` and of file write to commit. Next to them, OVS's own
-//!    limit for the same changes: once both agents are gone (after 4.), the first agent's
-//!    bundles after its fleet's are replayed byte for byte, in order, on one connection, into
-//!    the same switch state, each timed from its first byte to its commit reply.
+//!    limit for the same changes: once the agent is gone (before 4.), the bundles it committed
+//!    for them are replayed byte for byte, in order, on one connection, into the switch state
+//!    it left, each timed from its first byte to its commit reply.
 //! 3. The agent's VmRSS before any policy, and VmRSS and VmHWM (peak) with the rules installed.
 //! 4. A restart on the installed rules (SIGKILL, new agent, same config): agent start to the
 //!    take-over commit, and the new agent's peak (VmHWM) by then.
@@ -65,7 +65,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::agent::{commit_ms, parse_commit, rss_mb, write_atomic, Commit};
 use common::lab_fleet::installed_rules;
-use common::replay::{bundles_after_largest, largest_bundle, recording_proxy, replay, replay_each};
+use common::replay::{bundle_marks, bundles_since, largest_bundle, recording_proxy, replay, replay_each};
 use common::{env_usize, ms, quantile};
 use support::*;
 
@@ -598,6 +598,8 @@ fn run_fleet(fleet: Fleet, policies: usize, iterations: usize, orders: &[String]
     println!("installed: {installed} of the {rules} rules given have their action flow on the bridge");
 
     // === 2. incremental adds, changes, deletes ===
+    // Where each connection's committed bundles stand before the changes (see 2b).
+    let before_changes = bundle_marks(&recording);
     let new_inc = || Incremental {
         realization: vec![],
         wall: vec![],
@@ -622,8 +624,36 @@ fn run_fleet(fleet: Fleet, policies: usize, iterations: usize, orders: &[String]
     // The agent's largest bundle so far (the fleet's), before the restart adds its own.
     let (bundle, replay_adds) = largest_bundle(&recording).expect("the agent's bundles were recorded");
 
-    // === 4. restart on the installed flows: take-over ===
+    // The bundles the agent committed for the changes, before a restart adds its own.
+    let changes = bundles_since(&recording, &before_changes);
+    assert!(
+        changes.len() >= 3 * iterations,
+        "{} bundles recorded for {} changes",
+        changes.len(),
+        3 * iterations
+    );
     agent.kill_hard();
+
+    // === 2b. OVS's own limit for the changes of step 2: the agent's change bundles replayed
+    // byte for byte in the same order on one connection, into the switch state the agent left
+    // (its fleet's flows; the agent is gone): the adds, changes and deletes leave the switch
+    // where it started, as they did for the agent, which the dump below checks.
+    let change_replay: Vec<f64> = replay_each(&lab.mgmt_sock(), &changes)
+        .unwrap_or_else(|e| panic!("raw replay of the change bundles: {e}"))
+        .into_iter()
+        .map(ms)
+        .collect();
+    let change_adds: Vec<usize> = changes.iter().map(|b| b.adds).collect();
+    drop(changes);
+    let mut want: Vec<String> = expected.lines().map(str::to_string).collect();
+    want.sort();
+    assert!(
+        lab.dump_flows() == want,
+        "the replayed change bundles left the switch with other flows than the fleet's"
+    );
+    drop(want);
+
+    // === 4. restart on the installed flows: take-over ===
     let restart_at = SystemTime::now();
     let agent = lab.start_agent(&config);
     let taken =
@@ -638,24 +668,6 @@ fn run_fleet(fleet: Fleet, policies: usize, iterations: usize, orders: &[String]
     );
     let mut agent = agent;
     agent.kill_hard();
-
-    // === 2b. OVS's own limit for the changes of step 2: the first agent's bundles after the
-    // fleet's, replayed byte for byte in the same order on one connection, into the same
-    // switch state (the fleet's flows, nobody else connected): the sequence of adds, changes
-    // and deletes leaves the switch where it started, as it did for the agent.
-    let changes = bundles_after_largest(&recording);
-    let change_replay: Vec<f64> = replay_each(&lab.mgmt_sock(), &changes)
-        .unwrap_or_else(|e| panic!("raw replay of the change bundles: {e}"))
-        .into_iter()
-        .map(ms)
-        .collect();
-    let change_adds: Vec<usize> = changes.iter().map(|b| b.adds).collect();
-    drop(changes);
-    assert_eq!(
-        flow_count(&lab),
-        expected_count,
-        "the replayed change bundles left the fleet's flows"
-    );
 
     // === 5. baselines, each into a fresh settled switch, the agent gone ===
     let setup = SwitchSetup::dump(&lab);

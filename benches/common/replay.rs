@@ -154,27 +154,18 @@ pub fn largest_bundle(rec: &Recording) -> Option<(Vec<u8>, usize)> {
         .map(|b| (b.bytes, b.adds))
 }
 
-/// The bundles the connection that sent the largest bundle committed after it, in order: the
-/// agent's incremental changes once its fleet was in.
-pub fn bundles_after_largest(rec: &Recording) -> Vec<RecordedBundle> {
-    let per_conn = committed_bundles(rec);
-    let mut best: Option<(usize, usize, usize)> = None; // (adds, connection, index)
-    for (c, bundles) in per_conn.iter().enumerate() {
-        for (i, b) in bundles.iter().enumerate() {
-            if best.is_none_or(|(adds, _, _)| b.adds > adds) {
-                best = Some((b.adds, c, i));
-            }
-        }
-    }
-    let Some((_, c, i)) = best else {
-        return Vec::new();
-    };
-    per_conn
+/// How many bundles each connection of the recording has committed so far.
+pub fn bundle_marks(rec: &Recording) -> Vec<usize> {
+    committed_bundles(rec).iter().map(Vec::len).collect()
+}
+
+/// The bundles committed since `marks` ([`bundle_marks`]), connection by connection, each
+/// connection's in order.
+pub fn bundles_since(rec: &Recording, marks: &[usize]) -> Vec<RecordedBundle> {
+    committed_bundles(rec)
         .into_iter()
-        .nth(c)
-        .unwrap_or_default()
-        .into_iter()
-        .skip(i + 1)
+        .enumerate()
+        .flat_map(|(c, bundles)| bundles.into_iter().skip(marks.get(c).copied().unwrap_or(0)))
         .collect()
 }
 

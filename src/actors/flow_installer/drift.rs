@@ -126,9 +126,9 @@ impl Drift {
     }
 }
 
-/// The flow monitor a connection registered as it came up ([`Switch::monitor_flows`]), before
-/// anything else was asked of the switch: from then on every change by anyone else is reported,
-/// so a dump taken afterwards can be trusted until a report says otherwise.
+/// The flow monitor a connection registered as it came up ([`Switch::monitor_flows`]), after its
+/// groups and meters and before its session starts: from then on every change by anyone else
+/// is reported, so a dump taken afterwards can be trusted until a report says otherwise.
 pub(super) type Monitor =
     Result<tokio::sync::mpsc::UnboundedReceiver<Vec<FlowUpdate>>, crate::ovs::openflow::OfError>;
 

@@ -563,6 +563,9 @@ impl Handler<Connect> for FlowInstaller {
                         None
                     };
                     let audit_every = act.deps.timing.flow_audit;
+                    // Without a flow monitor nothing would report a change after the early
+                    // dump: the first take-over then dumps the switch itself, as before.
+                    let prefetched = monitor.is_ok().then(|| stream::prefetch_held(switch.clone()));
                     ctx.spawn(
                         drift::watch(switch.clone(), epoch, ctx.address(), audit_every, monitor)
                             .into_actor(act),
@@ -575,7 +578,6 @@ impl Handler<Connect> for FlowInstaller {
                                 ctx.notify(Disconnected { epoch });
                             }),
                     );
-                    let prefetched = Some(stream::prefetch_held(switch.clone()));
                     act.session = Some(Session {
                         switch,
                         epoch,
@@ -831,7 +833,9 @@ impl Handler<drift::Audit> for FlowInstaller {
 
     fn handle(&mut self, msg: drift::Audit, ctx: &mut Context<Self>) {
         // Before the first sync of a connection there is nothing to audit: that sync takes
-        // over, from a fresh dump (the switch changed since the early one).
+        // over, from a fresh dump (the switch changed since the early one). A change reported
+        // only once that sync is under way (the watch is a future of this context, polled
+        // when the sync's wait ends) arrives after it with `synced` set, and is repaired then.
         if let Some(s) = self
             .session
             .as_mut()

@@ -39,23 +39,34 @@ pub(super) enum Outgoing {
     },
 }
 
-/// The switch's flows dumped ahead of a connection's first sync.
-pub(super) type PrefetchedHeld = tokio::sync::oneshot::Receiver<Result<HeldFlows, OfError>>;
+/// The switch's flows dumped ahead of a connection's first sync. Dropping it (an audit
+/// discarded it, the session ended) stops the dump.
+pub(super) struct PrefetchedHeld {
+    result: tokio::sync::oneshot::Receiver<Result<HeldFlows, OfError>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PrefetchedHeld {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
 
 /// Starts dumping what the switch holds on a new connection, on this thread's runtime, so a
 /// restart's take-over has the switch's flows by the time the policies are read and resolved
 /// instead of dumping them only then. Call it once the connection's flow monitor is registered
 /// ([`super::drift::Monitor`]): a change by anyone else after the dump then reaches the
-/// installer as an audit, which discards this dump before the first sync uses it. The installer
+/// installer as an audit, which discards this dump if the first sync has not begun, or is
+/// repaired right after that sync if it had. The installer
 /// itself writes no flow before that sync (the FQDN controller's flows, round 0, are left out
 /// either way). The task runs on the arbiter, not in the actor's context, so a sync waiting for
 /// it never waits on the context it holds.
 pub(super) fn prefetch_held(switch: std::sync::Arc<dyn Switch>) -> PrefetchedHeld {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    actix::spawn(async move {
+    let (tx, result) = tokio::sync::oneshot::channel();
+    let task = actix::spawn(async move {
         let _ = tx.send(dump_held(switch.as_ref()).await);
     });
-    rx
+    PrefetchedHeld { result, task }
 }
 
 /// The switch's flows with a round in their cookie, held compactly as they arrive. Flows with
@@ -107,7 +118,7 @@ impl Outgoing {
             } => {
                 let mut plan = plan.into_chunks(CHUNK_RULES);
                 let dumped = match prefetched {
-                    Some(early) => match early.await {
+                    Some(mut early) => match (&mut early.result).await {
                         Ok(Ok(held)) => Ok(held),
                         Ok(Err(e)) => {
                             debug!("the early dump of the switch's flows failed ({e}); dumping again");
