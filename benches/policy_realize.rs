@@ -239,6 +239,13 @@ fn ofctl(args: &[&str], lab: &Lab) -> String {
     out.stdout_text()
 }
 
+/// Fails with `what` unless the bridge holds exactly the flows `compile --state` printed.
+fn assert_bridge_holds(lab: &Lab, expected: &str, what: &str) {
+    let mut want: Vec<String> = expected.lines().map(str::to_string).collect();
+    want.sort();
+    assert!(lab.dump_flows() == want, "{what}");
+}
+
 fn flow_count(lab: &Lab) -> usize {
     let out = ofctl(&["dump-aggregate"], lab);
     out.split("flow_count=")
@@ -586,13 +593,11 @@ fn run_fleet(fleet: Fleet, policies: usize, iterations: usize, orders: &[String]
         ms(moved)
     );
     let (rss1, hwm1) = rss_mb(agent.pid());
-    let mut want: Vec<String> = expected.lines().map(str::to_string).collect();
-    want.sort();
-    assert!(
-        lab.dump_flows() == want,
-        "the bridge does not hold exactly what compile --state prints"
+    assert_bridge_holds(
+        &lab,
+        &expected,
+        "the bridge does not hold exactly what compile --state prints",
     );
-    drop(want);
     println!("checked: dump-flows equals compile --state output ({expected_count} flows)");
     let installed = installed_rules(&lab.dump_flows());
     println!("installed: {installed} of the {rules} rules given have their action flow on the bridge");
@@ -645,13 +650,11 @@ fn run_fleet(fleet: Fleet, policies: usize, iterations: usize, orders: &[String]
         .collect();
     let change_adds: Vec<usize> = changes.iter().map(|b| b.adds).collect();
     drop(changes);
-    let mut want: Vec<String> = expected.lines().map(str::to_string).collect();
-    want.sort();
-    assert!(
-        lab.dump_flows() == want,
-        "the replayed change bundles left the switch with other flows than the fleet's"
+    assert_bridge_holds(
+        &lab,
+        &expected,
+        "the replayed change bundles left the switch with other flows than the fleet's",
     );
-    drop(want);
 
     // === 4. restart on the installed flows: take-over ===
     let restart_at = SystemTime::now();
