@@ -15,7 +15,8 @@
 //! documents whose text changed (the others give back the objects they gave before); no text is
 //! kept between polls (a fingerprint of each file and document is): with thousands of policy
 //! files, or an inventory of thousands of documents in one file, a change costs its own parse, and
-//! the objects are held once, shared with the policy cache (`Arc`). On a pass inotify woke, the
+//! the objects are held once, shared with the policy cache (`Arc`). The files one pass parses are
+//! parsed on the spare cores too ([`parallel`]). On a pass inotify woke, the
 //! regular files no event named are not even looked at (symlinks are: their targets change
 //! elsewhere); a file changed with no event in the directory (through a hard link elsewhere, on
 //! a network filesystem) is read at the next safety-net poll, which reads every file.
@@ -41,6 +42,8 @@ use super::native_policies::{
 use crate::config::InputLimits;
 use crate::policy::controlplane::{ControlplaneObject, Group, Kind, Policy, ValidObject};
 use crate::policy::native::{decode as decode_native, is_native, NativeObject};
+
+mod parallel;
 
 /// The safety-net poll period while inotify events arrive (a network filesystem may deliver
 /// none); without inotify the source polls every `interval`.
@@ -732,7 +735,9 @@ impl Loader {
                 // Both sides are sorted by path: one walk, no lookups (thousands of files are
                 // walked on every pass, most of them unchanged).
                 let mut held = std::mem::take(&mut self.files).into_iter().peekable();
-                let mut next: Vec<(PathBuf, LoadedFile)> = Vec::with_capacity(files.len());
+                let mut next: Vec<(PathBuf, Option<LoadedFile>)> = Vec::with_capacity(files.len());
+                // The files to parse again, each with where its result goes in `next`.
+                let mut loads: Vec<(usize, LoadJob<'_>)> = Vec::new();
                 for (path, text) in files {
                     while let Some((gone_path, gone)) = held.next_if(|(p, _)| p < path) {
                         changed.push(ChangedFile {
@@ -746,36 +751,21 @@ impl Loader {
                     let fingerprint = text.as_ref().ok().map(|f| f.fingerprint);
                     let stamp = text.as_ref().ok().and_then(|f| f.stamp);
                     let loaded = if fingerprint.is_some() && fingerprint == old.text {
-                        LoadedFile { stamp, ..old }
+                        Some(LoadedFile { stamp, ..old })
                     } else if text.as_ref().is_ok_and(|f| !f.read) {
                         // Not read, yet not what is held: cannot happen (the reader skips only
                         // files held with that fingerprint). Keep what is held and read the
                         // file next time.
-                        LoadedFile { stamp: None, ..old }
+                        Some(LoadedFile { stamp: None, ..old })
                     } else {
                         changed.push(ChangedFile {
                             path: path.clone(),
                             before: old.native.iter().map(native_key).collect(),
                         });
                         parsed_bytes += text.as_ref().map_or(0, |f| f.text.len());
-                        let mut file_errors = Vec::new();
-                        let (objects, native, pieces) = load_file(
-                            path,
-                            text,
-                            (old.objects, old.native, old.pieces),
-                            limits,
-                            &mut file_errors,
-                        );
-                        LoadedFile {
-                            text: fingerprint,
-                            stamp,
-                            objects,
-                            native,
-                            errors: file_errors,
-                            pieces,
-                        }
+                        loads.push((next.len(), LoadJob { path, text, old }));
+                        None
                     };
-                    errors.extend(loaded.errors.iter().cloned());
                     next.push((key, loaded));
                 }
                 // What is left was removed.
@@ -784,6 +774,22 @@ impl Loader {
                         path,
                         before: gone.native.iter().map(native_key).collect(),
                     });
+                }
+                let parsed = parallel::map_loads(
+                    loads,
+                    |(_, job)| job.text.as_ref().map_or(0, |f| f.text.len()),
+                    |(at, job)| (at, job.load(limits)),
+                );
+                for (at, loaded) in parsed {
+                    next[at].1 = Some(loaded);
+                }
+                // Every slot is filled: a file either kept what it held or was loaded above.
+                let next: Vec<(PathBuf, LoadedFile)> = next
+                    .into_iter()
+                    .filter_map(|(path, loaded)| loaded.map(|l| (path, l)))
+                    .collect();
+                for (_, loaded) in &next {
+                    errors.extend(loaded.errors.iter().cloned());
                 }
                 self.files = next.into_iter().collect();
             }
@@ -892,6 +898,31 @@ fn report_bad_object(
         path.display(),
         index + 1
     ));
+}
+
+/// A file to parse again in this pass: its text and what it gave last time.
+struct LoadJob<'a> {
+    path: &'a Path,
+    text: &'a Result<FileText, String>,
+    old: LoadedFile,
+}
+
+impl LoadJob<'_> {
+    /// What the file gives now (independent of every other file: loads may run in parallel).
+    fn load(self, limits: &InputLimits) -> LoadedFile {
+        let LoadJob { path, text, old } = self;
+        let mut errors = Vec::new();
+        let (objects, native, pieces) =
+            load_file(path, text, (old.objects, old.native, old.pieces), limits, &mut errors);
+        LoadedFile {
+            text: text.as_ref().ok().map(|f| f.fingerprint),
+            stamp: text.as_ref().ok().and_then(|f| f.stamp),
+            objects,
+            native,
+            errors,
+            pieces,
+        }
+    }
 }
 
 /// What a file's load takes from the last one and gives to the next: its objects, its

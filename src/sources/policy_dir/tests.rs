@@ -132,6 +132,58 @@ fn a_bad_file_and_a_bad_object_do_not_block_the_others() {
     );
 }
 
+/// Enough files for a pass to parse them on several threads ([`parallel::PARALLEL_FROM_BYTES`]).
+fn fleet(bad_every: usize) -> Vec<(String, String)> {
+    (0..600)
+        .map(|i| {
+            let text = if bad_every > 0 && i % bad_every == 3 {
+                format!("kind: [unclosed {i}\n")
+            } else {
+                NP.replace("name: web", &format!("name: p{i:04}"))
+            };
+            (format!("f{i:04}.yaml"), text)
+        })
+        .collect()
+}
+
+#[test]
+fn a_large_pass_parsed_in_parallel_reads_as_one_parsed_in_order() {
+    let mut l = Loader::default();
+    let first = fleet(50);
+    let list: Vec<(&str, &str)> = first.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
+    let bytes: usize = list.iter().map(|(_, t)| t.len()).sum();
+    assert!(bytes >= parallel::PARALLEL_FROM_BYTES, "{bytes} bytes: too few to parse in parallel");
+    let s = build(&mut l, &list);
+    let bad: Vec<usize> = (0..600).filter(|i| i % 50 == 3).collect();
+    let want: Vec<String> = (0..600)
+        .filter(|i| !bad.contains(i))
+        .map(|i| format!("p{i:04}"))
+        .collect();
+    assert_eq!(names(&s).0, want);
+    // One error per bad file, in the files' order.
+    let erred: Vec<String> = s
+        .errors
+        .iter()
+        .map(|e| e.split(':').next().unwrap_or_default().to_string())
+        .collect();
+    let want: Vec<String> = bad
+        .iter()
+        .map(|i| format!("policy file /p/f{i:04}.yaml"))
+        .collect();
+    assert_eq!(erred, want, "{:#?}", s.errors);
+    assert_eq!(l.parsed_bytes, bytes);
+    // The next pass: the bad files fixed, every other file changed too (and in parallel again).
+    let second: Vec<(String, String)> = fleet(0)
+        .into_iter()
+        .map(|(n, t)| (n, t.replace("priority: 5", "priority: 6")))
+        .collect();
+    let list: Vec<(&str, &str)> = second.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
+    let s = build(&mut l, &list);
+    assert_eq!(s.errors, Vec::<String>::new());
+    assert_eq!(s.network_policies.len(), 600);
+    assert!(s.network_policies.iter().all(|p| p.priority == Some(6.0)));
+}
+
 #[test]
 fn last_good_versions_are_kept_until_fixed_or_removed() {
     let mut l = Loader::default();
