@@ -156,7 +156,10 @@ impl PolicyCache {
 
     /// The policies with at least one rule in `rules`, with their generations.
     fn policies_of(&self, rules: &[std::sync::Arc<CompiledRuleInput>]) -> Vec<PolicyGeneration> {
-        let uids: BTreeSet<&str> = rules.iter().map(|r| r.policy.uid.as_str()).collect();
+        // Hashed, not sorted: collecting 50,000 uids into a BTreeSet sorts them all, and this
+        // runs on every change.
+        let uids: std::collections::HashSet<&str, foldhash::fast::RandomState> =
+            rules.iter().map(|r| r.policy.uid.as_str()).collect();
         let view = self.resolved.as_ref();
         self.store
             .policies()

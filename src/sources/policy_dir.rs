@@ -912,8 +912,13 @@ impl LoadJob<'_> {
     fn load(self, limits: &InputLimits) -> LoadedFile {
         let LoadJob { path, text, old } = self;
         let mut errors = Vec::new();
-        let (objects, native, pieces) =
-            load_file(path, text, (old.objects, old.native, old.pieces), limits, &mut errors);
+        let (objects, native, pieces) = load_file(
+            path,
+            text,
+            (old.objects, old.native, old.pieces),
+            limits,
+            &mut errors,
+        );
         LoadedFile {
             text: text.as_ref().ok().map(|f| f.fingerprint),
             stamp: text.as_ref().ok().and_then(|f| f.stamp),

@@ -18,7 +18,11 @@ pub(super) const PARALLEL_FROM_BYTES: usize = 128 << 10;
 /// `load` applied to every item, on as many threads as the machine's parallelism allows (at most
 /// [`MAX_PARSE_THREADS`]) when the items' `bytes` add up to [`PARALLEL_FROM_BYTES`] or more; the
 /// results in the order of `items`. A panic in `load` reaches the caller, as it would serially.
-pub(super) fn map_loads<T, R>(items: Vec<T>, bytes: impl Fn(&T) -> usize, load: impl Fn(T) -> R + Sync) -> Vec<R>
+pub(super) fn map_loads<T, R>(
+    items: Vec<T>,
+    bytes: impl Fn(&T) -> usize,
+    load: impl Fn(T) -> R + Sync,
+) -> Vec<R>
 where
     T: Send,
     R: Send,
@@ -35,7 +39,12 @@ where
     // Each worker takes the next item when it is done with one: one large file does not leave
     // the other threads idle behind a fixed share.
     let queue = Mutex::new(items.into_iter().enumerate());
-    let next_item = || queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).next();
+    let next_item = || {
+        queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .next()
+    };
     let work = || {
         let mut done = Vec::new();
         while let Some((at, item)) = next_item() {
@@ -76,13 +85,17 @@ mod tests {
     #[test]
     fn large_passes_keep_the_order_given() {
         let items: Vec<usize> = (0..500).collect();
-        let out = map_loads(items, |_| PARALLEL_FROM_BYTES / 100, |i| {
-            // Uneven work, so the threads finish out of order.
-            if i % 7 == 0 {
-                std::thread::sleep(std::time::Duration::from_micros(200));
-            }
-            i * 2
-        });
+        let out = map_loads(
+            items,
+            |_| PARALLEL_FROM_BYTES / 100,
+            |i| {
+                // Uneven work, so the threads finish out of order.
+                if i % 7 == 0 {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+                i * 2
+            },
+        );
         assert_eq!(out, (0..500).map(|i| i * 2).collect::<Vec<_>>());
     }
 
@@ -90,22 +103,29 @@ mod tests {
     fn large_passes_use_more_than_one_thread_where_there_are_cores() {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let items: Vec<usize> = (0..64).collect();
-        let threads = map_loads(items, |_| PARALLEL_FROM_BYTES, |_| {
-            std::thread::sleep(std::time::Duration::from_millis(2));
-            std::thread::current().id()
-        });
-        let distinct: std::collections::BTreeSet<String> =
-            threads.iter().map(|t| format!("{t:?}")).collect();
+        let threads = map_loads(
+            items,
+            |_| PARALLEL_FROM_BYTES,
+            |_| {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                std::thread::current().id()
+            },
+        );
+        let distinct: std::collections::BTreeSet<String> = threads.iter().map(|t| format!("{t:?}")).collect();
         assert_eq!(distinct.len() > 1, cores > 1, "{distinct:?} on {cores} cores");
     }
 
     #[test]
     fn a_panicking_load_reaches_the_caller() {
         let result = std::panic::catch_unwind(|| {
-            map_loads((0..100).collect::<Vec<usize>>(), |_| PARALLEL_FROM_BYTES, |i| {
-                assert!(i != 57, "load {i} failed");
-                i
-            })
+            map_loads(
+                (0..100).collect::<Vec<usize>>(),
+                |_| PARALLEL_FROM_BYTES,
+                |i| {
+                    assert!(i != 57, "load {i} failed");
+                    i
+                },
+            )
         });
         assert!(result.is_err());
     }

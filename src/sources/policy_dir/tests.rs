@@ -152,7 +152,10 @@ fn a_large_pass_parsed_in_parallel_reads_as_one_parsed_in_order() {
     let first = fleet(50);
     let list: Vec<(&str, &str)> = first.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
     let bytes: usize = list.iter().map(|(_, t)| t.len()).sum();
-    assert!(bytes >= parallel::PARALLEL_FROM_BYTES, "{bytes} bytes: too few to parse in parallel");
+    assert!(
+        bytes >= parallel::PARALLEL_FROM_BYTES,
+        "{bytes} bytes: too few to parse in parallel"
+    );
     let s = build(&mut l, &list);
     let bad: Vec<usize> = (0..600).filter(|i| i % 50 == 3).collect();
     let want: Vec<String> = (0..600)
