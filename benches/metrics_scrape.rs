@@ -11,9 +11,9 @@ use antrea_vm_agent::actors::policy_cache::query::PolicyCounts;
 use antrea_vm_agent::actors::supervisor::SupervisorReport;
 use antrea_vm_agent::api::collect::{render_rule_families, Collected};
 use antrea_vm_agent::api::handlers::metrics_text;
-use antrea_vm_agent::api::metrics::AgentMetrics;
 use antrea_vm_agent::messages::{RuleStats, RuleStatsSnapshot};
 use antrea_vm_agent::policy::rule::{Direction, PolicyRef, PolicyType, RuleAction};
+use antrea_vm_agent::telemetry::AgentMetrics;
 
 const RULES: usize = 10_000;
 const RUNS: usize = 60;

@@ -26,5 +26,7 @@ pub mod ovs;
 pub mod packetin;
 pub mod policy;
 pub mod sources;
+pub mod telemetry;
 pub mod uplink;
 pub mod version;
+pub mod views;

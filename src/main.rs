@@ -15,7 +15,6 @@ use tracing::{error, info, warn};
 use antrea_vm_agent::actors::supervisor::Shutdown;
 use antrea_vm_agent::actors::{Deps, Supervisor, Timing};
 use antrea_vm_agent::api::handlers::ApiState;
-use antrea_vm_agent::api::metrics::AgentMetrics;
 use antrea_vm_agent::api::server::{self as api_server, ServerOptions};
 use antrea_vm_agent::cli::klog::{LogArgs, RotatingFile};
 use antrea_vm_agent::cli::translate::{to_yaml, translate_paths};
@@ -26,6 +25,7 @@ use antrea_vm_agent::ovs::ovsdb::client::OvsdbClient;
 use antrea_vm_agent::policy::pipeline::CONTROLLER_ID;
 use antrea_vm_agent::policy::state_file::compile_state_with;
 use antrea_vm_agent::sources;
+use antrea_vm_agent::telemetry::AgentMetrics;
 use antrea_vm_agent::uplink::lock::{AgentLock, LockError};
 use antrea_vm_agent::uplink::offline;
 

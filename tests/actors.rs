@@ -21,7 +21,7 @@ use antrea_vm_agent::ovs::openflow::{Event, Flow, Match, PacketIn};
 use antrea_vm_agent::ovs::ovsdb::fake::FakeOvsdb;
 use antrea_vm_agent::policy::pipeline::{self, table};
 use antrea_vm_agent::sources::fake::FakeSource;
-use antrea_vm_agent::sources::SourceEvent;
+use antrea_vm_agent::sources::{SourceError, SourceEvent};
 
 mod fake_world;
 
@@ -299,8 +299,10 @@ async fn invalid_external_node_keeps_the_last_good_state() {
     w.source.set(external_node(&["10.0.0.2"]));
     w.converge().await;
     let mutations = w.host.mutation_count();
-    w.source
-        .set(SourceEvent::Error("ExternalNode file en.yaml: bad yaml".into()));
+    w.source.set(SourceEvent::Error(SourceError::ExternalNodeFile {
+        path: "en.yaml".into(),
+        problem: "bad yaml".into(),
+    }));
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(w.attached());
     assert_eq!(

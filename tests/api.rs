@@ -12,7 +12,7 @@ use std::time::Duration;
 use antrea_vm_agent::actors::supervisor::GetPeers;
 use antrea_vm_agent::messages::Crash;
 use antrea_vm_agent::ovs::openflow::ct_state;
-use antrea_vm_agent::sources::SourceEvent;
+use antrea_vm_agent::sources::{SourceError, SourceEvent};
 use api_support::{eventually, external_node, policy_yaml, series, start, ListenerSetup, World};
 
 const ALLOW_LABELS: &str = "{policy_type=\"AntreaNetworkPolicy\",policy_namespace=\"vm-ns\",policy_name=\"web\",\
@@ -50,7 +50,10 @@ async fn health_metrics_and_agent_api() {
     let w = start(ListenerSetup::default());
     assert!(w.server_errors.is_empty(), "{:?}", w.server_errors);
     // The ExternalNode cannot be read yet: alive, not ready.
-    w.source.set(SourceEvent::Error("en.yaml: not yet".into()));
+    w.source.set(SourceEvent::Error(SourceError::ExternalNodeFile {
+        path: "en.yaml".into(),
+        problem: "not yet".into(),
+    }));
     eventually("live", || async { w.get_tcp("/livez", &[]).await.status == 200 }).await;
     let live = w.get_tcp("/livez", &[]).await;
     for actor in [

@@ -12,7 +12,6 @@ use actix::{Actor, Addr};
 
 use antrea_vm_agent::actors::flow_installer::{metric_sample, FlowInstaller, GetLastRealized};
 use antrea_vm_agent::actors::{Lifeline, Peers, Timing};
-use antrea_vm_agent::api::metrics::AgentMetrics;
 use antrea_vm_agent::host::fake::FakeHost;
 use antrea_vm_agent::messages::{
     ActorKind, GetRuleStats, InterfacesChanged, PoliciesRealized, PolicyGeneration, RuleStatsError,
@@ -24,6 +23,7 @@ use antrea_vm_agent::policy::pipeline::table;
 use antrea_vm_agent::policy::rule::{
     CompiledRuleInput, Direction, Peer, PolicyRef, PolicyType, Protocol, RuleAction, RuleId, Service,
 };
+use antrea_vm_agent::telemetry::AgentMetrics;
 
 mod fake_world;
 

@@ -312,7 +312,8 @@ async fn external_node_source_follows_vm1_through_the_real_client() {
     emu.fail_next(&collection, 1);
     emu.close_watches();
     match events.next().await {
-        SourceEvent::Error(message) => {
+        SourceEvent::Error(error) => {
+            let message = error.to_string();
             assert!(message.contains("ExternalNode vm-ns/vm1"), "{message}");
             assert!(message.contains("500"), "{message}");
         }
@@ -393,7 +394,7 @@ impl Updates {
 
     async fn error(&mut self, kind: Kind) -> String {
         match self.next(kind).await {
-            PolicyUpdate::Error(message) => message,
+            PolicyUpdate::Error(error) => error.to_string(),
             other => panic!("expected an Error about {kind}, got {other:?}"),
         }
     }
@@ -1155,12 +1156,15 @@ async fn swapped_kubeconfigs_fail_with_a_clear_error() {
         KubeExternalNodeSource::new(controller_api(&env), VM_NS, NODE).with_timing(fast_watch());
     let mut events = EnEvents::spawn(&swapped_kube);
     match events.next().await {
-        SourceEvent::Error(message) => assert!(
-            message.contains("is not kube-apiserver")
-                && message.contains("clientConnection.kubeconfig")
-                && message.contains("swapped"),
-            "{message}"
-        ),
+        SourceEvent::Error(error) => {
+            let message = error.to_string();
+            assert!(
+                message.contains("is not kube-apiserver")
+                    && message.contains("clientConnection.kubeconfig")
+                    && message.contains("swapped"),
+                "{message}"
+            )
+        }
         other => panic!("expected an error, got {other:?}"),
     }
     drop(events);

@@ -21,10 +21,14 @@
 //! (tests/deb_package.rs) and checked by `make lint` (`clippy --lib --bins` without the feature).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
+#[path = "support/source_scan.rs"]
+mod source_scan;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
+use source_scan::{child_paths, product_lines, rust_files};
 
 const PACKAGE: &str = "antrea-vm-agent";
 const FEATURE: &str = "test-util";
@@ -166,48 +170,6 @@ fn only_a_dev_dependency_enables_test_util() {
     );
 }
 
-/// The product code of one file: its lines (numbered) without comment lines and without the items
-/// that carry one of the [`GATES`]; the names of the modules such items declare in other files
-/// (`#[cfg(test)] mod tests;`) go to `gated_mods`.
-fn product_lines(text: &str, gated_mods: &mut Vec<String>) -> Vec<(usize, String)> {
-    let mut out = Vec::new();
-    let mut lines = text.lines().enumerate();
-    while let Some((n, line)) = lines.next() {
-        let t = line.trim();
-        if t.starts_with("//") {
-            continue;
-        }
-        if !GATES.contains(&t) {
-            out.push((n + 1, line.to_string()));
-            continue;
-        }
-        // Skip the gated item: one line ending in `;`, or up to its closing brace.
-        let mut depth = 0i32;
-        for (_, item) in lines.by_ref() {
-            let it = item.trim();
-            if it.starts_with("#[") || it.starts_with("//") {
-                continue;
-            }
-            if depth == 0 && it.ends_with(';') {
-                let declared = it
-                    .trim_start_matches("pub ")
-                    .trim_start_matches("pub(crate) ")
-                    .strip_prefix("mod ")
-                    .map(|n| n.trim_end_matches(';'));
-                if let Some(name) = declared {
-                    gated_mods.push(name.to_string());
-                }
-                break;
-            }
-            depth += item.matches('{').count() as i32 - item.matches('}').count() as i32;
-            if depth <= 0 && item.contains('}') {
-                break;
-            }
-        }
-    }
-    out
-}
-
 /// Whether a line of product code declares or names test support.
 fn names_test_support(line: &str) -> bool {
     let words: Vec<&str> = line
@@ -223,33 +185,6 @@ fn names_test_support(line: &str) -> bool {
     fake_type || fake_module || words.contains(&"emulator")
 }
 
-/// Where the files of a child module `name` declared in `file` live.
-fn child_paths(file: &Path, name: &str) -> [PathBuf; 2] {
-    let dir = match file.file_name().and_then(|n| n.to_str()) {
-        Some("mod.rs" | "lib.rs" | "main.rs") => file.parent().map(Path::to_path_buf),
-        _ => Some(file.with_extension("")),
-    }
-    .unwrap_or_default();
-    [dir.join(format!("{name}.rs")), dir.join(name)]
-}
-
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    let mut dirs = vec![dir.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).expect("a source directory") {
-            let path = entry.expect("directory entry").path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
-    files
-}
-
 #[test]
 fn no_product_code_declares_or_names_a_fake_or_the_emulator() {
     let src = root().join("src");
@@ -260,7 +195,7 @@ fn no_product_code_declares_or_names_a_fake_or_the_emulator() {
     for file in rust_files(&src) {
         let text = std::fs::read_to_string(&file).expect("source file");
         let mut gated_mods = Vec::new();
-        let lines = product_lines(&text, &mut gated_mods);
+        let lines = product_lines(&text, GATES, &mut gated_mods);
         for name in gated_mods {
             gated.extend(child_paths(&file, &name));
         }
@@ -319,7 +254,7 @@ fn the_scan_sees_ungated_test_support_and_skips_gated_items() {
                 mod tests {\n    use crate::k8s::fake_api::FakeApi;\n}\n\
                 pub fn faked_out() -> Fakery {}\n";
     let mut gated_mods = Vec::new();
-    let flagged: Vec<usize> = product_lines(text, &mut gated_mods)
+    let flagged: Vec<usize> = product_lines(text, GATES, &mut gated_mods)
         .into_iter()
         .filter(|(_, l)| names_test_support(l))
         .map(|(n, _)| n)

@@ -55,7 +55,7 @@ impl ExternalNodeWatcher {
                 }
                 Err(e) => return self.fail(format!("{} ({})", e, self.source.describe())),
             },
-            SourceEvent::Error(msg) => return self.fail(msg),
+            SourceEvent::Error(e) => return self.fail(e.to_string()),
         };
         if self.last_error.take().is_some() {
             info!("ExternalNode source is readable again");

@@ -254,6 +254,8 @@ impl PolicyCache {
             }
             PolicyUpdate::Error(e) => {
                 warn!("{e}");
+                // The status and the API keep the message's words.
+                let e = e.to_string();
                 if !self.source_errors.contains(&e) {
                     // A long-running agent sees many distinct errors: keep the latest few.
                     if self.source_errors.len() >= MAX_SOURCE_ERRORS {

@@ -94,7 +94,7 @@ pub struct Deps {
     pub policy_source: Option<Arc<dyn crate::sources::PolicySource>>,
     /// Kubernetes mode: the API connections the reporter writes through; `None` in standalone mode.
     pub cluster: Option<crate::k8s::ClusterClients>,
-    pub metrics: crate::api::metrics::AgentMetrics,
+    pub metrics: crate::telemetry::AgentMetrics,
     /// Where the reporter writes the agent info snapshot (standalone mode).
     pub agent_info_path: Option<PathBuf>,
     pub timing: Timing,

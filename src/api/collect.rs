@@ -24,8 +24,6 @@ use std::time::Duration;
 use actix::Addr;
 use tracing::debug;
 
-use super::metrics::AgentMetrics;
-use super::views::tier_name;
 use crate::actors::policy_cache::query::{GetPolicyCounts, PolicyCounts};
 use crate::actors::supervisor::{GetPeers, GetSupervisorReport, SupervisorReport};
 use crate::actors::{Peers, Supervisor};
@@ -35,6 +33,8 @@ use crate::messages::{
     GetRuleStats, InterfaceManagerStatus, PolicyCacheStatus, RuleStatsSnapshot, StatusQuery,
 };
 use crate::policy::rule::{Direction, RuleAction};
+use crate::telemetry::AgentMetrics;
+use crate::views::tier_name;
 
 /// How long one question to one actor may take before its part of the answer is left out.
 pub const ASK_TIMEOUT: Duration = Duration::from_secs(3);

@@ -18,10 +18,6 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, warn};
 
 use super::collect::{self, Collected, Depth};
-use super::metrics::AgentMetrics;
-use super::views::{
-    ActorView, AgentInfoView, ApiError, FlowsView, GroupView, InterfaceView, NetworkPolicyView, RuleCounters,
-};
 use crate::actors::flow_installer::query::{FlowDump, GetFlowDump};
 use crate::actors::policy_cache::query::{GetGroups, GetNetworkPolicies, GroupKind};
 use crate::actors::Supervisor;
@@ -31,6 +27,10 @@ use crate::ovs::openflow::{Action, Flow};
 use crate::policy::pipeline::fields::{ct_label, reg};
 use crate::policy::pipeline::{self, table};
 use crate::policy::rule::Direction;
+use crate::telemetry::AgentMetrics;
+use crate::views::{
+    ActorView, AgentInfoView, ApiError, FlowsView, GroupView, InterfaceView, NetworkPolicyView, RuleCounters,
+};
 
 /// What every handler needs.
 #[derive(Clone, Debug)]
@@ -366,7 +366,7 @@ fn interfaces_of(c: &Collected) -> Option<Vec<InterfaceView>> {
                 uplink_name: a.uplink_name.clone(),
                 uplink_ofport: a.uplink_ofport,
                 ips: a.ips.clone(),
-                external_entity: super::views::EntityView {
+                external_entity: crate::views::EntityView {
                     namespace: a.entity.namespace.clone(),
                     name: a.entity.name.clone(),
                 },
@@ -387,7 +387,7 @@ pub async fn interfaces(state: web::Data<ApiState>) -> HttpResponse {
 /// wildcard selector (`*.example.com`).
 pub async fn fqdn_cache(state: web::Data<ApiState>, q: web::Query<NameQuery>) -> HttpResponse {
     let filter = q.name.as_deref().map(crate::fqdn::normalize);
-    let rows: Vec<crate::api::views::FqdnCacheView> = state
+    let rows: Vec<crate::views::FqdnCacheView> = state
         .fqdn
         .records()
         .iter()
@@ -396,7 +396,7 @@ pub async fn fqdn_cache(state: web::Data<ApiState>, q: web::Query<NameQuery>) ->
                 .as_deref()
                 .is_none_or(|f| crate::fqdn::selector::matches(f, &r.name))
         })
-        .map(|r| crate::api::views::FqdnCacheView {
+        .map(|r| crate::views::FqdnCacheView {
             fqdn_name: r.name.clone(),
             ip_address: r.ip.to_string(),
             expiration_time: chrono::DateTime::<chrono::Utc>::from_timestamp_millis(r.expires_at_ms as i64)

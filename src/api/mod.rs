@@ -3,7 +3,10 @@
 
 pub mod collect;
 pub mod handlers;
-pub mod metrics;
 pub mod notify;
 pub mod server;
-pub mod views;
+
+/// The metrics registry and the JSON views live below the actors, which fill them
+/// (docs/architecture.md §5.3, rule 9); their former paths under `api` keep working.
+pub use crate::telemetry as metrics;
+pub use crate::views;

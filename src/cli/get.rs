@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::client::{self, ClientError};
 use super::output;
-use crate::api::views::{
+use crate::views::{
     AgentInfoView, ApiError, FlowsView, FqdnCacheView, GroupView, InterfaceView, NetworkPolicyView,
 };
 

@@ -1,7 +1,7 @@
 //! The client side of the agent API: `antrea-vm-agent get <resource> [NAME] [-o table|json|yaml]
 //! [--policy NAME] [--socket PATH]`, like antctl's `get` against the agent. It sends plain
 //! HTTP/1.1 GETs over the agent's unix socket ([`client`]), reads back the JSON documents of
-//! [`crate::api::views`], and prints them ([`output`]). [`get`] ties the two together. [`klog`]
+//! [`crate::views`], and prints them ([`output`]). [`get`] ties the two together. [`klog`]
 //! holds the Go agent's logging flags that `run` accepts. [`docs`] writes the man pages and shell completions from the command line's definition.
 
 pub mod client;

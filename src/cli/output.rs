@@ -3,7 +3,7 @@
 //! Every member kind is rendered by name, so ExternalEntity members never break a table
 //! (upstream antctl panics on them, D9).
 
-use crate::api::views::{
+use crate::views::{
     AgentInfoView, FlowsView, GroupView, InterfaceView, MemberView, NetworkPolicyView, RuleCounters, RuleView,
 };
 
@@ -264,7 +264,7 @@ pub fn interfaces_table(list: &[InterfaceView]) -> String {
 }
 
 /// antctl's `get fqdncache` columns.
-pub fn fqdn_cache_table(list: &[crate::api::views::FqdnCacheView]) -> String {
+pub fn fqdn_cache_table(list: &[crate::views::FqdnCacheView]) -> String {
     let mut t = Table::new(&["FQDN", "ADDRESS", "EXPIRATION TIME"]);
     for r in list {
         t.row(vec![
@@ -319,7 +319,7 @@ pub fn agent_info_table(a: &AgentInfoView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::views::{EntityView, SourceRefView};
+    use crate::views::{EntityView, SourceRefView};
 
     #[test]
     fn tables_align_and_mark_empty_cells() {
@@ -387,8 +387,8 @@ mod tests {
                 direction: "In".into(),
                 action: "Drop".into(),
                 priority: 0,
-                from: Some(crate::api::views::PeerView {
-                    ip_blocks: vec![crate::api::views::IpBlockView {
+                from: Some(crate::views::PeerView {
+                    ip_blocks: vec![crate::views::IpBlockView {
                         cidr: "10.0.0.0/8".into(),
                         except: vec![],
                     }],

@@ -33,7 +33,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
-use super::{PolicySource, PolicyUpdate};
+use super::{PolicySource, PolicyUpdate, SourceError};
 use crate::k8s::api::{ApiClient, WatchLines};
 use crate::k8s::fallback::FallbackStore;
 use crate::policy::controlplane::types::{AddressGroup, AppliedToGroup, GroupMember, GroupPatch, ObjectMeta};
@@ -191,9 +191,7 @@ impl Stream for UpdateStream {
                     }
                 }
                 Err(e) => {
-                    return Poll::Ready(Some(PolicyUpdate::Error(format!(
-                        "antrea-controller watches need a Tokio runtime: {e}"
-                    ))));
+                    return Poll::Ready(Some(PolicyUpdate::Error(SourceError::NoRuntime(e.to_string()))));
                 }
             }
         }
@@ -411,8 +409,10 @@ impl Watcher {
     }
 
     fn error(&self, problem: impl std::fmt::Display) -> Result<(), End> {
-        let message = format!("antrea-controller {} watch: {problem}", self.kind);
-        self.send(PolicyUpdate::Error(message))
+        self.send(PolicyUpdate::Error(SourceError::ControlplaneWatch {
+            kind: self.kind,
+            problem: problem.to_string(),
+        }))
     }
 
     fn set_connected(&mut self, connected: bool) -> Result<(), End> {
@@ -789,7 +789,7 @@ impl Watcher {
 }
 
 /// The kind a [`PolicyUpdate`] of this source is about: its own kind, the kind of the upserted
-/// object, or for an error the watch named at the start of the message; `None` otherwise.
+/// object, or for an error the watch it names; `None` otherwise.
 pub fn update_kind(update: &PolicyUpdate) -> Option<Kind> {
     match update {
         PolicyUpdate::Replace { kind, .. }
@@ -801,9 +801,7 @@ pub fn update_kind(update: &PolicyUpdate) -> Option<Kind> {
         }
         PolicyUpdate::Upsert(ValidObject::AddressGroup(_)) => Some(Kind::AddressGroup),
         PolicyUpdate::Upsert(ValidObject::AppliedToGroup(_)) => Some(Kind::AppliedToGroup),
-        PolicyUpdate::Error(e) => WATCHED_KINDS
-            .into_iter()
-            .find(|k| e.starts_with(&format!("antrea-controller {k} watch"))),
+        PolicyUpdate::Error(e) => e.watch_kind(),
         _ => None,
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::stream::{self, BoxStream, StreamExt};
 
 use super::bounded::{parse_values, read_regular_file, FileRead};
-use super::{ExternalNodeSource, SourceEvent};
+use super::{ExternalNodeSource, SourceError, SourceEvent};
 use crate::config::InputLimits;
 use crate::k8s::external_node::ExternalNodeObject;
 
@@ -46,10 +46,10 @@ impl FileSource {
         tokio::task::spawn_blocking(move || read_blocking(&path, &limits))
             .await
             .unwrap_or_else(|e| {
-                SourceEvent::Error(format!(
-                    "ExternalNode file {}: reading failed: {e}",
-                    self.path.display()
-                ))
+                SourceEvent::Error(SourceError::ExternalNodeFile {
+                    path: self.path.clone(),
+                    problem: format!("reading failed: {e}"),
+                })
             })
     }
 }
@@ -65,7 +65,12 @@ fn parse_external_node(text: &str, json: bool, limits: &InputLimits) -> Result<E
 }
 
 fn read_blocking(path: &Path, limits: &InputLimits) -> SourceEvent {
-    let error = |why: String| SourceEvent::Error(format!("ExternalNode file {}: {why}", path.display()));
+    let error = |problem: String| {
+        SourceEvent::Error(SourceError::ExternalNodeFile {
+            path: path.to_path_buf(),
+            problem,
+        })
+    };
     let text = match read_regular_file(path, limits.max_file_bytes) {
         Ok(FileRead::Text(text)) => text,
         Ok(FileRead::Missing) => return SourceEvent::Absent,
@@ -137,7 +142,7 @@ mod tests {
         }
         std::fs::write(&path, "metadata: [unclosed\n").expect("write");
         match next(&mut events).await {
-            Some(SourceEvent::Error(msg)) => assert!(msg.contains("en.yaml"), "{msg}"),
+            Some(SourceEvent::Error(e)) => assert!(e.to_string().contains("en.yaml"), "{e}"),
             other => panic!("expected error, got {other:?}"),
         }
         std::fs::remove_file(&path).expect("rm");
@@ -183,7 +188,7 @@ mod tests {
             ..InputLimits::default()
         });
         let error = |event: SourceEvent| match event {
-            SourceEvent::Error(msg) => msg,
+            SourceEvent::Error(e) => e.to_string(),
             other => panic!("expected an error, got {other:?}"),
         };
         let made = std::process::Command::new("mkfifo")

@@ -41,7 +41,7 @@ use futures::stream::{self, BoxStream, StreamExt};
 use serde_json::Value;
 use tracing::{debug, info};
 
-use super::{ExternalNodeSource, SourceEvent};
+use super::{ExternalNodeSource, SourceError, SourceEvent};
 use crate::k8s::api::{ApiClient, Method, WatchLines};
 use crate::k8s::external_node::{ExternalNodeObject, API_VERSION};
 
@@ -314,21 +314,21 @@ impl Machine {
     }
 
     /// Reports a problem with what the server sent (the object or an event).
-    fn error(&mut self, message: String) {
-        self.pending.push_back(SourceEvent::Error(message));
+    fn error(&mut self, error: SourceError) {
+        self.pending.push_back(SourceEvent::Error(error));
         self.errored = true;
         self.connection_error = false;
     }
 
     /// Reports a failure to reach the server or to keep the watch going.
-    fn connection_error(&mut self, message: String) {
-        self.error(message);
+    fn connection_error(&mut self, error: SourceError) {
+        self.error(error);
         self.connection_error = true;
     }
 
     /// Fails the current list or watch: report, then re-list after a backoff.
-    fn fail(&mut self, message: String) {
-        self.connection_error(message);
+    fn fail(&mut self, error: SourceError) {
+        self.connection_error(error);
         self.drop_watch();
         self.phase = Phase::List;
         self.delay = Some(self.backoff.next_delay());
@@ -340,20 +340,30 @@ impl Machine {
     }
 
     /// Decodes one object; a shape the agent cannot read is an error naming the object.
-    fn parse(&self, object: &Value) -> Result<ExternalNodeObject, String> {
+    fn parse(&self, object: &Value) -> Result<ExternalNodeObject, SourceError> {
         serde_json::from_value::<ExternalNodeObject>(object.clone()).map_err(|e| {
-            let rv = resource_version_of(object).unwrap_or_default();
-            format!(
-                "{} (resourceVersion {rv:?}): cannot decode the object: {e}",
-                self.object()
-            )
+            SourceError::ExternalNodeUndecodable {
+                namespace: self.source.namespace.clone(),
+                name: self.source.name.clone(),
+                resource_version: resource_version_of(object).unwrap_or_default(),
+                cause: e.to_string(),
+            }
         })
+    }
+
+    /// A problem with the object on kube-apiserver or with reaching it.
+    fn problem(&self, problem: String) -> SourceError {
+        SourceError::ExternalNodeApi {
+            namespace: self.source.namespace.clone(),
+            name: self.source.name.clone(),
+            problem,
+        }
     }
 
     fn observe_object(&mut self, object: &Value) {
         match self.parse(object) {
             Ok(obj) => self.observe(Observed::Present(obj)),
-            Err(message) => self.error(message),
+            Err(error) => self.error(error),
         }
     }
 
@@ -365,14 +375,13 @@ impl Machine {
                 self.phase = Phase::List;
             }
             Err(e) if e.is_unserved() && !is_kube_apiserver(self.source.api.as_ref()).await => {
-                self.connection_error(format!(
-                    "{}: {} does not serve ExternalNodes and is not kube-apiserver (it has no /api): \
+                self.connection_error(self.problem(format!(
+                    "{} does not serve ExternalNodes and is not kube-apiserver (it has no /api): \
                      clientConnection.kubeconfig must point at kube-apiserver (are clientConnection \
                      and antreaClientConnection swapped?); retrying every {:?}",
-                    self.object(),
                     self.source.api.describe(),
                     self.source.timing.initial_retry
-                ));
+                )));
                 self.delay = Some(self.source.timing.initial_retry);
             }
             Err(e) if e.is_not_found() => {
@@ -381,12 +390,11 @@ impl Machine {
                 self.phase = Phase::List;
             }
             Err(e) => {
-                self.connection_error(format!(
-                    "{}: cannot read it from kube-apiserver {} (retrying every {:?}): {e}",
-                    self.object(),
+                self.connection_error(self.problem(format!(
+                    "cannot read it from kube-apiserver {} (retrying every {:?}): {e}",
                     self.source.api.describe(),
                     self.source.timing.initial_retry
-                ));
+                )));
                 self.delay = Some(self.source.timing.initial_retry);
             }
         }
@@ -401,14 +409,11 @@ impl Machine {
                     // The collection itself is gone (CRD removed): so is the object.
                     self.observe(Observed::Absent);
                 }
-                return self.fail(format!("{}: cannot list: {e}", self.object()));
+                return self.fail(self.problem(format!("cannot list: {e}")));
             }
         };
         let Some(items) = answer.get("items").and_then(Value::as_array) else {
-            return self.fail(format!(
-                "{}: the list answer of {path} has no items array",
-                self.object()
-            ));
+            return self.fail(self.problem(format!("the list answer of {path} has no items array")));
         };
         // The field selector should leave only ours; a server that ignores it must not make
         // another object look like ours.
@@ -450,7 +455,7 @@ impl Machine {
                     self.phase = Phase::List;
                     self.delay = Some(self.backoff.next_delay());
                 }
-                Err(e) => self.fail(format!("{}: cannot watch: {e}", self.object())),
+                Err(e) => self.fail(self.problem(format!("cannot watch: {e}"))),
             }
             return;
         }
@@ -460,11 +465,8 @@ impl Machine {
         };
         match tokio::time::timeout(idle, lines.next()).await {
             Err(_) => {
-                let message = format!(
-                    "{}: the watch sent nothing for {idle:?}; reconnecting",
-                    self.object()
-                );
-                self.connection_error(message);
+                let error = self.problem(format!("the watch sent nothing for {idle:?}; reconnecting"));
+                self.connection_error(error);
                 self.drop_watch();
                 self.delay = Some(self.backoff.next_delay());
             }
@@ -476,7 +478,7 @@ impl Machine {
                 self.drop_watch();
             }
             Ok(Some(Err(e))) => {
-                self.connection_error(format!("{}: watch interrupted: {e}", self.object()));
+                self.connection_error(self.problem(format!("watch interrupted: {e}")));
                 self.drop_watch();
                 self.delay = Some(self.backoff.next_delay());
             }
@@ -493,7 +495,7 @@ impl Machine {
         let event: Value = match serde_json::from_str(line) {
             Ok(v) => v,
             Err(e) => {
-                return self.error(format!("{}: undecodable watch event: {e}", self.object()));
+                return self.error(self.problem(format!("undecodable watch event: {e}")));
             }
         };
         let kind = event.get("type").and_then(Value::as_str).unwrap_or("");
@@ -522,13 +524,10 @@ impl Machine {
                     self.phase = Phase::List;
                 } else {
                     let code = code.map(|c| c.to_string()).unwrap_or_else(|| "?".into());
-                    self.fail(format!(
-                        "{}: the watch reported an error (code {code}): {message}",
-                        self.object()
-                    ));
+                    self.fail(self.problem(format!("the watch reported an error (code {code}): {message}")));
                 }
             }
-            other => self.error(format!("{}: unknown watch event type {other:?}", self.object())),
+            other => self.error(self.problem(format!("unknown watch event type {other:?}"))),
         }
     }
 }
@@ -639,7 +638,8 @@ mod tests {
 
     fn error(event: SourceEvent) -> String {
         match event {
-            SourceEvent::Error(message) => {
+            SourceEvent::Error(error) => {
+                let message = error.to_string();
                 assert!(message.contains("ExternalNode vm-ns/vm1"), "{message}");
                 message
             }

@@ -8,6 +8,7 @@
 pub mod bounded;
 pub mod controlplane_watch;
 pub mod dir_watch;
+mod error;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 pub mod file;
@@ -21,6 +22,8 @@ pub mod select;
 
 use futures::stream::BoxStream;
 
+pub use error::SourceError;
+
 use crate::k8s::external_node::ExternalNodeObject;
 
 /// One observation of the ExternalNode.
@@ -28,9 +31,9 @@ use crate::k8s::external_node::ExternalNodeObject;
 pub enum SourceEvent {
     Present(Box<ExternalNodeObject>),
     Absent,
-    /// The source could not be read or parsed; the message names the object and what is wrong.
+    /// The source could not be read or parsed; the error names the object and what is wrong.
     /// The last good state stays in force.
-    Error(String),
+    Error(SourceError),
 }
 
 /// A source of ExternalNode observations.
@@ -64,8 +67,8 @@ pub enum PolicyUpdate {
     Delete { kind: Kind, name: String },
     /// The watch of `kind` is connected (its snapshot arrived) or not.
     Connection { kind: Kind, connected: bool },
-    /// A problem naming the object and field; the last good state stays in force.
-    Error(String),
+    /// A problem naming the watch, the object and field; the last good state stays in force.
+    Error(SourceError),
     /// The server may have lost what the agent reported to it (the watch broke or could not be
     /// opened, so the server may have restarted meanwhile): realization statuses are reported
     /// again. A watch the server closed cleanly and that reopened at once does not say this.

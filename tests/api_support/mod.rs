@@ -18,7 +18,6 @@ use antrea_vm_agent::actors::flow_installer::query::GetFlowDump;
 use antrea_vm_agent::actors::supervisor::{GetPeers, Shutdown};
 use antrea_vm_agent::actors::{Deps, Supervisor, Timing};
 use antrea_vm_agent::api::handlers::ApiState;
-use antrea_vm_agent::api::metrics::AgentMetrics;
 use antrea_vm_agent::api::server::{ApiServer, ServerError, ServerOptions};
 use antrea_vm_agent::cli::client::parse_response;
 use antrea_vm_agent::config::Config;
@@ -30,6 +29,7 @@ use antrea_vm_agent::policy::pipeline::table;
 use antrea_vm_agent::sources::fake::FakeSource;
 use antrea_vm_agent::sources::policy_dir::PolicyDirSource;
 use antrea_vm_agent::sources::{PolicySource, SourceEvent};
+use antrea_vm_agent::telemetry::AgentMetrics;
 
 #[path = "../fake_world/mod.rs"]
 mod fake_world;

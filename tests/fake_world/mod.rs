@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use antrea_vm_agent::actors::{Deps, Timing};
-use antrea_vm_agent::api::metrics::AgentMetrics;
 use antrea_vm_agent::config::Config;
 use antrea_vm_agent::host::fake::FakeHost;
 use antrea_vm_agent::host::Address;
@@ -21,6 +20,7 @@ use antrea_vm_agent::ovs::openflow::fake::FakeConnector;
 use antrea_vm_agent::ovs::ovsdb::fake::FakeOvsdb;
 use antrea_vm_agent::ovs::ovsdb::{BridgeSpec, Ovsdb};
 use antrea_vm_agent::sources::fake::FakeSource;
+use antrea_vm_agent::telemetry::AgentMetrics;
 
 /// The MAC of the VM's `eth0` on the fake host.
 pub const MAC: &str = "02:11:22:33:44:55";

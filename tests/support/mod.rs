@@ -4,7 +4,8 @@
 //! private Open vSwitch (userspace datapath) running inside the VM namespace, helpers to run commands
 //! and generate traffic there, and the agent process under test. See `lab.rs` for the topology.
 //!
-//! Every test binary compiles this module but uses only part of it.
+//! Every test binary compiles this module but uses only part of it. `source_scan.rs` beside it is
+//! not part of it: the tests that read the agent's sources include that file by its path.
 #![allow(dead_code, unused_imports)]
 
 mod agent;

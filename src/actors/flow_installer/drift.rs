@@ -19,10 +19,10 @@ use actix::{Addr, Message};
 use tracing::{debug, info, warn};
 
 use super::FlowInstaller;
-use crate::api::metrics::AgentMetrics;
 use crate::ovs::openflow::monitor::{FlowEvent, FlowUpdate};
 use crate::ovs::openflow::Switch;
 use crate::policy::pipeline::fields::ROUND_MASK;
+use crate::telemetry::AgentMetrics;
 
 /// How long to let a burst of updates (a del-flows of thousands of flows comes in many
 /// replies) settle before asking for one repair.

@@ -38,7 +38,6 @@ use actix::{ActorFutureExt, Handler, ResponseActFuture, WrapFuture};
 use tracing::debug;
 
 use super::FlowInstaller;
-use crate::api::metrics::AgentMetrics;
 use crate::messages::{
     GetRuleStats, PoliciesRealized, PoliciesRealizedShared, PolicyGeneration, RuleStats, RuleStatsError,
     RuleStatsSnapshot,
@@ -52,6 +51,7 @@ use crate::policy::pipeline::fields::{
 };
 use crate::policy::pipeline::table;
 use crate::policy::rule::{CompiledRuleInput, Direction};
+use crate::telemetry::AgentMetrics;
 
 /// What one metric flow counted, attributed to a conjunction id.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -95,7 +95,7 @@ impl Outgoing {
     pub(super) async fn send(
         self,
         switch: &dyn Switch,
-        metrics: &crate::api::metrics::AgentMetrics,
+        metrics: &crate::telemetry::AgentMetrics,
     ) -> Result<(usize, Tally), OfError> {
         match self {
             Outgoing::Change { base, delta, extra } => {

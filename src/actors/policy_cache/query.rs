@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use actix::{Context, Handler, Message};
 
 use super::PolicyCache;
-use crate::api::views::{rule_state, GroupView, NetworkPolicyView};
 use crate::policy::controlplane::Direction;
 use crate::policy::refuse::Reason;
 use crate::policy::rule;
+use crate::views::{rule_state, GroupView, NetworkPolicyView};
 
 /// The NetworkPolicies the cache holds, sorted by name; with `name`, only those it designates
 /// (controlplane name, UID, source name or `namespace/name`).

@@ -394,6 +394,7 @@ async fn a_patch_for_an_unknown_group_reopens_the_watch() {
     let PolicyUpdate::Error(e) = next(&mut stream, Kind::AddressGroup).await else {
         panic!()
     };
+    let e = e.to_string();
     assert_eq!(e, "antrea-controller AddressGroup watch: patch for unknown AddressGroup \"nope\"; reopening the watch to resync");
     assert_eq!(
         next(&mut stream, Kind::AddressGroup).await,
@@ -590,7 +591,7 @@ async fn bad_lines_and_objects_are_reported_and_skipped() {
     let mut updates = Vec::new();
     while updates.len() < 3 {
         match next(&mut stream, Kind::AddressGroup).await {
-            PolicyUpdate::Error(e) => errors.push(e),
+            PolicyUpdate::Error(e) => errors.push(e.to_string()),
             u => updates.push(u),
         }
     }
@@ -641,6 +642,7 @@ async fn bad_lines_and_objects_are_reported_and_skipped() {
     let PolicyUpdate::Error(e) = next(&mut stream, Kind::AddressGroup).await else {
         panic!()
     };
+    let e = e.to_string();
     assert!(
         e.contains("AddressGroup \"good\":") && e.ends_with("keeping its last good version"),
         "{e}"
@@ -682,6 +684,7 @@ async fn a_bad_member_is_left_out_and_named_and_its_group_stands() {
     let PolicyUpdate::Error(e) = next(&mut stream, Kind::AddressGroup).await else {
         panic!("the dropped member is named")
     };
+    let e = e.to_string();
     assert!(
         e.contains("AddressGroup mixed: groupMembers[0] (") && e.contains("dropped: groupMembers[0].ips[0]"),
         "{e}"
@@ -700,6 +703,7 @@ async fn a_bad_member_is_left_out_and_named_and_its_group_stands() {
     let PolicyUpdate::Error(e) = next(&mut stream, Kind::AddressGroup).await else {
         panic!("the patch's bad member is named")
     };
+    let e = e.to_string();
     assert!(
         e.contains("addedGroupMembers[1] (externalEntity /vm8) dropped"),
         "{e}"
@@ -909,6 +913,7 @@ async fn a_corrupt_fallback_file_is_reported_and_the_rest_loads() {
     let PolicyUpdate::Error(e) = next(&mut stream, Kind::NetworkPolicy).await else {
         panic!()
     };
+    let e = e.to_string();
     assert!(
         e.starts_with(&format!(
             "antrea-controller NetworkPolicy watch: fallback file {}: not JSON",

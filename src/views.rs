@@ -1,7 +1,10 @@
 //! The JSON documents of the agent API (`/networkpolicies`, `/appliedtogroups`, `/addressgroups`,
-//! `/ovsflows`, `/agentinfo`, `/interfaces`): plain serde types shared by the server, which
-//! builds them from actor snapshots, and the `get` client, which reads them back. Field names are
-//! camelCase like Antrea's API; the conversions from the validated controlplane views are pure.
+//! `/ovsflows`, `/agentinfo`, `/interfaces`, `/fqdncache`): plain serde types shared by the
+//! policy cache and the server, which build them (the policy cache its policy and group views, the
+//! server the rest from actor snapshots), and the `get` client, which reads them back. They sit
+//! below the actors, beside `messages` (docs/architecture.md §5.3, rule 9); `api::views`
+//! re-exports them. Field names are camelCase like Antrea's API; the conversions from the
+//! validated controlplane views are pure.
 
 use std::net::IpAddr;
 
@@ -247,8 +250,8 @@ pub struct InterfaceView {
     pub external_entity: EntityView,
 }
 
-impl From<&crate::messages::AttachedInterface> for InterfaceView {
-    fn from(i: &crate::messages::AttachedInterface) -> Self {
+impl From<&crate::attachment::AttachedInterface> for InterfaceView {
+    fn from(i: &crate::attachment::AttachedInterface) -> Self {
         InterfaceView {
             name: i.name.clone(),
             ofport: i.ofport,

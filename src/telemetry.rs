@@ -1,6 +1,8 @@
 //! The agent's Prometheus registry and the metrics that actors update as things happen (flow
 //! operations, realization latency, restarts). Metrics computed at scrape time (per-rule counters,
-//! policy counts, flow counts) are collected by the HTTP server from actor snapshots.
+//! policy counts, flow counts) are collected by the HTTP server (`api::collect`) from actor
+//! snapshots. The registry sits below the actors, which get it through `Deps`
+//! (docs/architecture.md §5.3, rule 9); `api::metrics` re-exports it.
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
 
