@@ -6,6 +6,10 @@ use std::sync::Arc;
 
 use super::{Compiler, ConjunctionMap, SharedConjunctions};
 
+/// From this many changed conjunctions on, the spare is made afresh from the new map instead of
+/// being left that far behind.
+const FRESH_SPARE_FROM: usize = 1024;
+
 /// Publishes [`Compiler::known_conjunctions`] as a shared map (what the packet-in responder
 /// reads) without copying every entry on each change: it keeps the previous map as a spare and,
 /// once nobody else holds it, brings it up to date with only the entries that changed since.
@@ -65,7 +69,14 @@ impl ConjunctionPublisher {
             }
         };
         let previous = std::mem::replace(&mut self.current, next);
-        self.spare = Some((previous, changed));
+        self.spare = if changed.len() >= FRESH_SPARE_FROM {
+            // A spare this far behind would cost the next (small) change as much as a copy: a
+            // large change (a fleet loaded incrementally) pays for an up-to-date spare now.
+            drop(previous);
+            Some((Arc::new((*self.current).clone()), BTreeSet::new()))
+        } else {
+            Some((previous, changed))
+        };
         Arc::clone(&self.current)
     }
 }

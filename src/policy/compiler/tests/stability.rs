@@ -616,6 +616,17 @@ fn published_conjunctions_follow_the_compiler() {
     assert_eq!(*publisher.publish(&mut c), c.known_conjunctions());
     let (kept, then) = held.expect("published at 18");
     assert_eq!(*kept, then);
+    // A large incremental change (a fleet arriving after the first sync) makes the spare
+    // afresh; the small changes after it still read right.
+    let fleet = arcs(&many_rules(1_200));
+    for n in [1_200, 1_199, 1_200, 5, 1_100] {
+        c.update(&fleet[..n], 1);
+        assert_eq!(
+            *publisher.publish(&mut c),
+            c.known_conjunctions(),
+            "{n} of the fleet"
+        );
+    }
 }
 
 #[test]
