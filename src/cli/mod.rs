@@ -4,7 +4,8 @@
 //! [`crate::views`], and prints them ([`output`]). [`get`] ties the two together. [`klog`]
 //! holds the Go agent's logging flags that `run` accepts. [`compile`] turns a state document
 //! into the flows the agent would own (`compile --state`), [`translate`] Antrea-native policy
-//! files into controlplane objects. [`docs`] writes the man pages and shell completions from the command line's definition.
+//! files into controlplane objects. [`docs`] writes the man pages and shell completions from the
+//! command line's definition.
 
 pub mod client;
 pub mod compile;
