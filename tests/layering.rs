@@ -2,8 +2,9 @@
 //! only from below it. This test reads the sources and fails, naming the file and the line, when
 //! an import goes the wrong way along one of the pairs that once formed circles
 //! (`messages ⇄ policy`, `messages ⇄ k8s`, `sources ⇄ k8s`, `messages ⇄ packetin`,
-//! `actors ⇄ api`), or when the shared attachment model imports anything of the agent. Test code
-//! counts too: a `use` in a test module is still an edge between the modules.
+//! `actors ⇄ api`, `policy ⇄ fqdn`, `policy ⇄ k8s`), or when the shared attachment model imports
+//! anything of the agent. Test code counts too: a `use` in a test module is still an edge between
+//! the modules.
 //!
 //! It also measures the table of section 5.1 (which module names which, how often, in product
 //! code: comments, `#[cfg(test)]` items and the files they declare left out), prints it
@@ -25,6 +26,11 @@ const FORBIDDEN: &[(&str, &str)] = &[
     ("k8s", "messages"),
     ("k8s", "sources"),
     ("packetin", "messages"),
+    // Rule 4: `policy` is below `fqdn` and `k8s`. The FQDN selector rules are
+    // `policy::fqdn_selector`; `compile --state` (policy and FQDN flows) is `cli::compile`; the
+    // ExternalEntities of the local ExternalNode come in as values.
+    ("policy", "fqdn"),
+    ("policy", "k8s"),
     // The actors fill the metrics registry (`telemetry`) and the policy views (`views`), which sit
     // below them; `api` reads the actors (rule 9).
     ("actors", "api"),
@@ -36,7 +42,7 @@ const LEAVES: &[&str] = &["attachment", "telemetry"];
 /// The pairs of modules whose product code still names each other (docs/architecture.md §5.2),
 /// each as (a, b) with a < b. Breaking one: remove it here and from the document. Making one:
 /// don't.
-const REMAINING_CYCLES: &[(&str, &str)] = &[("fqdn", "policy"), ("k8s", "policy")];
+const REMAINING_CYCLES: &[(&str, &str)] = &[];
 
 /// Every `.rs` file of a top-level module: `src/<module>.rs` and everything under `src/<module>/`.
 fn files_of(module: &str) -> Vec<PathBuf> {

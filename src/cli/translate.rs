@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::config::InputLimits;
-use crate::k8s::external_node::ExternalNodeObject;
+use crate::k8s::external_node::{local_entities, ExternalNodeObject};
 use crate::policy::controlplane::{ControlplaneObject, API_VERSION};
 use crate::policy::native::{self, Inputs, Translation};
 use crate::sources::bounded::parse_values;
@@ -63,7 +63,7 @@ pub fn translate_paths(paths: &[PathBuf], external_node: Option<&Path>) -> Trans
             .map_err(|e| e.to_string())
             .and_then(|t| serde_norway::from_str::<ExternalNodeObject>(&t).map_err(|e| e.to_string()))
         {
-            Ok(node) => inputs.local_entities = native::local_entities(&node),
+            Ok(node) => inputs.local_entities = local_entities(&node),
             Err(e) => out
                 .errors
                 .push(format!("ExternalNode file {}: {e}", path.display())),

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 
 use super::dns::Answer;
-use super::selector::matches;
+use crate::policy::fqdn_selector::matches;
 
 /// Names held in all.
 pub const MAX_NAMES: usize = 10_000;

@@ -10,8 +10,8 @@ use etherparse::{IpSlice, TcpSlice};
 use hickory_proto::op::{Message, MessageType};
 use hickory_proto::rr::RData;
 
-use super::selector::normalize;
 use crate::packetin::packet::{self, proto, Fragment};
+use crate::policy::fqdn_selector::normalize;
 
 /// Why an intercepted frame yields no DNS response.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -14,10 +14,10 @@ use std::net::IpAddr;
 use ipnet::{Ipv4Net, Ipv6Net};
 
 use super::cache::FqdnCache;
-use super::selector::matches;
 use crate::ovs::openflow::{ct_state, normalize_flow, Action, CtStateMatch, Flow, FlowKey, FlowMod, Match};
 use crate::policy::compiler::FqdnPlacement;
 use crate::policy::flowset::{self, FlowSet};
+use crate::policy::fqdn_selector::matches;
 use crate::policy::pipeline::fields::FQDN_COOKIE;
 
 /// The placed FQDN rules, grouped by (table, priority).

@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tracing::{debug, warn};
 
 use super::dns::{self, Answer};
-use super::selector::normalize;
+use crate::policy::fqdn_selector::normalize;
 
 /// How long one server gets to answer one query.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(2);

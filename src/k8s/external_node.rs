@@ -1,9 +1,13 @@
 //! The ExternalNode custom resource (`crd.antrea.io/v1alpha1`, kind `ExternalNode`): its wire
-//! shape, validation into the agent's typed view, and the ExternalEntity naming rule.
+//! shape, validation into the agent's typed view, the ExternalEntity naming rule, and the
+//! ExternalEntities antrea-controller derives from it (`local_entities`, the local controller's
+//! input: `policy` gets them as values and does not name this module).
 
 use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
+
+use crate::policy::native::Entity;
 
 pub const API_VERSION: &str = "crd.antrea.io/v1alpha1";
 pub const KIND: &str = "ExternalNode";
@@ -88,6 +92,26 @@ pub fn external_entity_name(node_name: &str, interface_name: &str) -> String {
         .digest()
         .to_string();
     format!("{node_name}-{}", &digest[..5])
+}
+
+/// The ExternalEntities antrea-controller derives from an ExternalNode: one per interface,
+/// named by [`external_entity_name`], in the ExternalNode's namespace, with its labels and the
+/// interface's IPs.
+pub fn local_entities(node: &ExternalNodeObject) -> Vec<Entity> {
+    let Some(spec) = &node.spec else {
+        return Vec::new();
+    };
+    spec.interfaces
+        .iter()
+        .map(|iface| Entity {
+            namespace: node.metadata.namespace.clone(),
+            name: external_entity_name(&node.metadata.name, &iface.name),
+            labels: node.metadata.labels.clone(),
+            ips: iface.ips.iter().filter_map(|ip| ip.parse().ok()).collect(),
+            ports: Vec::new(),
+            local: true,
+        })
+        .collect()
 }
 
 impl ExternalNodeObject {

@@ -4,6 +4,7 @@
 pub mod compiler;
 pub mod controlplane;
 pub mod flowset;
+pub mod fqdn_selector;
 pub mod native;
 pub mod pipeline;
 pub mod priority;
@@ -11,4 +12,3 @@ pub mod refuse;
 pub mod report;
 pub mod resolve;
 pub mod rule;
-pub mod state_file;

@@ -14,7 +14,7 @@
 //!   traffic is to reject what no L7 match allows.
 //!
 //! Everything the agent refuses is a [`Reason`]; the per-rule checks are all in [`reasons`] (one
-//! arm per reason; FQDN peers are enforced, by [`crate::fqdn`]). A source policy type
+//! arm per reason; FQDN peers are enforced, by the `fqdn` module). A source policy type
 //! the agent cannot place in the pipeline is the one refusal decided per policy, by the resolver.
 
 use serde::Serialize;

@@ -406,7 +406,7 @@ fn resolve_policy(
     }
 }
 
-/// The FQDN peers of an egress rule (enforced by [`crate::fqdn`]), with the ports of the
+/// The FQDN peers of an egress rule (enforced by the `fqdn` module), with the ports of the
 /// interfaces the rule applies to.
 fn fqdn_peers(rule: &Rule, interfaces: &[LocalInterface]) -> Option<rule::FqdnPeers> {
     if rule.direction != Direction::Out || rule.peer.fqdns.is_empty() {
@@ -416,7 +416,7 @@ fn fqdn_peers(rule: &Rule, interfaces: &[LocalInterface]) -> Option<rule::FqdnPe
         .peer
         .fqdns
         .iter()
-        .map(|f| crate::fqdn::normalize(f))
+        .map(|f| super::fqdn_selector::normalize(f))
         .collect();
     let ports: BTreeSet<u32> = interfaces.iter().map(|i| i.ofport).collect();
     Some(rule::FqdnPeers {

@@ -195,7 +195,7 @@ pub struct CompiledRuleInput {
     pub log_label: String,
     /// An egress rule with FQDN peers: its selectors and the ports of its applied-to
     /// interfaces. The addresses those names resolve to are not in `to`: the FQDN controller
-    /// adds them as clause flows of their own ([`crate::fqdn`]).
+    /// adds them as clause flows of their own (the `fqdn` module).
     pub fqdn: Option<FqdnPeers>,
 }
 

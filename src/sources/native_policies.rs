@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::bounded::{parse_values, read_regular_file, FileRead};
 use super::policy_dir::PolicySnapshot;
 use crate::config::InputLimits;
-use crate::k8s::external_node::ExternalNodeObject;
+use crate::k8s::external_node::{local_entities, ExternalNodeObject};
 use crate::policy::controlplane::{Kind, ValidObject};
 use crate::policy::native::{self, Change, Delta, Entity, NativeObject, NativeState};
 pub use crate::policy::native::{native_key, NativeKey};
@@ -43,7 +43,7 @@ impl LocalNode {
                 .and_then(|mut docs| (docs.len() == 1).then(|| docs.remove(0)))
                 .and_then(|doc| serde_json::from_value::<ExternalNodeObject>(doc).ok());
             if let Some(node) = parsed {
-                self.entities = native::local_entities(&node);
+                self.entities = local_entities(&node);
             }
         }
         self.text = text;

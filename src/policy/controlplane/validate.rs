@@ -677,7 +677,7 @@ fn peer(p: &mut Problems, path: &str, w: &NetworkPolicyPeer, direction: Option<D
         }
     }
     for (i, fqdn) in w.fqdns.iter().enumerate() {
-        if let Err(e) = crate::fqdn::selector::validate(fqdn) {
+        if let Err(e) = crate::policy::fqdn_selector::validate(fqdn) {
             p.add(format!("{path}.fqdns[{i}]"), e.to_string());
         }
     }

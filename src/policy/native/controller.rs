@@ -15,7 +15,6 @@ use ipnet::IpNet;
 use super::objects::{check_ip_block, NativeKind, NativeObject};
 use super::selector::Selector;
 use super::types::{AppliedTo, IpBlock, LabelSelector, Meta, Peer, PolicySpec, Rule};
-use crate::k8s::external_node::{external_entity_name, ExternalNodeObject};
 use crate::policy::controlplane::types as cp;
 
 /// antrea-controller's namespace for the UUIDs it derives from names.
@@ -69,7 +68,8 @@ pub fn generated_rule_name(direction: &str, rule: &Rule) -> String {
     format!("{direction}-{action}-{}", &digest[..7])
 }
 
-/// An ExternalEntity: from the inventory, or derived from the local ExternalNode.
+/// An ExternalEntity: from the inventory, or derived from the local ExternalNode (by
+/// `k8s::external_node::local_entities`, which the callers pass in as [`Inputs::local_entities`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entity {
     pub namespace: String,
@@ -80,26 +80,6 @@ pub struct Entity {
     /// Derived from this agent's ExternalNode: the only members an AppliedToGroup carries (the
     /// controller sends an agent only its own members).
     pub local: bool,
-}
-
-/// The ExternalEntities antrea-controller derives from an ExternalNode: one per interface,
-/// named by [`external_entity_name`], in the ExternalNode's namespace, with its labels and the
-/// interface's IPs.
-pub fn local_entities(node: &ExternalNodeObject) -> Vec<Entity> {
-    let Some(spec) = &node.spec else {
-        return Vec::new();
-    };
-    spec.interfaces
-        .iter()
-        .map(|iface| Entity {
-            namespace: node.metadata.namespace.clone(),
-            name: external_entity_name(&node.metadata.name, &iface.name),
-            labels: node.metadata.labels.clone(),
-            ips: iface.ips.iter().filter_map(|ip| ip.parse().ok()).collect(),
-            ports: Vec::new(),
-            local: true,
-        })
-        .collect()
 }
 
 /// Everything the local controller reads; `origin` of each object (e.g. its file) names it in

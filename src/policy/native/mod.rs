@@ -11,7 +11,7 @@ pub mod objects;
 pub mod selector;
 pub mod types;
 
-pub use controller::{local_entities, translate, Entity, Inputs, Translation};
+pub use controller::{translate, Entity, Inputs, Translation};
 pub use incremental::{native_key, Change, Delta, NativeKey, NativeState};
 pub use objects::{decode, is_native, NativeKind, NativeObject};
 

@@ -516,7 +516,7 @@ fn check_peer(ingress: bool, peer: &Peer) -> Result<(), String> {
                 peer.fqdn
             ));
         }
-        crate::fqdn::selector::validate(&peer.fqdn).map_err(|e| format!("fqdn: {e}"))?;
+        crate::policy::fqdn_selector::validate(&peer.fqdn).map_err(|e| format!("fqdn: {e}"))?;
     }
     for (field, present) in [
         ("podSelector", peer.pod_selector.is_some()),

@@ -1,5 +1,6 @@
 //! `antrea-vm-agent compile --state FILE`: the flows the agent would own for a given state,
-//! without OVS. Pure: a state document in, rendered flows out.
+//! without OVS. Pure: a state document in, rendered flows out. It composes the policy flows
+//! (`policy`) with the FQDN clause flows of a given cache (`fqdn`), so it sits above both.
 //!
 //! The state (YAML or JSON) has the keys `interfaces` (each: `name`, `ofport`, `uplinkOfport`,
 //! `ips`, `externalEntity: {namespace, name}`), `policyBypassRules` (the config's schema), and
@@ -14,11 +15,15 @@ use serde::Deserialize;
 
 use crate::attachment::{AttachedInterface, EntityRef};
 use crate::config::{BypassRule, Config};
+use crate::fqdn::cache::FqdnCache;
+use crate::fqdn::dns::Answer;
+use crate::fqdn::flows::{self as fqdn_flows, Placements};
 use crate::ovs::openflow::render::{render_flow, NameMap};
 use crate::policy::compiler::{CompileOptions, Compiler};
 use crate::policy::controlplane::store::PolicyStore;
 use crate::policy::controlplane::{ControlplaneObject, Kind};
 use crate::policy::flowset::desired_flows;
+use crate::policy::fqdn_selector::normalize;
 use crate::policy::pipeline::{self, PipelineOptions};
 use crate::policy::resolve::resolve;
 
@@ -165,21 +170,21 @@ pub fn compile_state_with(text: &str, extra: Vec<ControlplaneObject>) -> Result<
     let mut compiler = Compiler::new(CompileOptions::default());
     let compiled = compiler.compile(&resolved.rules, ROUND);
     // The FQDN clause flows the cache's addresses give.
-    let placements = crate::fqdn::flows::Placements::new(compiler.fqdn_placements());
-    let mut cache = crate::fqdn::cache::FqdnCache::new(0);
-    let answers: Vec<crate::fqdn::dns::Answer> = doc
+    let placements = Placements::new(compiler.fqdn_placements());
+    let mut cache = FqdnCache::new(0);
+    let answers: Vec<Answer> = doc
         .fqdn_cache
         .iter()
         .flat_map(|d| {
-            d.ips.iter().map(|ip| crate::fqdn::dns::Answer {
-                name: crate::fqdn::normalize(&d.name),
+            d.ips.iter().map(|ip| Answer {
+                name: normalize(&d.name),
                 ip: *ip,
                 ttl: 3600,
             })
         })
         .collect();
     cache.record(&answers, 0, placements.selectors());
-    flows.extend(crate::fqdn::flows::desired(&placements, &cache));
+    flows.extend(fqdn_flows::desired(&placements, &cache));
     let mut warnings = resolved.warnings;
     warnings.extend(
         compiled

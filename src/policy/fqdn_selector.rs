@@ -1,4 +1,9 @@
-//! FQDN selectors of egress rules: validation and matching. Pure.
+//! FQDN selectors of egress rules: validation, normalization and matching. Pure.
+//!
+//! A selector is part of a rule, so it lives with the rules: validation (`controlplane`,
+//! `native`) refuses a bad one, resolution normalizes it. The FQDN cache and its flows (the
+//! `fqdn` module, above `policy`) match names with it, and `fqdn` re-exports this module as
+//! `fqdn::selector`.
 //!
 //! Antrea's semantics: a selector is an exact name or a pattern where `*` stands for any
 //! sequence of characters, dots included, anchored at both ends (upstream turns `*` into the
