@@ -2,7 +2,7 @@
 //! structure (panels, targets, datasource variables), the alert rules' structure, the scrape
 //! configuration, and every PromQL expression in them. Expressions go through a small PromQL
 //! checker (balanced brackets, known functions, label matchers, durations) whose metric and label
-//! names must be ones the agent exports: they are read from `src/api/` (its `METRIC_NAMES` list
+//! names must be ones the agent exports: they are read from `src/api/` and `src/telemetry.rs` (a `METRIC_NAMES` list
 //! when there is one, else the metric-name string literals there), so a renamed or removed metric
 //! fails here. When `promtool` is available (on PATH or `$PROMTOOL`), it checks the rules, the
 //! dashboard's expressions and the scrape configuration too.
@@ -26,7 +26,7 @@ fn read(rel: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // What the agent exports, read from its source.
 
-/// Metric names and label names the agent's `src/api/` code can produce.
+/// Metric names and label names the agent's `src/api/` and `src/telemetry.rs` code can produce.
 struct Exported {
     metrics: BTreeSet<String>,
     labels: BTreeSet<String>,
@@ -100,7 +100,9 @@ fn is_label_name(s: &str) -> bool {
 
 fn exported() -> Exported {
     let mut files = Vec::new();
+    // The API serves the metrics; the registry that names them is `src/telemetry.rs`.
     rust_files(&repo().join("src/api"), &mut files);
+    files.push(repo().join("src/telemetry.rs"));
     files.sort();
     let sources: Vec<String> = files
         .iter()
@@ -134,7 +136,10 @@ fn exported() -> Exported {
         .collect();
     // Labels Prometheus adds itself.
     labels.extend(["job", "instance", "le", "__name__"].map(String::from));
-    assert!(!metrics.is_empty(), "no metric names found under src/api");
+    assert!(
+        !metrics.is_empty(),
+        "no metric names found under src/api and src/telemetry.rs"
+    );
     Exported { metrics, labels }
 }
 
@@ -478,13 +483,15 @@ fn check_against_agent(expr: &str, exported: &Exported, known_extra: &[&str]) ->
             .iter()
             .find_map(|s| m.strip_suffix(s).filter(|b| exported.metrics.contains(*b)));
         if !exported.metrics.contains(m) && base.is_none() && !known_extra.contains(&m.as_str()) {
-            return Err(format!("metric {m} is not exported by the agent (src/api)"));
+            return Err(format!(
+                "metric {m} is not exported by the agent (src/api, src/telemetry.rs)"
+            ));
         }
     }
     for l in &names.labels {
         if !exported.labels.contains(l) {
             return Err(format!(
-                "label {l} is not produced by the agent (src/api) nor by Prometheus"
+                "label {l} is not produced by the agent (src/api, src/telemetry.rs) nor by Prometheus"
             ));
         }
     }
@@ -574,7 +581,7 @@ fn the_agent_metric_list_is_found() {
     ] {
         assert!(
             exported.metrics.contains(m),
-            "{m} not found in src/api: {:?}",
+            "{m} not found in src/api or src/telemetry.rs: {:?}",
             exported.metrics
         );
     }

@@ -28,11 +28,15 @@ where
     R: Send,
 {
     let total: usize = items.iter().map(&bytes).sum();
+    if items.len() <= 1 || total < PARALLEL_FROM_BYTES {
+        return items.into_iter().map(load).collect();
+    }
+    // Asked only now: on Linux it reads the cgroup's CPU limit, which a small pass need not pay.
     let threads = std::thread::available_parallelism()
         .map_or(1, usize::from)
         .min(MAX_PARSE_THREADS)
         .min(items.len());
-    if threads <= 1 || total < PARALLEL_FROM_BYTES {
+    if threads <= 1 {
         return items.into_iter().map(load).collect();
     }
     let count = items.len();
@@ -103,11 +107,22 @@ mod tests {
     fn large_passes_use_more_than_one_thread_where_there_are_cores() {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let items: Vec<usize> = (0..64).collect();
+        // The first item waits (up to 10 s, however loaded the machine) until another item has
+        // started: with a second thread there, that one takes it, so the outcome is no race.
+        let started = std::sync::atomic::AtomicUsize::new(0);
         let threads = map_loads(
             items,
             |_| PARALLEL_FROM_BYTES,
-            |_| {
-                std::thread::sleep(std::time::Duration::from_millis(2));
+            |i| {
+                started.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if i == 0 && cores > 1 {
+                    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                    while started.load(std::sync::atomic::Ordering::SeqCst) < 2
+                        && std::time::Instant::now() < deadline
+                    {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                }
                 std::thread::current().id()
             },
         );
