@@ -5,6 +5,7 @@ pub mod compiler;
 pub mod controlplane;
 pub mod flowset;
 pub mod fqdn_selector;
+pub mod merge_join;
 pub mod native;
 pub mod pipeline;
 pub mod priority;

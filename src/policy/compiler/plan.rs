@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use crate::ovs::openflow::{Flow, FlowKey, FlowMod};
 use crate::policy::flowset;
+use crate::policy::merge_join::{merge_join, Joined};
 use crate::policy::rule::CompiledRuleInput;
 
 use super::{build_sorted, identity, CompileOptions, ResolvedRule};
@@ -219,43 +220,29 @@ impl DeltaChunks {
         let after = build(&after, self.round, &self.opts);
         let mut adds = Vec::new();
         let mut deletes = Vec::new();
-        let mut old = before.into_iter().peekable();
-        let mut new = after.into_iter().peekable();
-        loop {
-            let order = match (old.peek(), new.peek()) {
-                (None, None) => break,
-                (Some(_), None) => std::cmp::Ordering::Less,
-                (None, Some(_)) => std::cmp::Ordering::Greater,
-                (Some(o), Some(n)) => identity(o).cmp(&identity(n)),
-            };
-            match order {
-                std::cmp::Ordering::Less => {
-                    if let Some(o) = old.next() {
-                        self.count(o.table, -1);
-                        if own(&o) {
-                            deletes.push(FlowMod::delete_strict(o));
-                        } else {
-                            self.deferred.push(o);
-                        }
+        for step in merge_join(before, after, |o, n| identity(o).cmp(&identity(n))) {
+            match step {
+                Joined::Old(o) => {
+                    self.count(o.table, -1);
+                    if own(&o) {
+                        deletes.push(FlowMod::delete_strict(o));
+                    } else {
+                        self.deferred.push(o);
                     }
                 }
-                std::cmp::Ordering::Greater => {
-                    if let Some(n) = new.next() {
-                        self.count(n.table, 1);
-                        if !own(&n) {
-                            self.outside_after.insert(n.key());
-                        }
+                Joined::New(n) => {
+                    self.count(n.table, 1);
+                    if !own(&n) {
+                        self.outside_after.insert(n.key());
+                    }
+                    adds.push(FlowMod::add(n));
+                }
+                Joined::Both(o, n) => {
+                    if !own(&n) {
+                        self.outside_after.insert(n.key());
+                    }
+                    if !flowset::same_but_round(&o, &n) {
                         adds.push(FlowMod::add(n));
-                    }
-                }
-                std::cmp::Ordering::Equal => {
-                    if let (Some(o), Some(n)) = (old.next(), new.next()) {
-                        if !own(&n) {
-                            self.outside_after.insert(n.key());
-                        }
-                        if !flowset::same_but_round(&o, &n) {
-                            adds.push(FlowMod::add(n));
-                        }
                     }
                 }
             }

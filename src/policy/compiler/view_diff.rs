@@ -18,6 +18,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::{CompileError, Compiler, SkippedRule};
+use crate::policy::merge_join::{merge_join, Joined};
 use crate::policy::rule::{CompiledRuleInput, RuleId};
 
 /// The rules of a view that differ from the held ones.
@@ -69,37 +70,21 @@ impl Compiler {
 
         // A merge of the sorted input with the held rules.
         let mut diff = ViewDiff::default();
-        let mut held = self.held.iter_mut().peekable();
-        let mut input = accepted.iter().peekable();
-        loop {
-            let order = match (held.peek(), input.peek()) {
-                (None, None) => break,
-                (Some(_), None) => std::cmp::Ordering::Less,
-                (None, Some(_)) => std::cmp::Ordering::Greater,
-                (Some((id, _)), Some(r)) => (*id).cmp(&r.id),
-            };
-            match order {
-                std::cmp::Ordering::Less => {
-                    if let Some((id, _)) = held.next() {
-                        diff.removed.push(id.clone());
+        for step in merge_join(self.held.iter_mut(), accepted.iter(), |(id, _), r| {
+            (*id).cmp(&r.id)
+        }) {
+            match step {
+                Joined::Old((id, _)) => diff.removed.push(id.clone()),
+                Joined::New(r) => diff.changed.push(Arc::clone(r)),
+                Joined::Both((_, h), r) => {
+                    if Arc::ptr_eq(&h.rule, r) {
+                        continue;
                     }
-                }
-                std::cmp::Ordering::Greater => {
-                    if let Some(r) = input.next() {
+                    if *h.rule == ***r {
+                        // Same rule, another allocation: share the caller's.
+                        h.rule = Arc::clone(r);
+                    } else {
                         diff.changed.push(Arc::clone(r));
-                    }
-                }
-                std::cmp::Ordering::Equal => {
-                    if let (Some((_, h)), Some(r)) = (held.next(), input.next()) {
-                        if Arc::ptr_eq(&h.rule, r) {
-                            continue;
-                        }
-                        if *h.rule == ***r {
-                            // Same rule, another allocation: share the caller's.
-                            h.rule = Arc::clone(r);
-                        } else {
-                            diff.changed.push(Arc::clone(r));
-                        }
                     }
                 }
             }

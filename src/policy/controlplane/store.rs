@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use super::types::Kind;
 use super::validate::{Group, MembersPatch, Policy, ValidObject};
+use crate::policy::merge_join::{merge_join, Joined};
 
 /// How one object changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -139,34 +140,14 @@ fn replace<T: SameValue>(
     let mut changes = BTreeMap::new();
     // Both maps are sorted by name: one walk of both (a snapshot of 10,000 policies is compared
     // on every change of one of them), not a lookup per name.
-    let mut old = map.iter().peekable();
-    let mut new = next.iter().peekable();
-    loop {
-        let order = match (old.peek(), new.peek()) {
-            (None, None) => break,
-            (Some(_), None) => std::cmp::Ordering::Less,
-            (None, Some(_)) => std::cmp::Ordering::Greater,
-            (Some((a, _)), Some((b, _))) => a.cmp(b),
+    for step in merge_join(map.iter(), next.iter(), |(a, _), (b, _)| a.cmp(b)) {
+        let (name, change) = match step {
+            Joined::Old((name, _)) => (name, Change::Deleted),
+            Joined::New((name, _)) => (name, Change::Added),
+            Joined::Both((_, before), (name, now)) if !before.same(now) => (name, Change::Modified),
+            Joined::Both(..) => continue,
         };
-        match order {
-            std::cmp::Ordering::Less => {
-                if let Some((name, _)) = old.next() {
-                    changes.insert(name.clone(), Change::Deleted);
-                }
-            }
-            std::cmp::Ordering::Greater => {
-                if let Some((name, _)) = new.next() {
-                    changes.insert(name.clone(), Change::Added);
-                }
-            }
-            std::cmp::Ordering::Equal => {
-                if let (Some((_, before)), Some((name, now))) = (old.next(), new.next()) {
-                    if !before.same(now) {
-                        changes.insert(name.clone(), Change::Modified);
-                    }
-                }
-            }
-        }
+        changes.insert(name.clone(), change);
     }
     std::mem::swap(map, &mut next);
     changes
