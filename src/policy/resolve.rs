@@ -140,15 +140,13 @@ impl ResolvedView {
         let mut changed = false;
         let mut warnings_changed = false;
         // The rules the re-resolved policies held (kept alive, so their addresses stay theirs
-        // until the merge below has skipped them) and their names: the rest of the sorted view
-        // stays as it is.
+        // until the merge below has skipped them): the rest of the sorted view stays as it is.
         let merge = affected.is_some();
         let mut replaced: Vec<Arc<CompiledRuleInput>> = Vec::new();
-        let mut re_resolved: Vec<String> = Vec::new();
-        for name in names {
-            let old = self.per_policy.remove(&name);
+        for name in &names {
+            let old = self.per_policy.remove(name);
             let mut out = Resolved::default();
-            if let Some(policy) = store.policy(&name) {
+            if let Some(policy) = store.policy(name) {
                 resolve_policy(store, policy, &local, &mut out);
             }
             let PolicyResolution {
@@ -183,11 +181,10 @@ impl ResolvedView {
             changed |= kept != rules.len() || kept != old_rules.len();
             if merge {
                 replaced.extend(old_rules);
-                re_resolved.push(name.clone());
             }
             if !rules.is_empty() || !out.warnings.is_empty() || !out.not_enforced.is_empty() {
                 self.per_policy.insert(
-                    name,
+                    name.clone(),
                     PolicyResolution {
                         rules,
                         warnings: out.warnings,
@@ -197,9 +194,7 @@ impl ResolvedView {
             }
         }
         if changed {
-            let merged = merge
-                .then(|| self.merged_rules(&replaced, &re_resolved))
-                .flatten();
+            let merged = merge.then(|| self.merged_rules(&replaced, &names)).flatten();
             self.rules = match merged {
                 Some(rules) => rules,
                 None => self.sorted_rules(),
