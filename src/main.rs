@@ -439,6 +439,12 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
             cluster: selected.cluster,
             metrics: metrics.clone(),
             agent_info_path: Some(config.state_dir.join("agent-info.json")),
+            state_files: Arc::new(antrea_vm_agent::host::files::DiskFiles::default()),
+            // Its own connection to the control socket (the FQDN controller's lives on its thread).
+            datapath: Arc::new(antrea_vm_agent::ovs::vswitchd::Vswitchd::new(
+                config.ovs_run_dir.clone(),
+                config.ovs_datapath_type.as_str(),
+            )),
             fqdn,
             packet_ins,
             timing,

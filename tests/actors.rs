@@ -13,12 +13,14 @@ use antrea_vm_agent::actors::supervisor::{GetPeers, GetSupervisorReport, Shutdow
 use antrea_vm_agent::actors::{Deps, Peers, Supervisor, Timing};
 use antrea_vm_agent::config::Config;
 use antrea_vm_agent::host::fake::FakeHost;
+use antrea_vm_agent::host::files::FakeStateFiles;
 use antrea_vm_agent::host::Route;
 use antrea_vm_agent::k8s::external_node::ExternalNodeObject;
 use antrea_vm_agent::messages::{ActorKind, Crash, StatusQuery};
 use antrea_vm_agent::ovs::openflow::fake::FakeConnector;
 use antrea_vm_agent::ovs::openflow::{Event, Flow, Match, PacketIn};
 use antrea_vm_agent::ovs::ovsdb::fake::FakeOvsdb;
+use antrea_vm_agent::ovs::vswitchd::FakeDatapathCache;
 use antrea_vm_agent::policy::pipeline::{self, table};
 use antrea_vm_agent::sources::fake::FakeSource;
 use antrea_vm_agent::sources::{SourceError, SourceEvent};
@@ -36,6 +38,9 @@ struct World {
     /// the responder on threads of their own).
     responder: Arc<FakeConnector>,
     source: FakeSource,
+    /// Where the reporter writes `agent-info.json`.
+    files: Arc<FakeStateFiles>,
+    datapath: Arc<FakeDatapathCache>,
     supervisor: Addr<Supervisor>,
     deps: Deps,
     _dir: tempfile::TempDir,
@@ -121,6 +126,8 @@ fn start_world() -> World {
         switch: fakes.switch,
         responder,
         source: fakes.source,
+        files: fakes.files,
+        datapath: fakes.datapath,
         supervisor,
         _dir: dir,
     }
@@ -412,8 +419,8 @@ async fn every_actor_restarts_after_a_panic_and_the_system_converges() {
     // The reporter publishes a healthy agent info with every actor's status.
     let path = w._dir.path().join("agent-info.json");
     eventually("agent info written and healthy", || async {
-        std::fs::read(&path)
-            .ok()
+        w.files
+            .read(&path)
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
             .is_some_and(|v| v["healthy"] == true && v["actors"].as_array().is_some_and(|a| a.len() == 4))
     })
@@ -521,6 +528,7 @@ async fn flows_deleted_under_the_agent_are_repaired_by_the_audit() {
     w.source.set(external_node(&["10.0.0.2"]));
     w.converge().await;
     let connects = w.switch.connect_count();
+    assert_eq!(w.datapath.purges(), 0, "nothing repaired yet");
     // Everything gone from the switch, the connection kept (a `del-flows`, `del-groups`,
     // `del-meters` by someone else); the fake cannot report it, so the audit finds it.
     w.switch.current().expect("connected").clear();
@@ -546,6 +554,12 @@ async fn flows_deleted_under_the_agent_are_repaired_by_the_audit() {
     };
     eventually("the repair counted", || async { repairs() >= 1 }).await;
     assert_eq!(repairs(), 1, "one repair counted");
+    // Then the datapath flow cache is purged twice, 0.5 s apart.
+    eventually("the datapath cache purged twice", || async {
+        w.datapath.purges() >= 2
+    })
+    .await;
+    assert_eq!(w.datapath.purges(), 2, "one repair, two purges");
     let _ = w.supervisor.send(Shutdown).await;
 }
 

@@ -6,6 +6,11 @@
 //! anything of the agent. Test code counts too: a `use` in a test module is still an edge between
 //! the modules.
 //!
+//! Rule 8 too: no file under `src/actors` (test code and comments included) names the OpenFlow
+//! codec's byte-level parts (`ovs::openflow::wire`, `oxm`, `messages`, or an encoder or decoder
+//! of `actions`); the flow installer holds switch flows by the opaque keys of
+//! `ovs::openflow::packed`.
+//!
 //! It also measures the table of section 5.1 (which module names which, how often, in product
 //! code: comments, `#[cfg(test)]` items and the files they declare left out), prints it
 //! (`cargo test --test layering -- --nocapture`), and checks that the pairs of modules still
@@ -144,6 +149,139 @@ fn the_check_finds_an_import_and_only_whole_module_names() {
     );
     assert!(naming("let x = crate::k8s_helpers::f();", "k8s").is_empty());
     assert_eq!(naming("pub use crate::k8s;", "k8s").len(), 1);
+}
+
+/// The codec's modules that deal in bytes (rule 8), as the first segment of a path under
+/// `openflow::`; `actions` is the flow model's too, so only its encoders and decoders count.
+const OPENFLOW_BYTE_MODULES: &[&str] = &["wire", "oxm", "messages"];
+
+/// The paths a `use` tree (or a plain path) starting at `text` names, whitespace removed:
+/// `{wire::{Reader, Writer}, oxm}` gives `wire::Reader`, `wire::Writer` and `oxm`.
+fn use_tree_paths(text: &str) -> Vec<String> {
+    fn expand(s: &[char], i: &mut usize, prefix: &str, out: &mut Vec<String>) {
+        if s.get(*i) == Some(&'{') {
+            *i += 1;
+            loop {
+                if s.get(*i) == Some(&'}') {
+                    *i += 1;
+                    return;
+                }
+                expand(s, i, prefix, out);
+                match s.get(*i) {
+                    Some(',') => *i += 1,
+                    Some('}') => {
+                        *i += 1;
+                        return;
+                    }
+                    _ => return,
+                }
+            }
+        }
+        let start = *i;
+        while s.get(*i).is_some_and(|c| c.is_ascii_alphanumeric() || *c == '_') {
+            *i += 1;
+        }
+        let path: String = prefix.chars().chain(s[start..*i].iter().copied()).collect();
+        if s.get(*i) == Some(&':') && s.get(*i + 1) == Some(&':') {
+            *i += 2;
+            expand(s, i, &format!("{path}::"), out);
+        } else {
+            out.push(path);
+        }
+    }
+    let chars: Vec<char> = text.chars().filter(|c| !c.is_whitespace()).collect();
+    let mut out = Vec::new();
+    expand(&chars, &mut 0, "", &mut out);
+    out
+}
+
+/// Whether a path under `openflow::` names the codec's bytes.
+fn is_openflow_bytes(path: &str) -> bool {
+    let mut segments = path.split("::");
+    let first = segments.next().unwrap_or_default();
+    OPENFLOW_BYTE_MODULES.contains(&first)
+        || (first == "actions"
+            && segments
+                .next()
+                .is_some_and(|s| s.starts_with("encode") || s.starts_with("decode")))
+}
+
+/// Every place in `text` that names the codec's bytes, as (line number, what): paths and `use`
+/// trees under `openflow::` (`ovs::openflow::` or the crate's own `ovs_openflow::`), and
+/// `actions::encode…`/`actions::decode…` reached through a shorter path.
+fn openflow_bytes_named(text: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (at, _) in text.match_indices("openflow::") {
+        let line = text[..at].matches('\n').count() + 1;
+        for path in use_tree_paths(&text[at + "openflow::".len()..]) {
+            if is_openflow_bytes(&path) {
+                found.push((line, format!("openflow::{path}")));
+            }
+        }
+    }
+    for needle in ["actions::encode", "actions::decode"] {
+        for (at, _) in text.match_indices(needle) {
+            if !text[..at].ends_with("openflow::") {
+                found.push((text[..at].matches('\n').count() + 1, needle.to_string()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_actor_knows_openflow_bytes() {
+    let mut found = Vec::new();
+    for file in files_of("actors") {
+        let text = std::fs::read_to_string(&file).expect("source file");
+        for (line, what) in openflow_bytes_named(&text) {
+            found.push(format!(
+                "{}:{line}: actors must not know OpenFlow bytes (rule 8): {what}",
+                file.strip_prefix(env!("CARGO_MANIFEST_DIR"))
+                    .unwrap_or(&file)
+                    .display()
+            ));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "OpenFlow bytes outside ovs:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_openflow_bytes_check_sees_paths_and_use_trees() {
+    // What held.rs imported before `packed`.
+    let text = "use crate::ovs::openflow::actions::{encode_instructions, normalize_actions};\n\
+                use crate::ovs::openflow::oxm::{decode_match, encode_match};\n\
+                use crate::ovs::openflow::wire::{Reader, Writer};\n";
+    assert_eq!(
+        openflow_bytes_named(text),
+        vec![
+            (1, "openflow::actions::encode_instructions".to_string()),
+            (2, "openflow::oxm::decode_match".to_string()),
+            (2, "openflow::oxm::encode_match".to_string()),
+            (3, "openflow::wire::Reader".to_string()),
+            (3, "openflow::wire::Writer".to_string()),
+        ]
+    );
+    let nested = "use crate::ovs::openflow::{\n    Flow,\n    wire::{self, Writer},\n};\nlet m = ovs_openflow::messages::encode_hello(1);\nuse crate::ovs::openflow::actions;\nactions::decode_actions(&b);\n";
+    assert_eq!(
+        openflow_bytes_named(nested),
+        vec![
+            (1, "openflow::wire::self".to_string()),
+            (1, "openflow::wire::Writer".to_string()),
+            (5, "openflow::messages::encode_hello".to_string()),
+            (7, "actions::decode".to_string()),
+        ]
+    );
+    // The flow model, its normalization and the packed keys are fine.
+    let allowed = "use crate::ovs::openflow::actions::normalize_actions;\n\
+                   use crate::ovs::openflow::packed::{content_digest, PackedFlowKey};\n\
+                   use crate::ovs::openflow::{normalize_flow, Action, Flow, FlowKey};\n\
+                   use crate::messages::Resync;\n";
+    assert!(openflow_bytes_named(allowed).is_empty());
 }
 
 /// The product code of one file: without comment lines and without `#[cfg(test)]` items; the

@@ -3,8 +3,9 @@
 //! * Every `report_interval` (first one at start) it asks every actor for its status, probes
 //!   OVSDB, decides the four AntreaAgentInfo conditions (see [`agent_conditions::conditions`]) and
 //!   publishes one [`AgentInfo`] snapshot: written atomically as JSON to the state directory when
-//!   a path is configured, kept for [`GetAgentInfo`] (the local API), and — in Kubernetes mode —
-//!   sent as the AntreaAgentInfo heartbeat (GET/PUT with a cached copy, §5.3 of the API
+//!   a path is configured (through [`Deps::state_files`], off the actor's thread, one write at a
+//!   time with only the newest waiting), kept for [`GetAgentInfo`] (the local API), and — in
+//!   Kubernetes mode — sent as the AntreaAgentInfo heartbeat (GET/PUT with a cached copy, §5.3 of the API
 //!   reference; never created by us).
 //! * On every [`PoliciesRealized`] from the flow installer (Kubernetes mode, `AntreaPolicy` on)
 //!   it posts a NetworkPolicyStatus for each Antrea-native policy not yet posted at that
@@ -17,7 +18,6 @@
 //! Failures are logged once per change of error (a recovery is logged too), never stop the actor,
 //! and show in the status detail (`agentInfo`, `policyStatus`, `stats`).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -143,6 +143,11 @@ pub struct AgentInfoReporter {
     last: Option<AgentInfo>,
     conditions: ConditionTracker,
     k8s: Option<Writers>,
+    /// A write of the agent info file is under way.
+    info_file_busy: bool,
+    /// The snapshot to write when it ends (the newest only: an older one is never written
+    /// after a newer).
+    info_file_next: Option<(Vec<u8>, bool)>,
     _lifeline: Lifeline,
 }
 
@@ -173,8 +178,38 @@ impl AgentInfoReporter {
             last: None,
             conditions: ConditionTracker::default(),
             k8s,
+            info_file_busy: false,
+            info_file_next: None,
             _lifeline: lifeline,
         }
+    }
+
+    /// Writes `body` (the snapshot's JSON; `healthy` for the log) to the agent info file, or
+    /// leaves it for the write under way to start when it ends.
+    fn write_info_file(&mut self, body: Vec<u8>, healthy: bool, ctx: &mut Context<Self>) {
+        let Some(path) = self.deps.agent_info_path.clone() else {
+            return;
+        };
+        if self.info_file_busy {
+            self.info_file_next = Some((body, healthy));
+            return;
+        }
+        self.info_file_busy = true;
+        let files = self.deps.state_files.clone();
+        let fut = async move {
+            let result = files.replace(&path, body).await;
+            (path, result)
+        };
+        ctx.spawn(fut.into_actor(self).map(move |(path, result), act, ctx| {
+            match result {
+                Ok(()) => debug!(path = %path.display(), healthy, "agent info written"),
+                Err(e) => warn!(path = %path.display(), "cannot write agent info: {e}"),
+            }
+            act.info_file_busy = false;
+            if let Some((body, healthy)) = act.info_file_next.take() {
+                act.write_info_file(body, healthy, ctx);
+            }
+        }));
     }
 
     /// Starts one AntreaAgentInfo heartbeat unless the previous one is still running.
@@ -338,16 +373,6 @@ async fn probe_ovsdb(ovsdb: Arc<dyn Ovsdb>, _bridge: String) -> OvsdbProbe {
     }
 }
 
-fn write_atomically(path: &PathBuf, info: &AgentInfo) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = path.with_extension("json.tmp");
-    let body = serde_json::to_vec_pretty(info).map_err(std::io::Error::other)?;
-    std::fs::write(&tmp, body)?;
-    std::fs::rename(&tmp, path)
-}
-
 impl Actor for AgentInfoReporter {
     type Context = Context<Self>;
 
@@ -423,8 +448,8 @@ impl Handler<Report> for AgentInfoReporter {
                 kubernetes: act.k8s.as_ref().map(Writers::report),
             };
             if let Some(path) = &act.deps.agent_info_path {
-                match write_atomically(path, &info) {
-                    Ok(()) => debug!(path = %path.display(), healthy, "agent info written"),
+                match serde_json::to_vec_pretty(&info) {
+                    Ok(body) => act.write_info_file(body, healthy, ctx),
                     Err(e) => warn!(path = %path.display(), "cannot write agent info: {e}"),
                 }
             }

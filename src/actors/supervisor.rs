@@ -29,10 +29,12 @@ use super::{
     PolicyCache, SetPeers,
 };
 use crate::config::Config;
+use crate::host::files::StateFiles;
 use crate::host::HostNet;
 use crate::messages::{ActorKind, Resync, Stop};
 use crate::ovs::openflow::SwitchConnector;
 use crate::ovs::ovsdb::Ovsdb;
+use crate::ovs::vswitchd::DatapathCache;
 use crate::sources::ExternalNodeSource;
 
 /// Intervals and backoffs. Production values come from [`Timing::default`]; tests shrink them.
@@ -97,6 +99,10 @@ pub struct Deps {
     pub metrics: crate::telemetry::AgentMetrics,
     /// Where the reporter writes the agent info snapshot (standalone mode).
     pub agent_info_path: Option<PathBuf>,
+    /// How the reporter writes it (atomically, off the actor's thread).
+    pub state_files: Arc<dyn StateFiles>,
+    /// ovs-vswitchd's datapath flow cache, which the flow installer purges after a repair.
+    pub datapath: Arc<dyn DatapathCache>,
     pub timing: Timing,
     /// The FQDN controller (its own thread): the flow installer publishes the FQDN rule
     /// placements to it, the API reads its cache and counters.

@@ -3,7 +3,8 @@
 //! routes need an up link, a down link loses its routes and IPv6 addresses, names are unique.
 //! Test hooks: links can be added and removed, the next call of a method can be made to fail,
 //! every mutating call is logged, and the largest number of default routes that ever existed
-//! at once is tracked (to catch "two default routes at the same time").
+//! at once is tracked (to catch "two default routes at the same time"). Its network-manager
+//! check finds nothing unless a test sets the warnings it gives.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -66,6 +67,8 @@ struct State {
     fail_next: HashMap<String, String>,
     calls: Vec<String>,
     max_defaults: HashMap<IpFamily, usize>,
+    /// What [`HostNet::manager_warnings`] answers, for every uplink.
+    manager_warnings: Vec<String>,
 }
 
 /// The in-memory host. All methods are synchronous underneath; the async trait methods never
@@ -509,6 +512,12 @@ impl FakeHost {
         }
     }
 
+    /// Test hook: the warnings [`HostNet::manager_warnings`] gives before every attach (none
+    /// unless set: the fake host has no network manager).
+    pub fn set_manager_warnings(&self, warnings: Vec<String>) {
+        self.lock().manager_warnings = warnings;
+    }
+
     /// Test hook: removes a link with its addresses and routes (like OVS deleting an internal
     /// port). Returns whether it existed. Not logged.
     pub fn remove_link(&self, name: &str) -> bool {
@@ -719,6 +728,10 @@ impl HostNet for FakeHost {
     async fn delete_link(&self, index: u32) -> Result<(), HostError> {
         self.mutate("delete_link", format!("#{index}"), |st| st.delete_link(index))
     }
+
+    async fn manager_warnings(&self, _uplink: &str) -> Vec<String> {
+        self.lock().manager_warnings.clone()
+    }
 }
 
 #[cfg(test)]
@@ -790,6 +803,20 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    #[test]
+    fn the_manager_check_finds_only_what_the_test_set() {
+        let host = FakeHost::new();
+        block_on(async {
+            assert!(host.manager_warnings("eth0").await.is_empty());
+            host.set_manager_warnings(vec!["NetworkManager would configure eth0~".into()]);
+            assert_eq!(
+                host.manager_warnings("eth0").await,
+                vec!["NetworkManager would configure eth0~".to_string()]
+            );
+        });
+        assert!(host.calls().is_empty(), "not a change of the host");
     }
 
     #[test]

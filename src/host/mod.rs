@@ -1,6 +1,8 @@
 //! Host network interfaces: the model of links, addresses and routes the agent moves between a NIC
-//! and its OVS internal port, and the [`HostNet`] trait that reads and changes them (real:
-//! rtnetlink; in-process fake for actor tests).
+//! and its OVS internal port, and the [`HostNet`] trait that reads and changes them and checks
+//! the host's network managers before an attach (real: rtnetlink and the managers' files under
+//! `/`; in-process fake for actor tests). Beside it, the files the agent publishes on the host
+//! ([`files::StateFiles`]).
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -11,6 +13,7 @@ use serde::{Deserialize, Serialize};
 pub mod eligibility;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
+pub mod files;
 pub mod find;
 pub mod kernel;
 pub mod managers;
@@ -189,4 +192,10 @@ pub trait HostNet: Send + Sync {
     /// if there is no such link. Only for devices proven to be leftovers (see
     /// `uplink::stale`): never the uplink or a user's device.
     async fn delete_link(&self, index: u32) -> Result<(), HostError>;
+    /// The warnings to log just before attaching `uplink` (the NIC's own name, e.g. `eth0`): a
+    /// running network manager that would fight the agent over the renamed NIC, naming the
+    /// drop-in that prevents it, and every hazard found ([`managers::check_before_attach`] on
+    /// the host's root). A check that cannot read something finds nothing there, so this never
+    /// fails.
+    async fn manager_warnings(&self, uplink: &str) -> Vec<String>;
 }

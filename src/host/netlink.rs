@@ -1,6 +1,7 @@
 //! The real [`HostNet`]: links, addresses and routes read and changed over rtnetlink
 //! (`NETLINK_ROUTE`), with every attribute needed to move a NIC's configuration to an OVS
-//! internal port and to put it back exactly.
+//! internal port and to put it back exactly; and the network-manager check before an attach,
+//! over the real root `/` (`host::managers`).
 //!
 //! One netlink socket per [`NetlinkHost`]; its connection task is spawned on the tokio runtime
 //! current at [`NetlinkHost::new`] (inside an actix `System` that is the System's
@@ -25,6 +26,7 @@
 //!   RTA_PREF, route expiry (RA routes), IFA_PROTO, and the peer of a point-to-point address.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -833,6 +835,15 @@ impl HostNet for NetlinkHost {
                 message: e.message(),
             }),
         }
+    }
+
+    async fn manager_warnings(&self, uplink: &str) -> Vec<String> {
+        // The check reads files under /etc, /run and /proc: on the blocking pool, not on the
+        // caller's thread (the interface manager's, which also answers health and status).
+        let uplink = uplink.to_string();
+        tokio::task::spawn_blocking(move || super::managers::check_before_attach(Path::new("/"), &uplink))
+            .await
+            .unwrap_or_else(|e| vec![format!("cannot check the host's network managers: {e}")])
     }
 }
 

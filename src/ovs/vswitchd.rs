@@ -1,8 +1,8 @@
 //! ovs-vswitchd's control socket (unixctl: JSON-RPC over `<ovsRunDir>/ovs-vswitchd.<pid>.ctl`)
 //! and the two things the agent asks of it about the datapath flow cache (megaflows): purge it
-//! all after a repair, and evict the cached flows that can carry a packet to given addresses
-//! before a held DNS answer is released. The eviction sits behind the small [`DatapathCache`]
-//! trait with a fake beside it.
+//! all after a repair (the flow installer), and evict the cached flows that can carry a packet
+//! to given addresses before a held DNS answer is released (the FQDN controller). Both sit
+//! behind the small [`DatapathCache`] trait with a fake beside it.
 //!
 //! Why eviction is needed: OVS revalidates its cached datapath flows *asynchronously* after a
 //! flow-table change. A connection to a blocked address can leave a drop megaflow whose
@@ -49,9 +49,12 @@ pub enum VswitchdError {
     NotText { method: String, answer: String },
 }
 
-/// The switch's datapath flow cache, as the FQDN controller needs it.
+/// The switch's datapath flow cache, as the flow installer and the FQDN controller need it.
 #[async_trait]
 pub trait DatapathCache: Send + Sync {
+    /// Drops every cached datapath flow (`revalidator/purge`): the next packets take an upcall
+    /// each and are decided by the flow tables as they are now.
+    async fn purge(&self) -> Result<(), VswitchdError>;
     /// Deletes every cached datapath flow that can match a packet to one of `ips` (whatever its
     /// verdict: the next packet is decided by the flow tables again). Returns how many were
     /// deleted.
@@ -175,11 +178,6 @@ impl Vswitchd {
             }),
         }
     }
-
-    /// Drops every cached datapath flow (`revalidator/purge`).
-    pub async fn purge(&self) -> Result<(), VswitchdError> {
-        self.call("revalidator/purge", &[]).await.map(|_| ())
-    }
 }
 
 /// The datapath-flow filter (dpctl's `filter=` syntax) that selects flows toward `ip`.
@@ -200,6 +198,10 @@ fn ufids(dump: &str) -> Vec<&str> {
 
 #[async_trait]
 impl DatapathCache for Vswitchd {
+    async fn purge(&self) -> Result<(), VswitchdError> {
+        self.call("revalidator/purge", &[]).await.map(|_| ())
+    }
+
     async fn evict_toward(&self, ips: &[IpAddr]) -> Result<usize, VswitchdError> {
         // The dumps (one per address), then the deletions (one per flow found), each set sent
         // at once: ovs-vswitchd answers a set in one turn of its main loop, and the DNS answer
@@ -254,11 +256,12 @@ fn is_gone(why: &str) -> bool {
 }
 
 /// A datapath cache that only records what it was asked (for tests of its callers); `on_evict`
-/// runs at each call, so a test can look at the rest of the world at that moment.
+/// runs at each eviction, so a test can look at the rest of the world at that moment.
 #[cfg(any(test, feature = "test-util"))]
 #[derive(Default)]
 pub struct FakeDatapathCache {
     calls: std::sync::Mutex<Vec<Vec<IpAddr>>>,
+    purges: std::sync::atomic::AtomicUsize,
     #[allow(clippy::type_complexity)]
     on_evict: Option<Box<dyn Fn(&[IpAddr]) + Send + Sync>>,
 }
@@ -267,20 +270,30 @@ pub struct FakeDatapathCache {
 impl FakeDatapathCache {
     pub fn with_hook(on_evict: impl Fn(&[IpAddr]) + Send + Sync + 'static) -> Self {
         FakeDatapathCache {
-            calls: std::sync::Mutex::default(),
             on_evict: Some(Box::new(on_evict)),
+            ..FakeDatapathCache::default()
         }
     }
 
-    /// The addresses of every call, in order.
+    /// The addresses of every eviction, in order.
     pub fn calls(&self) -> Vec<Vec<IpAddr>> {
         self.calls.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    /// How many times the whole cache was purged.
+    pub fn purges(&self) -> usize {
+        self.purges.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
 #[cfg(any(test, feature = "test-util"))]
 #[async_trait]
 impl DatapathCache for FakeDatapathCache {
+    async fn purge(&self) -> Result<(), VswitchdError> {
+        self.purges.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
     async fn evict_toward(&self, ips: &[IpAddr]) -> Result<usize, VswitchdError> {
         if let Some(hook) = &self.on_evict {
             hook(ips);

@@ -346,7 +346,7 @@ pub async fn attach(
     };
     // A network manager that does not leave the renamed NIC alone would fight the agent over it
     // (configure it twice, or take it back): say so, naming the drop-in that prevents it.
-    for warning in crate::host::managers::check_before_attach(std::path::Path::new("/"), &name) {
+    for warning in env.host.manager_warnings(&name).await {
         warn!(iface = %name, "{warning}");
     }
     let (addresses, routes) = snapshot(env, link).await?;

@@ -148,6 +148,7 @@ pub fn start(setup: ListenerSetup) -> World {
         switch,
         source,
         metrics,
+        ..
     } = fakes;
     let supervisor = Supervisor::new(deps).start();
     let (server, server_errors) = ApiServer::start(

@@ -1,6 +1,7 @@
 //! The pieces of "the actors on fakes" shared by the in-process tests (tests/actors.rs,
 //! tests/flow_stats.rs, tests/reporter.rs and tests/api_support/): the fake VM host, the fake
-//! OVSDB joined to it, the fake switch and ExternalNode source bundled as [`Fakes`], the `Deps`
+//! OVSDB joined to it, the fake switch, ExternalNode source, state files and datapath cache
+//! bundled as [`Fakes`], the `Deps`
 //! built from them, fast timing, the eth0 interface record and the bounded `eventually` poll.
 //! Each test file keeps its own configuration and world on top of these.
 
@@ -14,11 +15,13 @@ use std::time::Duration;
 use antrea_vm_agent::actors::{Deps, Timing};
 use antrea_vm_agent::config::Config;
 use antrea_vm_agent::host::fake::FakeHost;
+use antrea_vm_agent::host::files::FakeStateFiles;
 use antrea_vm_agent::host::Address;
 use antrea_vm_agent::messages::{AttachedInterface, EntityRef, InterfacesChanged};
 use antrea_vm_agent::ovs::openflow::fake::FakeConnector;
 use antrea_vm_agent::ovs::ovsdb::fake::FakeOvsdb;
 use antrea_vm_agent::ovs::ovsdb::{BridgeSpec, Ovsdb};
+use antrea_vm_agent::ovs::vswitchd::FakeDatapathCache;
 use antrea_vm_agent::sources::fake::FakeSource;
 use antrea_vm_agent::telemetry::AgentMetrics;
 
@@ -135,10 +138,15 @@ pub struct Fakes {
     pub switch: Arc<FakeConnector>,
     pub source: FakeSource,
     pub metrics: AgentMetrics,
+    /// Where the reporter's agent info file goes.
+    pub files: Arc<FakeStateFiles>,
+    /// ovs-vswitchd's datapath flow cache, which the flow installer purges after a repair.
+    pub datapath: Arc<FakeDatapathCache>,
 }
 
 impl Fakes {
-    /// A fresh switch, ExternalNode source and metrics registry around `host` and `ovsdb`.
+    /// A fresh switch, ExternalNode source, metrics registry, state files and datapath cache
+    /// around `host` and `ovsdb`.
     pub fn new(host: Arc<FakeHost>, ovsdb: Arc<FakeOvsdb>) -> Fakes {
         Fakes {
             host,
@@ -146,6 +154,8 @@ impl Fakes {
             switch: Arc::new(FakeConnector::new()),
             source: FakeSource::default(),
             metrics: AgentMetrics::new(),
+            files: Arc::new(FakeStateFiles::default()),
+            datapath: Arc::new(FakeDatapathCache::default()),
         }
     }
 
@@ -163,6 +173,8 @@ impl Fakes {
             cluster: None,
             metrics: self.metrics.clone(),
             agent_info_path: None,
+            state_files: self.files.clone(),
+            datapath: self.datapath.clone(),
             fqdn: Default::default(),
             packet_ins: None,
             timing,

@@ -11,6 +11,7 @@
 //! | [`messages`] | every message: encoders, decoders, error names |
 //! | [`events`] | packet-in, port status, port description, packet-out, async configuration (data) |
 //! | [`monitor`] | flow monitoring (OFPMP_FLOW_MONITOR): the request and the updates |
+//! | [`packed`] | flows packed small for holding many: an opaque identity key and a digest of the rest |
 //! | [`render`] | `ovs-ofctl dump-flows` text |
 //! | `golden` | reference flows and their text (tests; public with the `golden` feature) |
 //! | `props` | property tests: encode → decode round trips, decoders never panic |
@@ -28,6 +29,7 @@ pub mod golden;
 pub mod messages;
 pub mod monitor;
 pub mod oxm;
+pub mod packed;
 #[cfg(test)]
 mod props;
 pub mod render;

@@ -21,6 +21,7 @@ use tracing::{debug, info, warn};
 use super::FlowInstaller;
 use crate::ovs::openflow::monitor::{FlowEvent, FlowUpdate};
 use crate::ovs::openflow::Switch;
+use crate::ovs::vswitchd::{DatapathCache, VswitchdError};
 use crate::policy::pipeline::fields::ROUND_MASK;
 use crate::telemetry::AgentMetrics;
 
@@ -202,17 +203,16 @@ pub(super) fn report_repair(metrics: &AgentMetrics, found: &Found, flow_mods: us
     );
 }
 
-/// Asks ovs-vswitchd (its control socket in `run_dir`) to purge its datapath flow cache after a
-/// repair. The userspace datapath can keep a wide drop megaflow installed while the tables were
-/// empty, and revalidation after the repair does not always replace it (seen for IPv6 TCP with
-/// OVS 3.1); purging costs one upcall per flow and interrupts nothing. Best effort: a failure is
-/// logged.
-pub(super) async fn purge_datapath_cache(run_dir: std::path::PathBuf) {
-    // The purge does not depend on the datapath type.
-    let vswitchd = crate::ovs::vswitchd::Vswitchd::new(run_dir, "system");
-    match vswitchd.purge().await {
+/// Asks ovs-vswitchd ([`Deps::datapath`](crate::actors::Deps::datapath)) to purge its datapath
+/// flow cache after a repair. The userspace datapath can keep a wide drop megaflow installed
+/// while the tables were empty, and revalidation after the repair does not always replace it
+/// (seen for IPv6 TCP with OVS 3.1); purging costs one upcall per flow and interrupts nothing.
+/// Best effort: a failure is logged (no control socket, as when OVS runs elsewhere, at debug
+/// level only).
+pub(super) async fn purge_datapath_cache(datapath: &dyn DatapathCache) {
+    match datapath.purge().await {
         Ok(()) => debug!("purged the datapath flow cache after a repair"),
-        Err(e @ crate::ovs::vswitchd::VswitchdError::NoSocket { .. }) => debug!("{e}"),
+        Err(e @ VswitchdError::NoSocket { .. }) => debug!("{e}"),
         Err(e) => warn!("cannot purge the datapath flow cache: {e}"),
     }
 }

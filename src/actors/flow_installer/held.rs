@@ -1,71 +1,46 @@
 //! The switch's flows as a take-over sees them, held compactly while the desired flows are
-//! checked against them: per flow only its identity (table, priority and the encoded match, the
-//! bytes OVS itself keys a flow by) and a 128-bit hash of the rest (cookie without the round,
-//! timeouts, encoded instructions). That is about a tenth of a decoded flow, so a restart over
-//! 150,000 installed flows does not hold them all decoded. Desired flows leave the set as they
-//! are checked; what is left at the end is what the switch holds and nobody wants.
+//! checked against them: per flow only its identity packed as OVS itself keys a flow (table,
+//! priority and the encoded match) and a 128-bit digest of the rest (cookie without the round,
+//! timeouts, encoded instructions), both made by the codec (`ovs::openflow::packed`), so this
+//! file sees an opaque key and never the bytes. That is about a tenth of a decoded flow, so a
+//! restart over 150,000 installed flows does not hold them all decoded. Desired flows leave the
+//! set as they are checked; what is left at the end is what the switch holds and nobody wants.
 
 use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hasher};
 
-use crate::ovs::openflow::actions::{encode_instructions, normalize_actions};
-use crate::ovs::openflow::oxm::{decode_match, encode_match};
-use crate::ovs::openflow::wire::{Reader, Writer};
-use crate::ovs::openflow::{normalize_flow, Flow, FlowKey};
+use crate::ovs::openflow::actions::normalize_actions;
+use crate::ovs::openflow::packed::{content_digest, PackedFlowKey};
+use crate::ovs::openflow::{normalize_flow, Action, Flow, FlowKey};
 use crate::policy::flowset::{self, FlowSet};
 use crate::policy::pipeline::fields::ROUND_MASK;
 
 /// The switch's flows, keyed by identity.
 #[derive(Default)]
 pub(super) struct HeldFlows {
-    /// Encoded identity → hash of the rest. Keyed with foldhash (randomly seeded per process)
+    /// Packed identity → digest of the rest. Keyed with foldhash (randomly seeded per process)
     /// rather than SipHash: every flow of the switch is hashed two or three times (insert,
     /// growth, lookup), and a collision here costs only a probe, never a wrong answer (the
-    /// content hash below stays SipHash).
-    encoded: HashMap<Box<[u8]>, u128, foldhash::fast::RandomState>,
+    /// content digest stays SipHash).
+    packed: HashMap<PackedFlowKey, u128, foldhash::fast::RandomState>,
     /// Flows the encoder refuses (none in practice: the switch sent them, the decoder read
     /// them), kept whole so they are still compared exactly.
     whole: FlowSet,
 }
 
-/// `[table, priority (2 bytes)]` + the encoded match.
-fn identity(f: &Flow) -> Option<Box<[u8]>> {
-    let mut w = Writer::new();
-    w.u8(f.table);
-    w.u16(f.priority);
-    encode_match(&f.matches, &mut w).ok()?;
-    Some(w.into_vec().into_boxed_slice())
-}
-
-/// Two 64-bit SipHashes (fixed keys, different prefixes) of everything but the identity and
-/// the round, with `actions` for the flow's: an accidental false "same" needs a 128-bit
-/// collision. Not keyed against crafted input: the switch's flows are the agent's own or its
-/// operator's.
-fn content_hash(f: &Flow, actions: &[crate::ovs::openflow::Action]) -> Option<u128> {
-    let mut w = Writer::new();
-    w.u64(f.cookie & !ROUND_MASK);
-    w.u16(f.idle_timeout);
-    w.u16(f.hard_timeout);
-    encode_instructions(actions, f.goto_table, &mut w).ok()?;
-    let bytes = w.into_vec();
-    let half = |seed: u8| {
-        let mut h = DefaultHasher::new();
-        h.write_u8(seed);
-        h.write(&bytes);
-        h.finish()
-    };
-    Some((u128::from(half(1)) << 64) | u128::from(half(2)))
+/// The digest of everything but `f`'s identity and round, with `actions` for its own.
+fn content_hash(f: &Flow, actions: &[Action]) -> Option<u128> {
+    content_digest(f, actions, !ROUND_MASK)
 }
 
 impl HeldFlows {
     /// Adds one flow of the switch's dump (put in the form the desired flows are compared in).
     pub(super) fn insert(&mut self, flow: Flow) {
         let flow = normalize_flow(&flow);
-        match (identity(&flow), content_hash(&flow, &flow.actions)) {
-            // Kept encoded only if the identity decodes back to the same flow: a leftover must
-            // be deletable, or a stale (e.g. Allow) flow would silently stay.
-            (Some(id), Some(hash)) if decode_identity(&id).is_some_and(|f| f.key() == flow.key()) => {
-                self.encoded.insert(id, hash);
+        match (PackedFlowKey::of(&flow), content_hash(&flow, &flow.actions)) {
+            // Kept packed only if the key unpacks to the same flow: a leftover must be
+            // deletable, or a stale (e.g. Allow) flow would silently stay.
+            (Some(id), Some(hash)) if id.unpack().is_some_and(|f| f.key() == flow.key()) => {
+                self.packed.insert(id, hash);
             }
             _ => {
                 self.whole.insert(flow.key(), flow);
@@ -74,7 +49,7 @@ impl HeldFlows {
     }
 
     pub(super) fn len(&self) -> usize {
-        self.encoded.len() + self.whole.len()
+        self.packed.len() + self.whole.len()
     }
 
     /// Takes the held flow with `flow`'s identity out of the set; whether it was the same as
@@ -83,8 +58,8 @@ impl HeldFlows {
         // Compared in the form the dump was put in: the compiler's matches already are, its
         // actions may not be (a needless re-add would reset the flow's counters).
         let actions = normalize_actions(&flow.actions);
-        if let (Some(id), Some(hash)) = (identity(flow), content_hash(flow, &actions)) {
-            if let Some(have) = self.encoded.remove(&id) {
+        if let (Some(id), Some(hash)) = (PackedFlowKey::of(flow), content_hash(flow, &actions)) {
+            if let Some(have) = self.packed.remove(&id) {
                 return have == hash;
             }
         }
@@ -98,10 +73,10 @@ impl HeldFlows {
     /// DELETE_STRICT needs).
     pub(super) fn take_leftovers(&mut self, max: usize) -> Vec<Flow> {
         let mut out: Vec<Flow> = Vec::new();
-        let ids: Vec<Box<[u8]>> = self.encoded.keys().take(max).cloned().collect();
+        let ids: Vec<PackedFlowKey> = self.packed.keys().take(max).cloned().collect();
         for id in ids {
-            self.encoded.remove(&id);
-            if let Some(flow) = decode_identity(&id) {
+            self.packed.remove(&id);
+            if let Some(flow) = id.unpack() {
                 out.push(flow);
             }
         }
@@ -121,18 +96,6 @@ impl HeldFlows {
         }
         out
     }
-}
-
-/// The flow an encoded identity stands for (match, table and priority only). The bytes were
-/// produced by [`identity`] from a decoded flow, so this cannot fail in practice.
-fn decode_identity(id: &[u8]) -> Option<Flow> {
-    let (head, rest) = id.split_at_checked(3)?;
-    let matches = decode_match(&mut Reader::new(rest, "held flow")).ok()?;
-    Some(Flow::new(
-        head[0],
-        u16::from_be_bytes([head[1], head[2]]),
-        matches,
-    ))
 }
 
 #[cfg(test)]

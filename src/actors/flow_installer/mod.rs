@@ -758,13 +758,13 @@ impl Handler<Sync> for FlowInstaller {
                     if let Some(found) = &audit {
                         drift::report_repair(&act.deps.metrics, found, count);
                         if count > 0 {
-                            let run_dir = act.deps.config.ovs_run_dir.clone();
+                            let datapath = act.deps.datapath.clone();
                             // Twice: an upcall translated against the empty tables may still
                             // install its drop megaflow just after the first purge.
                             let purges = async move {
-                                drift::purge_datapath_cache(run_dir.clone()).await;
+                                drift::purge_datapath_cache(&*datapath).await;
                                 tokio::time::sleep(Duration::from_millis(500)).await;
-                                drift::purge_datapath_cache(run_dir).await;
+                                drift::purge_datapath_cache(&*datapath).await;
                             };
                             ctx.spawn(purges.into_actor(act));
                         }

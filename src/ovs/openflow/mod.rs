@@ -4,7 +4,8 @@
 //! is the `ovs-openflow` crate (`crates/openflow`), re-exported here under its module names, so
 //! `crate::ovs::openflow::{flow, wire, oxm, actions, messages, monitor, render, events}` and the
 //! flow model at this level keep meaning what they did. Nothing outside `ovs` knows OpenFlow
-//! bytes.
+//! bytes: a caller that holds flows by their encoded identity (the flow installer's take-over)
+//! gets an opaque key from `packed`.
 //!
 //! | file | what it owns |
 //! |---|---|
@@ -19,7 +20,7 @@
 //! What the codec does not model (see its README) makes [`Switch::dump_flows`] fail with
 //! [`OfError::Unsupported`]; the connection stays up.
 
-pub use ovs_openflow::{actions, flow, messages, monitor, oxm, render, wire, Group, Meter};
+pub use ovs_openflow::{actions, flow, messages, monitor, oxm, packed, render, wire, Group, Meter};
 
 pub mod conn;
 pub mod events;
