@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use actix::{Actor, AsyncContext, Context, Handler, StreamHandler};
 use tracing::{info, warn};
 
-use super::{common_handlers, Deps, Lifeline, Peers};
+use super::{common_handlers, Deps, Lifeline, PolicyCacheOutputs};
 use crate::messages::status_detail::PolicyCacheStatus;
 use crate::messages::{
     ActorDetail, ActorStatus, AttachedInterface, EntityRef, InterfacesChanged, PolicyGeneration, Resync,
@@ -47,7 +47,7 @@ type Published = (u64, Vec<PolicyGeneration>, Vec<(u32, u32)>);
 
 pub struct PolicyCache {
     deps: Deps,
-    peers: Peers,
+    outputs: PolicyCacheOutputs,
     store: PolicyStore,
     /// Whether the policy source has delivered its first complete view.
     policies_known: bool,
@@ -72,10 +72,10 @@ pub struct PolicyCache {
 }
 
 impl PolicyCache {
-    pub fn new(deps: Deps, peers: Peers, lifeline: Lifeline) -> Self {
+    pub fn new(deps: Deps, outputs: PolicyCacheOutputs, lifeline: Lifeline) -> Self {
         PolicyCache {
             deps,
-            peers,
+            outputs,
             store: PolicyStore::new(),
             policies_known: false,
             synced_kinds: BTreeSet::new(),
@@ -135,7 +135,7 @@ impl PolicyCache {
         );
         let stale = self.published.as_ref() != Some(&published);
         if changed || force || stale {
-            if let Some(flows) = &self.peers.flows {
+            if let Some(flows) = &self.outputs.rules_changed {
                 let changes = self.resolved.as_mut().map(ResolvedView::take_changes);
                 flows.do_send(RulesChanged {
                     policies: published.1.clone(),
@@ -365,4 +365,4 @@ impl Handler<StatusQuery> for PolicyCache {
     }
 }
 
-common_handlers!(PolicyCache);
+common_handlers!(PolicyCache, PolicyCacheOutputs);

@@ -28,7 +28,7 @@ use tracing::{debug, warn, Instrument};
 
 pub mod agent_conditions;
 
-use super::{common_handlers, Deps, Lifeline, Peers};
+use super::{common_handlers, Deps, Lifeline, ReporterOutputs};
 use crate::k8s::agent_info::{
     self, AgentInfoInputs, AntreaAgentInfo, ConditionReport, ConditionTracker, OvsdbProbe,
 };
@@ -139,7 +139,7 @@ impl Writers {
 
 pub struct AgentInfoReporter {
     deps: Deps,
-    peers: Peers,
+    outputs: ReporterOutputs,
     last: Option<AgentInfo>,
     conditions: ConditionTracker,
     k8s: Option<Writers>,
@@ -158,7 +158,7 @@ fn gate_on_by_default(deps: &Deps, gate: &str) -> bool {
 }
 
 impl AgentInfoReporter {
-    pub fn new(deps: Deps, peers: Peers, lifeline: Lifeline) -> Self {
+    pub fn new(deps: Deps, outputs: ReporterOutputs, lifeline: Lifeline) -> Self {
         let k8s = deps.cluster.clone().map(|clients| Writers {
             clients,
             post_statuses: gate_on_by_default(&deps, "AntreaPolicy"),
@@ -174,7 +174,7 @@ impl AgentInfoReporter {
         });
         AgentInfoReporter {
             deps,
-            peers,
+            outputs,
             last: None,
             conditions: ConditionTracker::default(),
             k8s,
@@ -352,13 +352,12 @@ fn without_path(e: &ApiError) -> String {
     }
 }
 
-async fn ask<A>(addr: Option<actix::Addr<A>>, kind: ActorKind) -> Result<ActorStatus, ActorKind>
-where
-    A: Actor + actix::Handler<StatusQuery>,
-    A::Context: actix::dev::ToEnvelope<A, StatusQuery>,
-{
-    let addr = addr.ok_or(kind)?;
-    match tokio::time::timeout(ASK_TIMEOUT, addr.send(StatusQuery)).await {
+async fn ask(
+    actor: Option<actix::Recipient<StatusQuery>>,
+    kind: ActorKind,
+) -> Result<ActorStatus, ActorKind> {
+    let actor = actor.ok_or(kind)?;
+    match tokio::time::timeout(ASK_TIMEOUT, actor.send(StatusQuery)).await {
         Ok(Ok(status)) => Ok(status),
         _ => Err(kind),
     }
@@ -390,7 +389,7 @@ impl Handler<Report> for AgentInfoReporter {
     type Result = ResponseActFuture<Self, ()>;
 
     fn handle(&mut self, _: Report, _: &mut Context<Self>) -> Self::Result {
-        let p = self.peers.clone();
+        let p = self.outputs.status.clone();
         let ovsdb = self.deps.ovsdb.clone();
         let bridge = self.deps.config.ovs_bridge.clone();
         let fut = async move {
@@ -469,7 +468,7 @@ impl Handler<CollectStats> for AgentInfoReporter {
         if !w.collect_stats || w.stats_busy {
             return;
         }
-        let Some(flows) = self.peers.flows.clone() else {
+        let Some(flows) = self.outputs.rule_stats.clone() else {
             w.stats
                 .err("NodeStatsSummary", "the flow installer is not running".into());
             return;
@@ -566,4 +565,4 @@ impl Handler<StatusQuery> for AgentInfoReporter {
     }
 }
 
-common_handlers!(AgentInfoReporter);
+common_handlers!(AgentInfoReporter, ReporterOutputs);

@@ -23,7 +23,7 @@ use actix::{
 };
 use tracing::{debug, error, info, warn, Instrument};
 
-use super::{common_handlers, Deps, Lifeline, Peers};
+use super::{common_handlers, Deps, FlowInstallerOutputs, Lifeline};
 use crate::fqdn;
 use crate::memory;
 use crate::messages::status_detail::FlowInstallerStatus;
@@ -107,7 +107,7 @@ struct Session {
 
 pub struct FlowInstaller {
     deps: Deps,
-    peers: Peers,
+    outputs: FlowInstallerOutputs,
     session: Option<Session>,
     next_epoch: u64,
     /// `None` until the interface manager's first view arrives.
@@ -166,7 +166,7 @@ pub struct FlowInstaller {
 }
 
 impl FlowInstaller {
-    pub fn new(deps: Deps, peers: Peers, lifeline: Lifeline) -> Self {
+    pub fn new(deps: Deps, outputs: FlowInstallerOutputs, lifeline: Lifeline) -> Self {
         let reconnect_delay = deps.timing.reconnect_min;
         let logging = &deps.config.audit_logging;
         let audit = match AuditLog::open(&logging.log_dir, logging) {
@@ -178,7 +178,7 @@ impl FlowInstaller {
         };
         FlowInstaller {
             deps,
-            peers,
+            outputs,
             session: None,
             next_epoch: 1,
             interfaces: None,
@@ -929,7 +929,7 @@ impl Handler<StatusQuery> for FlowInstaller {
     }
 }
 
-common_handlers!(FlowInstaller, own_stop);
+common_handlers!(FlowInstaller, FlowInstallerOutputs, own_stop);
 
 impl Handler<Stop> for FlowInstaller {
     type Result = ();

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture};
 use tracing::{debug, error, info, warn};
 
-use super::{common_handlers, Deps, Lifeline, Peers};
+use super::{common_handlers, Deps, InterfaceManagerOutputs, Lifeline};
 use crate::host::eligibility::{check_addresses, check_uplink, Ineligible};
 use crate::host::find::find_link;
 use crate::host::{Address, Link};
@@ -55,7 +55,7 @@ struct Outcome {
 
 pub struct InterfaceManager {
     deps: Deps,
-    peers: Peers,
+    outputs: InterfaceManagerOutputs,
     env: Env,
     /// Set once the attached set has been rebuilt from OVSDB and the kernel.
     recovered: bool,
@@ -74,7 +74,7 @@ pub struct InterfaceManager {
 }
 
 impl InterfaceManager {
-    pub fn new(deps: Deps, peers: Peers, lifeline: Lifeline) -> Self {
+    pub fn new(deps: Deps, outputs: InterfaceManagerOutputs, lifeline: Lifeline) -> Self {
         let env = Env {
             ovsdb: deps.ovsdb.clone(),
             host: deps.host.clone(),
@@ -85,7 +85,7 @@ impl InterfaceManager {
         };
         InterfaceManager {
             deps,
-            peers,
+            outputs,
             env,
             recovered: false,
             attached: BTreeMap::new(),
@@ -120,10 +120,10 @@ impl InterfaceManager {
         if !force && self.published.as_ref() == Some(&view) {
             return;
         }
-        if let Some(flows) = &self.peers.flows {
+        if let Some(flows) = &self.outputs.interfaces_to_flows {
             flows.do_send(view.clone());
         }
-        if let Some(policy) = &self.peers.policy {
+        if let Some(policy) = &self.outputs.interfaces_to_policy {
             policy.do_send(view.clone());
         }
         self.published = Some(view);
@@ -473,4 +473,4 @@ impl Handler<StatusQuery> for InterfaceManager {
     }
 }
 
-common_handlers!(InterfaceManager);
+common_handlers!(InterfaceManager, InterfaceManagerOutputs);
