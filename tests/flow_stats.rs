@@ -11,7 +11,7 @@ use std::time::Duration;
 use actix::{Actor, Addr};
 
 use antrea_vm_agent::actors::flow_installer::{metric_sample, FlowInstaller, GetLastRealized};
-use antrea_vm_agent::actors::{FlowInstallerOutputs, Lifeline, Timing};
+use antrea_vm_agent::actors::{FlowInstallerDeps, FlowInstallerOutputs, Lifeline, Timing};
 use antrea_vm_agent::host::fake::FakeHost;
 use antrea_vm_agent::messages::{
     ActorKind, GetRuleStats, InterfacesChanged, PoliciesRealized, PolicyGeneration, RuleStatsError,
@@ -49,7 +49,7 @@ async fn start() -> World {
         },
     );
     let installer = FlowInstaller::new(
-        deps,
+        FlowInstallerDeps::from(&deps),
         FlowInstallerOutputs::default(),
         Lifeline::detached(ActorKind::FlowInstaller),
     )

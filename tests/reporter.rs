@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 
 use antrea_vm_agent::actors::reporter::{AgentInfoReporter, CollectStats};
 use antrea_vm_agent::actors::{
-    Deps, FlowInstaller, FlowInstallerOutputs, Lifeline, ReporterOutputs, SetOutputs, StatusRecipients,
-    Timing,
+    Deps, FlowInstaller, FlowInstallerDeps, FlowInstallerOutputs, Lifeline, ReporterDeps, ReporterOutputs,
+    SetOutputs, StatusRecipients, Timing,
 };
 use antrea_vm_agent::host::fake::FakeHost;
 use antrea_vm_agent::k8s::api::Method;
@@ -82,7 +82,7 @@ async fn world(report_interval: Duration) -> World {
 impl World {
     fn reporter(&self, outputs: ReporterOutputs) -> Addr<AgentInfoReporter> {
         AgentInfoReporter::new(
-            self.deps.clone(),
+            ReporterDeps::from(&self.deps),
             outputs,
             Lifeline::detached(ActorKind::AgentInfoReporter),
         )
@@ -396,7 +396,7 @@ async fn stats_deltas_are_posted_from_the_rule_counters() {
     );
     w.controller.respond_always(Method::Post, STATS, Ok(json!({})));
     let installer = FlowInstaller::new(
-        w.deps.clone(),
+        FlowInstallerDeps::from(&w.deps),
         FlowInstallerOutputs::default(),
         Lifeline::detached(ActorKind::FlowInstaller),
     )

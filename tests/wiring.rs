@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use actix::{Actor, Addr, Context, Handler, Message};
 
 use antrea_vm_agent::actors::{
-    ExternalNodeWatcher, Lifeline, PolicyCache, PolicyCacheOutputs, SetOutputs, WatcherOutputs,
+    ExternalNodeWatcher, Lifeline, PolicyCache, PolicyCacheDeps, PolicyCacheOutputs, SetOutputs, WatcherDeps,
+    WatcherOutputs,
 };
 use antrea_vm_agent::host::fake::FakeHost;
 use antrea_vm_agent::k8s::external_node::ExternalNodeObject;
@@ -81,7 +82,7 @@ async fn a_probe_on_the_watchers_output_sees_the_external_node() {
     let (first, first_seen) = probe::<ExternalNodeChanged>();
     fakes.source.set(external_node(&["10.0.0.2"]));
     let watcher = ExternalNodeWatcher::new(
-        deps,
+        WatcherDeps::from(&deps),
         WatcherOutputs {
             node_changed: Some(first.recipient()),
         },
@@ -149,7 +150,7 @@ async fn a_probe_on_the_policy_caches_output_sees_the_rules() {
     );
     let (rules, seen) = probe::<RulesChanged>();
     let cache = PolicyCache::new(
-        deps,
+        PolicyCacheDeps::from(&deps),
         PolicyCacheOutputs {
             rules_changed: Some(rules.recipient()),
         },

@@ -7,11 +7,21 @@ use std::sync::Arc;
 use actix::{Actor, AsyncContext, Context, Handler, StreamHandler};
 use tracing::{error, info};
 
-use super::{common_handlers, Deps, Lifeline, WatcherOutputs};
+use super::{common_handlers, Lifeline, WatcherOutputs};
+use crate::config::Config;
 use crate::k8s::external_node::ExternalNode;
 use crate::messages::status_detail::{ExternalNodeState, ExternalNodeWatcherStatus};
 use crate::messages::{ActorDetail, ActorStatus, ExternalNodeChanged, Resync, StatusQuery};
 use crate::sources::{ExternalNodeSource, SourceEvent};
+
+/// What the watcher needs from the outside world: its source, and whose ExternalNode to follow.
+#[derive(Clone)]
+pub struct WatcherDeps {
+    /// Read for `externalNodeNamespace`.
+    pub config: Arc<Config>,
+    pub node_name: String,
+    pub source: Arc<dyn ExternalNodeSource>,
+}
 
 pub struct ExternalNodeWatcher {
     source: Arc<dyn ExternalNodeSource>,
@@ -25,7 +35,7 @@ pub struct ExternalNodeWatcher {
 }
 
 impl ExternalNodeWatcher {
-    pub fn new(deps: Deps, outputs: WatcherOutputs, lifeline: Lifeline) -> Self {
+    pub fn new(deps: WatcherDeps, outputs: WatcherOutputs, lifeline: Lifeline) -> Self {
         ExternalNodeWatcher {
             source: deps.source.clone(),
             node_name: deps.node_name.clone(),

@@ -16,11 +16,11 @@ use actix::Message;
 
 use crate::messages::ActorKind;
 
-pub use external_node_watcher::ExternalNodeWatcher;
-pub use flow_installer::FlowInstaller;
-pub use interface_manager::InterfaceManager;
-pub use policy_cache::PolicyCache;
-pub use reporter::AgentInfoReporter;
+pub use external_node_watcher::{ExternalNodeWatcher, WatcherDeps};
+pub use flow_installer::{FlowInstaller, FlowInstallerDeps};
+pub use interface_manager::{InterfaceManager, InterfaceManagerDeps};
+pub use policy_cache::{PolicyCache, PolicyCacheDeps};
+pub use reporter::{AgentInfoReporter, ReporterDeps};
 pub use supervisor::{Deps, Supervisor, Timing};
 pub use wiring::{
     FlowInstallerOutputs, InterfaceManagerOutputs, Peers, PolicyCacheOutputs, ReporterOutputs, SetOutputs,

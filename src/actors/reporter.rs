@@ -3,7 +3,7 @@
 //! * Every `report_interval` (first one at start) it asks every actor for its status, probes
 //!   OVSDB, decides the four AntreaAgentInfo conditions (see [`agent_conditions::conditions`]) and
 //!   publishes one [`AgentInfo`] snapshot: written atomically as JSON to the state directory when
-//!   a path is configured (through [`Deps::state_files`], off the actor's thread, one write at a
+//!   a path is configured (through [`ReporterDeps::state_files`], off the actor's thread, one write at a
 //!   time with only the newest waiting), kept for [`GetAgentInfo`] (the local API), and — in
 //!   Kubernetes mode — sent as the AntreaAgentInfo heartbeat (GET/PUT with a cached copy, §5.3 of the API
 //!   reference; never created by us).
@@ -18,6 +18,7 @@
 //! Failures are logged once per change of error (a recovery is logged too), never stop the actor,
 //! and show in the status detail (`agentInfo`, `policyStatus`, `stats`).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -28,7 +29,9 @@ use tracing::{debug, warn, Instrument};
 
 pub mod agent_conditions;
 
-use super::{common_handlers, Deps, Lifeline, ReporterOutputs};
+use super::{common_handlers, Lifeline, ReporterOutputs, Timing};
+use crate::config::Config;
+use crate::host::files::StateFiles;
 use crate::k8s::agent_info::{
     self, AgentInfoInputs, AntreaAgentInfo, ConditionReport, ConditionTracker, OvsdbProbe,
 };
@@ -137,8 +140,24 @@ impl Writers {
     }
 }
 
+/// What the reporter needs from the outside world: who it reports on, OVSDB (probed), the
+/// Kubernetes API connections (Kubernetes mode), where and how it writes `agent-info.json`, the
+/// config and timing.
+#[derive(Clone)]
+pub struct ReporterDeps {
+    pub config: Arc<Config>,
+    pub node_name: String,
+    pub ovsdb: Arc<dyn Ovsdb>,
+    /// `None` in standalone mode.
+    pub cluster: Option<ClusterClients>,
+    /// Where the agent info snapshot goes (standalone mode).
+    pub agent_info_path: Option<PathBuf>,
+    pub state_files: Arc<dyn StateFiles>,
+    pub timing: Timing,
+}
+
 pub struct AgentInfoReporter {
-    deps: Deps,
+    deps: ReporterDeps,
     outputs: ReporterOutputs,
     last: Option<AgentInfo>,
     conditions: ConditionTracker,
@@ -153,12 +172,12 @@ pub struct AgentInfoReporter {
 
 /// A feature gate that Antrea turns on by default (`AntreaPolicy`, `NetworkPolicyStats`): on
 /// unless the configuration says `false`.
-fn gate_on_by_default(deps: &Deps, gate: &str) -> bool {
+fn gate_on_by_default(deps: &ReporterDeps, gate: &str) -> bool {
     deps.config.feature_gates.get(gate).copied().unwrap_or(true)
 }
 
 impl AgentInfoReporter {
-    pub fn new(deps: Deps, outputs: ReporterOutputs, lifeline: Lifeline) -> Self {
+    pub fn new(deps: ReporterDeps, outputs: ReporterOutputs, lifeline: Lifeline) -> Self {
         let k8s = deps.cluster.clone().map(|clients| Writers {
             clients,
             post_statuses: gate_on_by_default(&deps, "AntreaPolicy"),

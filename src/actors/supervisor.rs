@@ -25,8 +25,9 @@ use serde::Serialize;
 use tracing::{error, info, warn};
 
 use super::{
-    AgentInfoReporter, ChildExited, ExternalNodeWatcher, FlowInstaller, InterfaceManager, Lifeline, Peers,
-    PolicyCache, SetOutputs,
+    AgentInfoReporter, ChildExited, ExternalNodeWatcher, FlowInstaller, FlowInstallerDeps, InterfaceManager,
+    InterfaceManagerDeps, Lifeline, Peers, PolicyCache, PolicyCacheDeps, ReporterDeps, SetOutputs,
+    WatcherDeps,
 };
 use crate::config::Config;
 use crate::host::files::StateFiles;
@@ -83,7 +84,8 @@ impl Default for Timing {
 }
 
 /// Everything the actors need from the outside world, chosen at construction (real adapters in
-/// the binary, fakes in tests).
+/// the binary, fakes in tests). The supervisor gives each actor only its part (`WatcherDeps`,
+/// `InterfaceManagerDeps`, ...), cut from this by the `From<&Deps>` conversions below.
 #[derive(Clone)]
 pub struct Deps {
     pub config: Arc<Config>,
@@ -112,6 +114,68 @@ pub struct Deps {
     /// the responder then run on threads of their own. `None`: the responder serves the flow
     /// installer's connection (then announcing that id), and every actor shares one thread.
     pub packet_ins: Option<Arc<dyn SwitchConnector>>,
+}
+
+// The one place `Deps` is cut into each actor's part: an edge an actor does not use is not in its
+// part, so it cannot reach it.
+
+impl From<&Deps> for WatcherDeps {
+    fn from(d: &Deps) -> Self {
+        WatcherDeps {
+            config: d.config.clone(),
+            node_name: d.node_name.clone(),
+            source: d.source.clone(),
+        }
+    }
+}
+
+impl From<&Deps> for InterfaceManagerDeps {
+    fn from(d: &Deps) -> Self {
+        InterfaceManagerDeps {
+            config: d.config.clone(),
+            ovsdb: d.ovsdb.clone(),
+            host: d.host.clone(),
+            metrics: d.metrics.clone(),
+            timing: d.timing.clone(),
+        }
+    }
+}
+
+impl From<&Deps> for PolicyCacheDeps {
+    fn from(d: &Deps) -> Self {
+        PolicyCacheDeps {
+            policy_source: d.policy_source.clone(),
+        }
+    }
+}
+
+impl From<&Deps> for FlowInstallerDeps {
+    fn from(d: &Deps) -> Self {
+        FlowInstallerDeps {
+            config: d.config.clone(),
+            ovsdb: d.ovsdb.clone(),
+            switch: d.switch.clone(),
+            datapath: d.datapath.clone(),
+            fqdn: d.fqdn.clone(),
+            metrics: d.metrics.clone(),
+            packet_ins: d.packet_ins.clone(),
+            timing: d.timing.clone(),
+        }
+    }
+}
+
+impl From<&Deps> for ReporterDeps {
+    fn from(d: &Deps) -> Self {
+        ReporterDeps {
+            config: d.config.clone(),
+            node_name: d.node_name.clone(),
+            ovsdb: d.ovsdb.clone(),
+            cluster: d.cluster.clone(),
+            agent_info_path: d.agent_info_path.clone(),
+            state_files: d.state_files.clone(),
+            timing: d.timing.clone(),
+        }
+    }
 }
 
 /// Environment variables overriding the reporting periods (e.g. `2s`, `500ms`, `5m`): used by the
@@ -271,9 +335,9 @@ where
 /// One row of [`CHILDREN`]: how the supervisor starts, addresses, restarts and stops one actor.
 struct ChildSpec {
     kind: ActorKind,
-    /// Starts a new instance (with its outputs wired to the current addresses, on the thread
-    /// the layout gives it) and records its address in the peers.
-    start: fn(&mut Peers, Deps, Lifeline, Option<&Threads>),
+    /// Starts a new instance (with its part of the `Deps` and its outputs wired to the current
+    /// addresses, on the thread the layout gives it) and records its address in the peers.
+    start: fn(&mut Peers, &Deps, Lifeline, Option<&Threads>),
     /// Sends the live instance, if any, its outputs wired to the current addresses.
     rewire: fn(&Peers),
     /// The live instance's address, if any.
@@ -295,6 +359,7 @@ const CHILDREN: [ChildSpec; 5] = [
         kind: ActorKind::FlowInstaller,
         start: |peers, deps, lifeline, threads| {
             let outputs = peers.flow_installer_outputs();
+            let deps = FlowInstallerDeps::from(deps);
             peers.flows = Some(match threads {
                 Some(threads) => {
                     let packet_ins = threads.packet_ins.handle();
@@ -321,7 +386,7 @@ const CHILDREN: [ChildSpec; 5] = [
         kind: ActorKind::PolicyCache,
         start: |peers, deps, lifeline, _| {
             let outputs = peers.policy_cache_outputs();
-            peers.policy = Some(PolicyCache::new(deps, outputs, lifeline).start());
+            peers.policy = Some(PolicyCache::new(deps.into(), outputs, lifeline).start());
         },
         rewire: |p| send_outputs(&p.policy, p.policy_cache_outputs()),
         handle: |p| handle_of(&p.policy),
@@ -334,7 +399,7 @@ const CHILDREN: [ChildSpec; 5] = [
         kind: ActorKind::InterfaceManager,
         start: |peers, deps, lifeline, _| {
             let outputs = peers.interface_manager_outputs();
-            peers.interfaces = Some(InterfaceManager::new(deps, outputs, lifeline).start());
+            peers.interfaces = Some(InterfaceManager::new(deps.into(), outputs, lifeline).start());
         },
         rewire: |p| send_outputs(&p.interfaces, p.interface_manager_outputs()),
         handle: |p| handle_of(&p.interfaces),
@@ -347,7 +412,7 @@ const CHILDREN: [ChildSpec; 5] = [
         kind: ActorKind::ExternalNodeWatcher,
         start: |peers, deps, lifeline, _| {
             let outputs = peers.watcher_outputs();
-            peers.watcher = Some(ExternalNodeWatcher::new(deps, outputs, lifeline).start());
+            peers.watcher = Some(ExternalNodeWatcher::new(deps.into(), outputs, lifeline).start());
         },
         rewire: |p| send_outputs(&p.watcher, p.watcher_outputs()),
         handle: |p| handle_of(&p.watcher),
@@ -360,7 +425,7 @@ const CHILDREN: [ChildSpec; 5] = [
         kind: ActorKind::AgentInfoReporter,
         start: |peers, deps, lifeline, _| {
             let outputs = peers.reporter_outputs();
-            peers.reporter = Some(AgentInfoReporter::new(deps, outputs, lifeline).start());
+            peers.reporter = Some(AgentInfoReporter::new(deps.into(), outputs, lifeline).start());
         },
         rewire: |p| send_outputs(&p.reporter, p.reporter_outputs()),
         handle: |p| handle_of(&p.reporter),
@@ -442,8 +507,7 @@ impl Supervisor {
         let generation = self.next_generation;
         self.next_generation += 1;
         let lifeline = Lifeline::new(kind, generation, ctx.address().recipient());
-        let deps = self.deps.clone();
-        (spec(kind).start)(&mut self.peers, deps, lifeline, self.threads.as_ref());
+        (spec(kind).start)(&mut self.peers, &self.deps, lifeline, self.threads.as_ref());
         let previous = self.children.get(&kind).copied();
         self.children.insert(
             kind,
