@@ -11,7 +11,7 @@ use std::time::Duration;
 use actix::{Actor, Addr};
 
 use antrea_vm_agent::actors::flow_installer::{metric_sample, FlowInstaller, GetLastRealized};
-use antrea_vm_agent::actors::{Lifeline, Peers, Timing};
+use antrea_vm_agent::actors::{FlowInstallerDeps, FlowInstallerOutputs, Lifeline, Timing};
 use antrea_vm_agent::host::fake::FakeHost;
 use antrea_vm_agent::messages::{
     ActorKind, GetRuleStats, InterfacesChanged, PoliciesRealized, PolicyGeneration, RuleStatsError,
@@ -49,8 +49,8 @@ async fn start() -> World {
         },
     );
     let installer = FlowInstaller::new(
-        deps,
-        Peers::default(),
+        FlowInstallerDeps::from(&deps),
+        FlowInstallerOutputs::default(),
         Lifeline::detached(ActorKind::FlowInstaller),
     )
     .start();

@@ -6,6 +6,9 @@
 //! anything of the agent. Test code counts too: a `use` in a test module is still an edge between
 //! the modules.
 //!
+//! The wiring too: no actor but the supervisor and `actors/wiring.rs` names the whole `Deps` or
+//! `Peers` (issue 17, narrow wiring).
+//!
 //! Rule 8 too: no file under `src/actors` (test code and comments included) names the OpenFlow
 //! codec's byte-level parts (`ovs::openflow::wire`, `oxm`, `messages`, or an encoder or decoder
 //! of `actions`); the flow installer holds switch flows by the opaque keys of
@@ -248,6 +251,66 @@ fn no_actor_knows_openflow_bytes() {
         "OpenFlow bytes outside ovs:\n{}",
         found.join("\n")
     );
+}
+
+/// Where `text` names `word` as a whole identifier (so `WatcherDeps` is not `Deps`), comments
+/// left out (a trailing one from its `//`): (line, the line).
+fn identifier_named(text: &str, word: &str) -> Vec<(usize, String)> {
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    product_lines(text, &[], &mut Vec::new())
+        .into_iter()
+        .filter(|(_, line)| {
+            let code = line.split("//").next().unwrap_or_default();
+            code.match_indices(word).any(|(at, _)| {
+                !code[..at].chars().next_back().is_some_and(is_ident)
+                    && !code[at + word.len()..].chars().next().is_some_and(is_ident)
+            })
+        })
+        .collect()
+}
+
+/// Issue 17, narrow wiring: an actor gets its own part of `Deps` and typed recipients for its
+/// outputs; only the supervisor and the wiring see the whole `Deps` and every address (`Peers`).
+#[test]
+fn no_actor_sees_the_whole_deps_or_every_address() {
+    let mut found = Vec::new();
+    for file in files_of("actors") {
+        let name = file.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let at_top = file
+            .parent()
+            .and_then(|d| d.file_name())
+            .is_some_and(|d| d == "actors");
+        if at_top && matches!(name, "supervisor.rs" | "wiring.rs" | "mod.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("source file");
+        for word in ["Deps", "Peers"] {
+            for (line, text) in identifier_named(&text, word) {
+                found.push(format!(
+                    "{}:{line}: names `{word}`: {}",
+                    file.strip_prefix(env!("CARGO_MANIFEST_DIR"))
+                        .unwrap_or(&file)
+                        .display(),
+                    text.trim()
+                ));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "actors reaching past their own deps and outputs:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_whole_word_check_tells_deps_from_an_actors_deps() {
+    let text = "    deps: Deps,\n    deps: WatcherDeps,\n    /// the whole `Deps`\n    Deps::default()\n    x: u8, // not Deps\n";
+    let lines: Vec<usize> = identifier_named(text, "Deps")
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(lines, vec![1, 4]);
 }
 
 #[test]

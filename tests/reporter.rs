@@ -11,7 +11,10 @@ use actix::{Actor, Addr};
 use serde_json::{json, Value};
 
 use antrea_vm_agent::actors::reporter::{AgentInfoReporter, CollectStats};
-use antrea_vm_agent::actors::{Deps, FlowInstaller, Lifeline, Peers, SetPeers, Timing};
+use antrea_vm_agent::actors::{
+    Deps, FlowInstaller, FlowInstallerDeps, FlowInstallerOutputs, Lifeline, ReporterDeps, ReporterOutputs,
+    SetOutputs, StatusRecipients, Timing,
+};
 use antrea_vm_agent::host::fake::FakeHost;
 use antrea_vm_agent::k8s::api::Method;
 use antrea_vm_agent::k8s::fake_api::{Call, FakeApi};
@@ -77,10 +80,10 @@ async fn world(report_interval: Duration) -> World {
 }
 
 impl World {
-    fn reporter(&self, peers: Peers) -> Addr<AgentInfoReporter> {
+    fn reporter(&self, outputs: ReporterOutputs) -> Addr<AgentInfoReporter> {
         AgentInfoReporter::new(
-            self.deps.clone(),
-            peers,
+            ReporterDeps::from(&self.deps),
+            outputs,
             Lifeline::detached(ActorKind::AgentInfoReporter),
         )
         .start()
@@ -119,7 +122,7 @@ async fn writes(r: &Addr<AgentInfoReporter>) -> KubernetesWrites {
 #[actix_rt::test]
 async fn agent_info_waits_for_the_controller_to_create_it_then_updates_it() {
     let w = world(Duration::from_millis(50)).await;
-    let r = w.reporter(Peers::default());
+    let r = w.reporter(ReporterOutputs::default());
     // Nothing exists yet: every report reads (404) and writes nothing.
     w.kube
         .wait_for_calls(2, WAIT, is(Method::Get, AAI))
@@ -205,7 +208,7 @@ async fn a_conflict_drops_the_cache_and_rereads_at_once() {
     );
     w.kube.respond(Method::Put, AAI, Ok(aai("6")));
     w.kube.respond_always(Method::Put, AAI, Ok(aai("7")));
-    let _r = w.reporter(Peers::default());
+    let _r = w.reporter(ReporterOutputs::default());
     w.kube
         .wait_for_calls(4, WAIT, is(Method::Put, AAI))
         .await
@@ -254,7 +257,7 @@ async fn statuses_are_posted_once_per_generation_and_again_after_a_resync() {
         "/apis/controlplane.antrea.io/v1beta2/networkpolicies/",
         Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})),
     );
-    let r = w.reporter(Peers::default());
+    let r = w.reporter(ReporterOutputs::default());
     let send = |policies: Vec<PolicyGeneration>, epoch: u64| {
         r.do_send(PoliciesRealized {
             policies,
@@ -324,7 +327,7 @@ async fn a_failed_status_post_is_retried() {
         STATUS_A,
         Ok(json!({"kind": "Status", "status": "Success"})),
     );
-    let r = w.reporter(Peers::default());
+    let r = w.reporter(ReporterOutputs::default());
     r.do_send(PoliciesRealized {
         policies: vec![generation("a", 3, true)],
         sync_epoch: 1,
@@ -393,19 +396,20 @@ async fn stats_deltas_are_posted_from_the_rule_counters() {
     );
     w.controller.respond_always(Method::Post, STATS, Ok(json!({})));
     let installer = FlowInstaller::new(
-        w.deps.clone(),
-        Peers::default(),
+        FlowInstallerDeps::from(&w.deps),
+        FlowInstallerOutputs::default(),
         Lifeline::detached(ActorKind::FlowInstaller),
     )
     .start();
-    let r = w.reporter(Peers {
-        flows: Some(installer.clone()),
-        ..Peers::default()
+    let r = w.reporter(ReporterOutputs {
+        status: StatusRecipients {
+            flows: Some(installer.clone().recipient()),
+            ..StatusRecipients::default()
+        },
+        rule_stats: Some(installer.clone().recipient()),
     });
-    installer.do_send(SetPeers(Peers {
-        flows: Some(installer.clone()),
-        reporter: Some(r.clone()),
-        ..Peers::default()
+    installer.do_send(SetOutputs(FlowInstallerOutputs {
+        realized: Some(r.clone().recipient()),
     }));
     installer.do_send(interfaces());
     installer.do_send(RulesChanged {

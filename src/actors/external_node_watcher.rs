@@ -7,17 +7,27 @@ use std::sync::Arc;
 use actix::{Actor, AsyncContext, Context, Handler, StreamHandler};
 use tracing::{error, info};
 
-use super::{common_handlers, Deps, Lifeline, Peers};
+use super::{common_handlers, Lifeline, WatcherOutputs};
+use crate::config::Config;
 use crate::k8s::external_node::ExternalNode;
 use crate::messages::status_detail::{ExternalNodeState, ExternalNodeWatcherStatus};
 use crate::messages::{ActorDetail, ActorStatus, ExternalNodeChanged, Resync, StatusQuery};
 use crate::sources::{ExternalNodeSource, SourceEvent};
 
+/// What the watcher needs from the outside world: its source, and whose ExternalNode to follow.
+#[derive(Clone)]
+pub struct WatcherDeps {
+    /// Read for `externalNodeNamespace`.
+    pub config: Arc<Config>,
+    pub node_name: String,
+    pub source: Arc<dyn ExternalNodeSource>,
+}
+
 pub struct ExternalNodeWatcher {
     source: Arc<dyn ExternalNodeSource>,
     node_name: String,
     namespace: String,
-    peers: Peers,
+    outputs: WatcherOutputs,
     /// The last valid state; `None` inside means "absent"; outer `None` means "not known yet".
     current: Option<Option<ExternalNode>>,
     last_error: Option<String>,
@@ -25,12 +35,12 @@ pub struct ExternalNodeWatcher {
 }
 
 impl ExternalNodeWatcher {
-    pub fn new(deps: Deps, peers: Peers, lifeline: Lifeline) -> Self {
+    pub fn new(deps: WatcherDeps, outputs: WatcherOutputs, lifeline: Lifeline) -> Self {
         ExternalNodeWatcher {
             source: deps.source.clone(),
             node_name: deps.node_name.clone(),
             namespace: deps.config.external_node_namespace.clone(),
-            peers,
+            outputs,
             current: None,
             last_error: None,
             _lifeline: lifeline,
@@ -38,7 +48,7 @@ impl ExternalNodeWatcher {
     }
 
     fn publish(&self) {
-        if let (Some(current), Some(im)) = (&self.current, &self.peers.interfaces) {
+        if let (Some(current), Some(im)) = (&self.current, &self.outputs.node_changed) {
             im.do_send(ExternalNodeChanged {
                 node: current.clone(),
             });
@@ -136,4 +146,4 @@ impl Handler<StatusQuery> for ExternalNodeWatcher {
     }
 }
 
-common_handlers!(ExternalNodeWatcher);
+common_handlers!(ExternalNodeWatcher, WatcherOutputs);

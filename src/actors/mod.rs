@@ -1,7 +1,8 @@
 //! The supervisor and the five actors. Each actor owns its state and touches nothing else's; they
 //! talk through the messages in `crate::messages`. The supervisor starts them in order, notices
 //! when one dies (it stopped, or a handler panicked), restarts it with backoff, hands every actor
-//! the new addresses, and asks producers to resend their facts so the new instance converges.
+//! new recipients for its outputs (`wiring`), and asks producers to resend their facts so the new
+//! instance converges.
 
 pub mod external_node_watcher;
 pub mod flow_installer;
@@ -9,44 +10,22 @@ pub mod interface_manager;
 pub mod policy_cache;
 pub mod reporter;
 pub mod supervisor;
+pub mod wiring;
 
-use actix::{Addr, Message};
+use actix::Message;
 
 use crate::messages::ActorKind;
 
-pub use external_node_watcher::ExternalNodeWatcher;
-pub use flow_installer::FlowInstaller;
-pub use interface_manager::InterfaceManager;
-pub use policy_cache::PolicyCache;
-pub use reporter::AgentInfoReporter;
+pub use external_node_watcher::{ExternalNodeWatcher, WatcherDeps};
+pub use flow_installer::{FlowInstaller, FlowInstallerDeps};
+pub use interface_manager::{InterfaceManager, InterfaceManagerDeps};
+pub use policy_cache::{PolicyCache, PolicyCacheDeps};
+pub use reporter::{AgentInfoReporter, ReporterDeps};
 pub use supervisor::{Deps, Supervisor, Timing};
-
-/// The current address of every actor (absent while one is being restarted).
-#[derive(Clone, Default)]
-pub struct Peers {
-    pub watcher: Option<Addr<ExternalNodeWatcher>>,
-    pub interfaces: Option<Addr<InterfaceManager>>,
-    pub policy: Option<Addr<PolicyCache>>,
-    pub flows: Option<Addr<FlowInstaller>>,
-    pub reporter: Option<Addr<AgentInfoReporter>>,
-}
-
-impl std::fmt::Debug for Peers {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Peers")
-            .field("watcher", &self.watcher.is_some())
-            .field("interfaces", &self.interfaces.is_some())
-            .field("policy", &self.policy.is_some())
-            .field("flows", &self.flows.is_some())
-            .field("reporter", &self.reporter.is_some())
-            .finish()
-    }
-}
-
-/// Supervisor → actor: the addresses of the others changed.
-#[derive(Clone, Debug, Message)]
-#[rtype(result = "()")]
-pub struct SetPeers(pub Peers);
+pub use wiring::{
+    FlowInstallerOutputs, InterfaceManagerOutputs, Peers, PolicyCacheOutputs, ReporterOutputs, SetOutputs,
+    StatusRecipients, WatcherOutputs,
+};
 
 /// Actor → supervisor, sent when an actor instance is dropped, whatever the cause.
 #[derive(Clone, Copy, Debug, Message)]
@@ -94,11 +73,11 @@ impl Drop for Lifeline {
     }
 }
 
-/// Handlers every actor shares: new peer addresses, fault injection, and orderly stop. The actor
-/// must have a `peers: Peers` field.
+/// Handlers every actor shares: new recipients for its outputs, fault injection, and orderly
+/// stop. The actor must have an `outputs` field of the type given.
 macro_rules! common_handlers {
-    ($actor:ty) => {
-        $crate::actors::common_handlers!($actor, own_stop);
+    ($actor:ty, $outputs:ty) => {
+        $crate::actors::common_handlers!($actor, $outputs, own_stop);
 
         impl actix::Handler<$crate::messages::Stop> for $actor {
             type Result = ();
@@ -108,11 +87,11 @@ macro_rules! common_handlers {
         }
     };
     // An actor with its own `Stop` handler (work to finish before it answers).
-    ($actor:ty, own_stop) => {
-        impl actix::Handler<$crate::actors::SetPeers> for $actor {
+    ($actor:ty, $outputs:ty, own_stop) => {
+        impl actix::Handler<$crate::actors::SetOutputs<$outputs>> for $actor {
             type Result = ();
-            fn handle(&mut self, msg: $crate::actors::SetPeers, _: &mut Self::Context) {
-                self.peers = msg.0;
+            fn handle(&mut self, msg: $crate::actors::SetOutputs<$outputs>, _: &mut Self::Context) {
+                self.outputs = msg.0;
             }
         }
 

@@ -8,11 +8,12 @@
 //! the switch's last rules.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use actix::{Actor, AsyncContext, Context, Handler, StreamHandler};
 use tracing::{info, warn};
 
-use super::{common_handlers, Deps, Lifeline, Peers};
+use super::{common_handlers, Lifeline, PolicyCacheOutputs};
 use crate::messages::status_detail::PolicyCacheStatus;
 use crate::messages::{
     ActorDetail, ActorStatus, AttachedInterface, EntityRef, InterfacesChanged, PolicyGeneration, Resync,
@@ -24,7 +25,7 @@ use crate::policy::refuse::{self, NotEnforced};
 use crate::policy::resolve::ResolvedView;
 use crate::policy::rule::CompiledRuleInput;
 use crate::sources::policy_dir::PolicySnapshot;
-use crate::sources::PolicyUpdate;
+use crate::sources::{PolicySource, PolicyUpdate};
 
 /// Read-only queries for the agent API and `/metrics` (`GetNetworkPolicies`, `GetGroups`, ...).
 pub mod query;
@@ -45,9 +46,16 @@ const SYNCED_KINDS: [Kind; 3] = [Kind::NetworkPolicy, Kind::AddressGroup, Kind::
 /// What the last [`RulesChanged`] carried: sync epoch, policies, interface ports.
 type Published = (u64, Vec<PolicyGeneration>, Vec<(u32, u32)>);
 
+/// What the policy cache needs from the outside world: where NetworkPolicies come from.
+#[derive(Clone)]
+pub struct PolicyCacheDeps {
+    /// `None`: no policies.
+    pub policy_source: Option<Arc<dyn PolicySource>>,
+}
+
 pub struct PolicyCache {
-    deps: Deps,
-    peers: Peers,
+    deps: PolicyCacheDeps,
+    outputs: PolicyCacheOutputs,
     store: PolicyStore,
     /// Whether the policy source has delivered its first complete view.
     policies_known: bool,
@@ -72,10 +80,10 @@ pub struct PolicyCache {
 }
 
 impl PolicyCache {
-    pub fn new(deps: Deps, peers: Peers, lifeline: Lifeline) -> Self {
+    pub fn new(deps: PolicyCacheDeps, outputs: PolicyCacheOutputs, lifeline: Lifeline) -> Self {
         PolicyCache {
             deps,
-            peers,
+            outputs,
             store: PolicyStore::new(),
             policies_known: false,
             synced_kinds: BTreeSet::new(),
@@ -135,7 +143,7 @@ impl PolicyCache {
         );
         let stale = self.published.as_ref() != Some(&published);
         if changed || force || stale {
-            if let Some(flows) = &self.peers.flows {
+            if let Some(flows) = &self.outputs.rules_changed {
                 let changes = self.resolved.as_mut().map(ResolvedView::take_changes);
                 flows.do_send(RulesChanged {
                     policies: published.1.clone(),
@@ -365,4 +373,4 @@ impl Handler<StatusQuery> for PolicyCache {
     }
 }
 
-common_handlers!(PolicyCache);
+common_handlers!(PolicyCache, PolicyCacheOutputs);

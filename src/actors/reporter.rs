@@ -3,7 +3,7 @@
 //! * Every `report_interval` (first one at start) it asks every actor for its status, probes
 //!   OVSDB, decides the four AntreaAgentInfo conditions (see [`agent_conditions::conditions`]) and
 //!   publishes one [`AgentInfo`] snapshot: written atomically as JSON to the state directory when
-//!   a path is configured (through [`Deps::state_files`], off the actor's thread, one write at a
+//!   a path is configured (through [`ReporterDeps::state_files`], off the actor's thread, one write at a
 //!   time with only the newest waiting), kept for [`GetAgentInfo`] (the local API), and — in
 //!   Kubernetes mode — sent as the AntreaAgentInfo heartbeat (GET/PUT with a cached copy, §5.3 of the API
 //!   reference; never created by us).
@@ -18,6 +18,7 @@
 //! Failures are logged once per change of error (a recovery is logged too), never stop the actor,
 //! and show in the status detail (`agentInfo`, `policyStatus`, `stats`).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -28,7 +29,9 @@ use tracing::{debug, warn, Instrument};
 
 pub mod agent_conditions;
 
-use super::{common_handlers, Deps, Lifeline, Peers};
+use super::{common_handlers, Lifeline, ReporterOutputs, Timing};
+use crate::config::Config;
+use crate::host::files::StateFiles;
 use crate::k8s::agent_info::{
     self, AgentInfoInputs, AntreaAgentInfo, ConditionReport, ConditionTracker, OvsdbProbe,
 };
@@ -137,9 +140,25 @@ impl Writers {
     }
 }
 
+/// What the reporter needs from the outside world: who it reports on, OVSDB (probed), the
+/// Kubernetes API connections (Kubernetes mode), where and how it writes `agent-info.json`, the
+/// config and timing.
+#[derive(Clone)]
+pub struct ReporterDeps {
+    pub config: Arc<Config>,
+    pub node_name: String,
+    pub ovsdb: Arc<dyn Ovsdb>,
+    /// `None` in standalone mode.
+    pub cluster: Option<ClusterClients>,
+    /// Where the agent info snapshot goes (standalone mode).
+    pub agent_info_path: Option<PathBuf>,
+    pub state_files: Arc<dyn StateFiles>,
+    pub timing: Timing,
+}
+
 pub struct AgentInfoReporter {
-    deps: Deps,
-    peers: Peers,
+    deps: ReporterDeps,
+    outputs: ReporterOutputs,
     last: Option<AgentInfo>,
     conditions: ConditionTracker,
     k8s: Option<Writers>,
@@ -153,12 +172,12 @@ pub struct AgentInfoReporter {
 
 /// A feature gate that Antrea turns on by default (`AntreaPolicy`, `NetworkPolicyStats`): on
 /// unless the configuration says `false`.
-fn gate_on_by_default(deps: &Deps, gate: &str) -> bool {
+fn gate_on_by_default(deps: &ReporterDeps, gate: &str) -> bool {
     deps.config.feature_gates.get(gate).copied().unwrap_or(true)
 }
 
 impl AgentInfoReporter {
-    pub fn new(deps: Deps, peers: Peers, lifeline: Lifeline) -> Self {
+    pub fn new(deps: ReporterDeps, outputs: ReporterOutputs, lifeline: Lifeline) -> Self {
         let k8s = deps.cluster.clone().map(|clients| Writers {
             clients,
             post_statuses: gate_on_by_default(&deps, "AntreaPolicy"),
@@ -174,7 +193,7 @@ impl AgentInfoReporter {
         });
         AgentInfoReporter {
             deps,
-            peers,
+            outputs,
             last: None,
             conditions: ConditionTracker::default(),
             k8s,
@@ -352,13 +371,12 @@ fn without_path(e: &ApiError) -> String {
     }
 }
 
-async fn ask<A>(addr: Option<actix::Addr<A>>, kind: ActorKind) -> Result<ActorStatus, ActorKind>
-where
-    A: Actor + actix::Handler<StatusQuery>,
-    A::Context: actix::dev::ToEnvelope<A, StatusQuery>,
-{
-    let addr = addr.ok_or(kind)?;
-    match tokio::time::timeout(ASK_TIMEOUT, addr.send(StatusQuery)).await {
+async fn ask(
+    actor: Option<actix::Recipient<StatusQuery>>,
+    kind: ActorKind,
+) -> Result<ActorStatus, ActorKind> {
+    let actor = actor.ok_or(kind)?;
+    match tokio::time::timeout(ASK_TIMEOUT, actor.send(StatusQuery)).await {
         Ok(Ok(status)) => Ok(status),
         _ => Err(kind),
     }
@@ -390,7 +408,7 @@ impl Handler<Report> for AgentInfoReporter {
     type Result = ResponseActFuture<Self, ()>;
 
     fn handle(&mut self, _: Report, _: &mut Context<Self>) -> Self::Result {
-        let p = self.peers.clone();
+        let p = self.outputs.status.clone();
         let ovsdb = self.deps.ovsdb.clone();
         let bridge = self.deps.config.ovs_bridge.clone();
         let fut = async move {
@@ -469,7 +487,7 @@ impl Handler<CollectStats> for AgentInfoReporter {
         if !w.collect_stats || w.stats_busy {
             return;
         }
-        let Some(flows) = self.peers.flows.clone() else {
+        let Some(flows) = self.outputs.rule_stats.clone() else {
             w.stats
                 .err("NodeStatsSummary", "the flow installer is not running".into());
             return;
@@ -566,4 +584,4 @@ impl Handler<StatusQuery> for AgentInfoReporter {
     }
 }
 
-common_handlers!(AgentInfoReporter);
+common_handlers!(AgentInfoReporter, ReporterOutputs);

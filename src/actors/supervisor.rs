@@ -25,8 +25,9 @@ use serde::Serialize;
 use tracing::{error, info, warn};
 
 use super::{
-    AgentInfoReporter, ChildExited, ExternalNodeWatcher, FlowInstaller, InterfaceManager, Lifeline, Peers,
-    PolicyCache, SetPeers,
+    AgentInfoReporter, ChildExited, ExternalNodeWatcher, FlowInstaller, FlowInstallerDeps, InterfaceManager,
+    InterfaceManagerDeps, Lifeline, Peers, PolicyCache, PolicyCacheDeps, ReporterDeps, SetOutputs,
+    WatcherDeps,
 };
 use crate::config::Config;
 use crate::host::files::StateFiles;
@@ -83,7 +84,8 @@ impl Default for Timing {
 }
 
 /// Everything the actors need from the outside world, chosen at construction (real adapters in
-/// the binary, fakes in tests).
+/// the binary, fakes in tests). The supervisor gives each actor only its part (`WatcherDeps`,
+/// `InterfaceManagerDeps`, ...), cut from this by the `From<&Deps>` conversions below.
 #[derive(Clone)]
 pub struct Deps {
     pub config: Arc<Config>,
@@ -112,6 +114,68 @@ pub struct Deps {
     /// the responder then run on threads of their own. `None`: the responder serves the flow
     /// installer's connection (then announcing that id), and every actor shares one thread.
     pub packet_ins: Option<Arc<dyn SwitchConnector>>,
+}
+
+// The one place `Deps` is cut into each actor's part: an edge an actor does not use is not in its
+// part, so it cannot reach it.
+
+impl From<&Deps> for WatcherDeps {
+    fn from(d: &Deps) -> Self {
+        WatcherDeps {
+            config: d.config.clone(),
+            node_name: d.node_name.clone(),
+            source: d.source.clone(),
+        }
+    }
+}
+
+impl From<&Deps> for InterfaceManagerDeps {
+    fn from(d: &Deps) -> Self {
+        InterfaceManagerDeps {
+            config: d.config.clone(),
+            ovsdb: d.ovsdb.clone(),
+            host: d.host.clone(),
+            metrics: d.metrics.clone(),
+            timing: d.timing.clone(),
+        }
+    }
+}
+
+impl From<&Deps> for PolicyCacheDeps {
+    fn from(d: &Deps) -> Self {
+        PolicyCacheDeps {
+            policy_source: d.policy_source.clone(),
+        }
+    }
+}
+
+impl From<&Deps> for FlowInstallerDeps {
+    fn from(d: &Deps) -> Self {
+        FlowInstallerDeps {
+            config: d.config.clone(),
+            ovsdb: d.ovsdb.clone(),
+            switch: d.switch.clone(),
+            datapath: d.datapath.clone(),
+            fqdn: d.fqdn.clone(),
+            metrics: d.metrics.clone(),
+            packet_ins: d.packet_ins.clone(),
+            timing: d.timing.clone(),
+        }
+    }
+}
+
+impl From<&Deps> for ReporterDeps {
+    fn from(d: &Deps) -> Self {
+        ReporterDeps {
+            config: d.config.clone(),
+            node_name: d.node_name.clone(),
+            ovsdb: d.ovsdb.clone(),
+            cluster: d.cluster.clone(),
+            agent_info_path: d.agent_info_path.clone(),
+            state_files: d.state_files.clone(),
+            timing: d.timing.clone(),
+        }
+    }
 }
 
 /// Environment variables overriding the reporting periods (e.g. `2s`, `500ms`, `5m`): used by the
@@ -241,7 +305,6 @@ enum OnShutdown {
 
 /// A running child as the supervisor talks to it, whatever its type.
 struct ChildHandle {
-    set_peers: Recipient<SetPeers>,
     resync: Recipient<Resync>,
     stop: Recipient<Stop>,
     connected: bool,
@@ -249,22 +312,34 @@ struct ChildHandle {
 
 fn handle_of<A>(addr: &Option<Addr<A>>) -> Option<ChildHandle>
 where
-    A: Actor<Context = Context<A>> + Handler<SetPeers> + Handler<Resync> + Handler<Stop>,
+    A: Actor<Context = Context<A>> + Handler<Resync> + Handler<Stop>,
 {
     addr.as_ref().map(|a| ChildHandle {
-        set_peers: a.clone().recipient(),
         resync: a.clone().recipient(),
         stop: a.clone().recipient(),
         connected: a.connected(),
     })
 }
 
+/// Sends `outputs` to the actor at `addr`, if it is up.
+fn send_outputs<A, O>(addr: &Option<Addr<A>>, outputs: O)
+where
+    A: Actor<Context = Context<A>> + Handler<SetOutputs<O>>,
+    O: Send + 'static,
+{
+    if let Some(a) = addr {
+        a.do_send(SetOutputs(outputs));
+    }
+}
+
 /// One row of [`CHILDREN`]: how the supervisor starts, addresses, restarts and stops one actor.
 struct ChildSpec {
     kind: ActorKind,
-    /// Starts a new instance (with the current addresses, on the thread the layout gives it) and
-    /// records its address in the peers.
-    start: fn(&mut Peers, Deps, Lifeline, Option<&Threads>),
+    /// Starts a new instance (with its part of the `Deps` and its outputs wired to the current
+    /// addresses, on the thread the layout gives it) and records its address in the peers.
+    start: fn(&mut Peers, &Deps, Lifeline, Option<&Threads>),
+    /// Sends the live instance, if any, its outputs wired to the current addresses.
+    rewire: fn(&Peers),
     /// The live instance's address, if any.
     handle: fn(&Peers) -> Option<ChildHandle>,
     /// Forgets the address of a dead instance.
@@ -276,23 +351,26 @@ struct ChildSpec {
 }
 
 /// The children, in start order ([`ActorKind::ALL`]: each one's consumers start before it).
-/// `SetPeers` goes out in this order, `Resync` in the reverse one (producers first; the flow
+/// Each row builds its actor's outputs with the `Peers` method of `wiring` that names them.
+/// `SetOutputs` goes out in this order, `Resync` in the reverse one (producers first; the flow
 /// installer last, re-sending its last realization notice, which a restarted reporter lacks).
 const CHILDREN: [ChildSpec; 5] = [
     ChildSpec {
         kind: ActorKind::FlowInstaller,
         start: |peers, deps, lifeline, threads| {
-            let given = peers.clone();
+            let outputs = peers.flow_installer_outputs();
+            let deps = FlowInstallerDeps::from(deps);
             peers.flows = Some(match threads {
                 Some(threads) => {
                     let packet_ins = threads.packet_ins.handle();
                     FlowInstaller::start_in_arbiter(&threads.flow_installer.handle(), move |_| {
-                        FlowInstaller::new(deps, given, lifeline).with_packet_in_thread(packet_ins)
+                        FlowInstaller::new(deps, outputs, lifeline).with_packet_in_thread(packet_ins)
                     })
                 }
-                None => FlowInstaller::new(deps, given, lifeline).start(),
+                None => FlowInstaller::new(deps, outputs, lifeline).start(),
             });
         },
+        rewire: |p| send_outputs(&p.flows, p.flow_installer_outputs()),
         handle: |p| handle_of(&p.flows),
         clear: |p| p.flows = None,
         restart: Restart::WithBackoff,
@@ -307,9 +385,10 @@ const CHILDREN: [ChildSpec; 5] = [
     ChildSpec {
         kind: ActorKind::PolicyCache,
         start: |peers, deps, lifeline, _| {
-            let given = peers.clone();
-            peers.policy = Some(PolicyCache::new(deps, given, lifeline).start());
+            let outputs = peers.policy_cache_outputs();
+            peers.policy = Some(PolicyCache::new(deps.into(), outputs, lifeline).start());
         },
+        rewire: |p| send_outputs(&p.policy, p.policy_cache_outputs()),
         handle: |p| handle_of(&p.policy),
         clear: |p| p.policy = None,
         restart: Restart::WithBackoff,
@@ -319,9 +398,10 @@ const CHILDREN: [ChildSpec; 5] = [
     ChildSpec {
         kind: ActorKind::InterfaceManager,
         start: |peers, deps, lifeline, _| {
-            let given = peers.clone();
-            peers.interfaces = Some(InterfaceManager::new(deps, given, lifeline).start());
+            let outputs = peers.interface_manager_outputs();
+            peers.interfaces = Some(InterfaceManager::new(deps.into(), outputs, lifeline).start());
         },
+        rewire: |p| send_outputs(&p.interfaces, p.interface_manager_outputs()),
         handle: |p| handle_of(&p.interfaces),
         clear: |p| p.interfaces = None,
         restart: Restart::WithBackoff,
@@ -331,9 +411,10 @@ const CHILDREN: [ChildSpec; 5] = [
     ChildSpec {
         kind: ActorKind::ExternalNodeWatcher,
         start: |peers, deps, lifeline, _| {
-            let given = peers.clone();
-            peers.watcher = Some(ExternalNodeWatcher::new(deps, given, lifeline).start());
+            let outputs = peers.watcher_outputs();
+            peers.watcher = Some(ExternalNodeWatcher::new(deps.into(), outputs, lifeline).start());
         },
+        rewire: |p| send_outputs(&p.watcher, p.watcher_outputs()),
         handle: |p| handle_of(&p.watcher),
         clear: |p| p.watcher = None,
         restart: Restart::WithBackoff,
@@ -343,9 +424,10 @@ const CHILDREN: [ChildSpec; 5] = [
     ChildSpec {
         kind: ActorKind::AgentInfoReporter,
         start: |peers, deps, lifeline, _| {
-            let given = peers.clone();
-            peers.reporter = Some(AgentInfoReporter::new(deps, given, lifeline).start());
+            let outputs = peers.reporter_outputs();
+            peers.reporter = Some(AgentInfoReporter::new(deps.into(), outputs, lifeline).start());
         },
+        rewire: |p| send_outputs(&p.reporter, p.reporter_outputs()),
         handle: |p| handle_of(&p.reporter),
         clear: |p| p.reporter = None,
         restart: Restart::WithBackoff,
@@ -425,8 +507,7 @@ impl Supervisor {
         let generation = self.next_generation;
         self.next_generation += 1;
         let lifeline = Lifeline::new(kind, generation, ctx.address().recipient());
-        let deps = self.deps.clone();
-        (spec(kind).start)(&mut self.peers, deps, lifeline, self.threads.as_ref());
+        (spec(kind).start)(&mut self.peers, &self.deps, lifeline, self.threads.as_ref());
         let previous = self.children.get(&kind).copied();
         self.children.insert(
             kind,
@@ -443,12 +524,12 @@ impl Supervisor {
         (spec(kind).clear)(&mut self.peers);
     }
 
-    /// Sends the current addresses to every live actor, then asks them all to resend their facts.
+    /// Sends every live actor its outputs wired to the current addresses, then asks them all to
+    /// resend their facts.
     fn rewire_and_resync(&self) {
         let p = &self.peers;
-        let msg = SetPeers(p.clone());
-        for child in CHILDREN.iter().filter_map(|c| (c.handle)(p)) {
-            child.set_peers.do_send(msg.clone());
+        for child in &CHILDREN {
+            (child.rewire)(p);
         }
         for child in CHILDREN
             .iter()

@@ -1,5 +1,5 @@
 //! The pieces of "the actors on fakes" shared by the in-process tests (tests/actors.rs,
-//! tests/flow_stats.rs, tests/reporter.rs and tests/api_support/): the fake VM host, the fake
+//! tests/flow_stats.rs, tests/reporter.rs, tests/wiring.rs and tests/api_support/): the fake VM host, the fake
 //! OVSDB joined to it, the fake switch, ExternalNode source, state files and datapath cache
 //! bundled as [`Fakes`], the `Deps`
 //! built from them, fast timing, the eth0 interface record and the bounded `eventually` poll.

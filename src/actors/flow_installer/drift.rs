@@ -203,7 +203,7 @@ pub(super) fn report_repair(metrics: &AgentMetrics, found: &Found, flow_mods: us
     );
 }
 
-/// Asks ovs-vswitchd ([`Deps::datapath`](crate::actors::Deps::datapath)) to purge its datapath
+/// Asks ovs-vswitchd ([`FlowInstallerDeps::datapath`](super::FlowInstallerDeps::datapath)) to purge its datapath
 /// flow cache after a repair. The userspace datapath can keep a wide drop megaflow installed
 /// while the tables were empty, and revalidation after the repair does not always replace it
 /// (seen for IPv6 TCP with OVS 3.1); purging costs one upcall per flow and interrupts nothing.

@@ -23,14 +23,17 @@ use actix::{
 };
 use tracing::{debug, error, info, warn, Instrument};
 
-use super::{common_handlers, Deps, Lifeline, Peers};
+use super::{common_handlers, FlowInstallerOutputs, Lifeline, Timing};
+use crate::config::Config;
 use crate::fqdn;
 use crate::memory;
 use crate::messages::status_detail::FlowInstallerStatus;
 use crate::messages::{
     ActorDetail, ActorStatus, AttachedInterface, InterfacesChanged, RulesChanged, StatusQuery, Stop,
 };
-use crate::ovs::openflow::{OfError, Switch};
+use crate::ovs::openflow::{OfError, Switch, SwitchConnector};
+use crate::ovs::ovsdb::Ovsdb;
+use crate::ovs::vswitchd::DatapathCache;
 use crate::packetin::{self, AuditLog, PacketInContext, PacketInStats};
 use crate::policy::compiler::{
     CompileOptions, Compiler, ConjunctionPublisher, FlowDelta, FqdnPlacement, SharedConjunctions,
@@ -105,9 +108,28 @@ struct Session {
     _responder: Option<ResponderStop>,
 }
 
+/// What the flow installer needs from the outside world: the switch (and the packet-in
+/// responder's own connections), OVSDB, ovs-vswitchd's datapath cache, the FQDN controller, the
+/// metrics, the config and timing.
+#[derive(Clone)]
+pub struct FlowInstallerDeps {
+    pub config: Arc<Config>,
+    pub ovsdb: Arc<dyn Ovsdb>,
+    pub switch: Arc<dyn SwitchConnector>,
+    /// Purged after a repair.
+    pub datapath: Arc<dyn DatapathCache>,
+    /// Told the FQDN rule placements.
+    pub fqdn: fqdn::FqdnHandle,
+    pub metrics: crate::telemetry::AgentMetrics,
+    /// The packet-in responder's own connections (see `Deps::packet_ins`); `None`: the responder
+    /// serves this actor's connection, on its thread.
+    pub packet_ins: Option<Arc<dyn SwitchConnector>>,
+    pub timing: Timing,
+}
+
 pub struct FlowInstaller {
-    deps: Deps,
-    peers: Peers,
+    deps: FlowInstallerDeps,
+    outputs: FlowInstallerOutputs,
     session: Option<Session>,
     next_epoch: u64,
     /// `None` until the interface manager's first view arrives.
@@ -160,13 +182,13 @@ pub struct FlowInstaller {
     /// The thread packet-ins are answered on (Reject replies, audit writes), so they never wait
     /// behind a compile or a bundle; `None`: this actor's own thread.
     packet_in_thread: Option<actix::ArbiterHandle>,
-    /// Stops the responder of [`Deps::packet_ins`] (its own connections) with this actor.
+    /// Stops the responder of [`FlowInstallerDeps::packet_ins`] (its own connections) with this actor.
     responder_stop: Option<ResponderStop>,
     _lifeline: Lifeline,
 }
 
 impl FlowInstaller {
-    pub fn new(deps: Deps, peers: Peers, lifeline: Lifeline) -> Self {
+    pub fn new(deps: FlowInstallerDeps, outputs: FlowInstallerOutputs, lifeline: Lifeline) -> Self {
         let reconnect_delay = deps.timing.reconnect_min;
         let logging = &deps.config.audit_logging;
         let audit = match AuditLog::open(&logging.log_dir, logging) {
@@ -178,7 +200,7 @@ impl FlowInstaller {
         };
         FlowInstaller {
             deps,
-            peers,
+            outputs,
             session: None,
             next_epoch: 1,
             interfaces: None,
@@ -255,7 +277,7 @@ impl FlowInstaller {
         }
     }
 
-    /// Stops the packet-in responder of [`Deps::packet_ins`] and writes the audit lines still in
+    /// Stops the packet-in responder of [`FlowInstallerDeps::packet_ins`] and writes the audit lines still in
     /// their deduplication window (cut short): a stopping installer loses none. The responder
     /// serving the installer's own connection is a future of this actor: its lines are written
     /// here, and it ends with the actor.
@@ -929,7 +951,7 @@ impl Handler<StatusQuery> for FlowInstaller {
     }
 }
 
-common_handlers!(FlowInstaller, own_stop);
+common_handlers!(FlowInstaller, FlowInstallerOutputs, own_stop);
 
 impl Handler<Stop> for FlowInstaller {
     type Result = ();

@@ -307,7 +307,7 @@ impl FlowInstaller {
             return;
         };
         let view = self.with_not_installed(view);
-        if let Some(reporter) = &self.peers.reporter {
+        if let Some(reporter) = &self.outputs.realized {
             reporter.do_send(PoliciesRealizedShared(Arc::clone(&view)));
         }
         self.realization.last_sent = Some(view);

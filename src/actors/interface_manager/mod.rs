@@ -10,21 +10,24 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture};
 use tracing::{debug, error, info, warn};
 
-use super::{common_handlers, Deps, Lifeline, Peers};
+use super::{common_handlers, InterfaceManagerOutputs, Lifeline, Timing};
+use crate::config::Config;
 use crate::host::eligibility::{check_addresses, check_uplink, Ineligible};
 use crate::host::find::find_link;
-use crate::host::{Address, Link};
+use crate::host::{Address, HostNet, Link};
 use crate::k8s::external_node::ExternalNode;
 use crate::messages::status_detail::InterfaceManagerStatus;
 use crate::messages::{
     ActorDetail, ActorStatus, EntityRef, ExternalNodeChanged, InterfacesChanged, Resync, StatusQuery,
 };
-use crate::ovs::ovsdb::BridgeSpec;
+use crate::ovs::ovsdb::{BridgeSpec, Ovsdb};
 use crate::policy::pipeline;
+use crate::telemetry::AgentMetrics;
 use crate::uplink::procedures::{self, Attachment, Env};
 use crate::uplink::repair;
 use crate::uplink::store::RecordStore;
@@ -53,9 +56,21 @@ struct Outcome {
     repaired: repair::Repaired,
 }
 
+/// What the interface manager needs from the outside world: OVSDB and the host's network (the
+/// edges its procedures in `uplink` work through), the config and timing, the metrics it counts
+/// repairs in.
+#[derive(Clone)]
+pub struct InterfaceManagerDeps {
+    pub config: Arc<Config>,
+    pub ovsdb: Arc<dyn Ovsdb>,
+    pub host: Arc<dyn HostNet>,
+    pub metrics: AgentMetrics,
+    pub timing: Timing,
+}
+
 pub struct InterfaceManager {
-    deps: Deps,
-    peers: Peers,
+    deps: InterfaceManagerDeps,
+    outputs: InterfaceManagerOutputs,
     env: Env,
     /// Set once the attached set has been rebuilt from OVSDB and the kernel.
     recovered: bool,
@@ -74,7 +89,7 @@ pub struct InterfaceManager {
 }
 
 impl InterfaceManager {
-    pub fn new(deps: Deps, peers: Peers, lifeline: Lifeline) -> Self {
+    pub fn new(deps: InterfaceManagerDeps, outputs: InterfaceManagerOutputs, lifeline: Lifeline) -> Self {
         let env = Env {
             ovsdb: deps.ovsdb.clone(),
             host: deps.host.clone(),
@@ -85,7 +100,7 @@ impl InterfaceManager {
         };
         InterfaceManager {
             deps,
-            peers,
+            outputs,
             env,
             recovered: false,
             attached: BTreeMap::new(),
@@ -120,10 +135,10 @@ impl InterfaceManager {
         if !force && self.published.as_ref() == Some(&view) {
             return;
         }
-        if let Some(flows) = &self.peers.flows {
+        if let Some(flows) = &self.outputs.interfaces_to_flows {
             flows.do_send(view.clone());
         }
-        if let Some(policy) = &self.peers.policy {
+        if let Some(policy) = &self.outputs.interfaces_to_policy {
             policy.do_send(view.clone());
         }
         self.published = Some(view);
@@ -473,4 +488,4 @@ impl Handler<StatusQuery> for InterfaceManager {
     }
 }
 
-common_handlers!(InterfaceManager);
+common_handlers!(InterfaceManager, InterfaceManagerOutputs);

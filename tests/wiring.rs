@@ -1,0 +1,179 @@
+//! Each actor sees only typed recipients for its outputs (`actors::wiring`), so a test can plug a
+//! probe into any one and read what the actor sends, with no other actor running. These tests
+//! do it for the ExternalNode watcher's and the policy cache's outputs, including a re-wiring
+//! (`SetOutputs`) and the resend that follows it (`Resync`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
+
+use std::sync::{Arc, Mutex};
+
+use actix::{Actor, Addr, Context, Handler, Message};
+
+use antrea_vm_agent::actors::{
+    ExternalNodeWatcher, Lifeline, PolicyCache, PolicyCacheDeps, PolicyCacheOutputs, SetOutputs, WatcherDeps,
+    WatcherOutputs,
+};
+use antrea_vm_agent::host::fake::FakeHost;
+use antrea_vm_agent::k8s::external_node::ExternalNodeObject;
+use antrea_vm_agent::messages::status_detail::ExternalNodeState;
+use antrea_vm_agent::messages::{
+    ActorDetail, ActorKind, ExternalNodeChanged, Resync, RulesChanged, StatusQuery,
+};
+use antrea_vm_agent::sources::SourceEvent;
+
+mod fake_world;
+
+use fake_world::{eventually, Fakes};
+
+/// Records every `M` it receives, in order.
+struct Probe<M> {
+    seen: Arc<Mutex<Vec<M>>>,
+}
+
+impl<M: 'static> Actor for Probe<M> {
+    type Context = Context<Self>;
+}
+
+impl<M: Message<Result = ()> + 'static> Handler<M> for Probe<M> {
+    type Result = ();
+    fn handle(&mut self, msg: M, _: &mut Context<Self>) {
+        self.seen.lock().expect("probe lock").push(msg);
+    }
+}
+
+/// A running probe and what it has seen so far.
+fn probe<M: Message<Result = ()> + Send + 'static>() -> (Addr<Probe<M>>, Arc<Mutex<Vec<M>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let addr = Probe { seen: seen.clone() }.start();
+    (addr, seen)
+}
+
+fn count<M>(seen: &Arc<Mutex<Vec<M>>>) -> usize {
+    seen.lock().expect("probe lock").len()
+}
+
+async fn fakes() -> Fakes {
+    Fakes::new(Arc::new(FakeHost::new()), fake_world::ovsdb_with_br_int().await)
+}
+
+fn external_node(ips: &[&str]) -> SourceEvent {
+    let ips = ips
+        .iter()
+        .map(|ip| format!("\"{ip}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let yaml = format!(
+        "apiVersion: crd.antrea.io/v1alpha1\nkind: ExternalNode\nmetadata: {{name: vm1, namespace: vm-ns}}\n\
+         spec: {{interfaces: [{{name: eth0, ips: [{ips}]}}]}}\n"
+    );
+    let obj: ExternalNodeObject = serde_norway::from_str(&yaml).expect("test yaml");
+    SourceEvent::Present(Box::new(obj))
+}
+
+/// The watcher, alone, sends each valid ExternalNode to whatever its output is wired to; with
+/// no recipient it sends nothing, and a new recipient gets the current state on `Resync`.
+#[actix_rt::test]
+async fn a_probe_on_the_watchers_output_sees_the_external_node() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fakes = fakes().await;
+    let deps = fakes.deps(
+        fake_world::standalone_config(dir.path()),
+        fake_world::fast_timing(),
+    );
+    let (first, first_seen) = probe::<ExternalNodeChanged>();
+    fakes.source.set(external_node(&["10.0.0.2"]));
+    let watcher = ExternalNodeWatcher::new(
+        WatcherDeps::from(&deps),
+        WatcherOutputs {
+            node_changed: Some(first.recipient()),
+        },
+        Lifeline::detached(ActorKind::ExternalNodeWatcher),
+    )
+    .start();
+    eventually("the first probe sees the ExternalNode", || {
+        let seen = first_seen.clone();
+        async move { count(&seen) == 1 }
+    })
+    .await;
+    {
+        let seen = first_seen.lock().expect("probe lock");
+        let node = seen[0].node.as_ref().expect("present");
+        assert_eq!(node.name, "vm1");
+        assert_eq!(node.interfaces.len(), 1);
+        assert_eq!(
+            node.interfaces[0].ips,
+            vec!["10.0.0.2".parse::<std::net::IpAddr>().unwrap()]
+        );
+    }
+
+    // Unwired (its receiver is down): the deletion is noted but goes nowhere.
+    watcher
+        .send(SetOutputs(WatcherOutputs::default()))
+        .await
+        .expect("watcher alive");
+    fakes.source.set(SourceEvent::Absent);
+    eventually("the watcher sees the ExternalNode deleted", || {
+        let watcher = watcher.clone();
+        async move {
+            let status = watcher.send(StatusQuery).await.expect("watcher alive");
+            matches!(status.detail, ActorDetail::ExternalNodeWatcher(d) if d.state == ExternalNodeState::Absent)
+        }
+    })
+    .await;
+    assert_eq!(count(&first_seen), 1, "unwired, the watcher sent nothing");
+    // Re-wired to a second probe: the resync after a re-wiring hands it the current state.
+    let (second, second_seen) = probe::<ExternalNodeChanged>();
+    watcher
+        .send(SetOutputs(WatcherOutputs {
+            node_changed: Some(second.recipient()),
+        }))
+        .await
+        .expect("watcher alive");
+    watcher.do_send(Resync);
+    eventually("the second probe sees the ExternalNode deleted", || {
+        let seen = second_seen.clone();
+        async move { count(&seen) == 1 }
+    })
+    .await;
+    assert!(second_seen.lock().expect("probe lock")[0].node.is_none());
+    assert_eq!(count(&first_seen), 1, "the first probe is no longer wired");
+}
+
+/// The policy cache, alone and without a policy source, sends its (empty) rules to its output
+/// once it knows the interfaces.
+#[actix_rt::test]
+async fn a_probe_on_the_policy_caches_output_sees_the_rules() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fakes = fakes().await;
+    let deps = fakes.deps(
+        fake_world::standalone_config(dir.path()),
+        fake_world::fast_timing(),
+    );
+    let (rules, seen) = probe::<RulesChanged>();
+    let cache = PolicyCache::new(
+        PolicyCacheDeps::from(&deps),
+        PolicyCacheOutputs {
+            rules_changed: Some(rules.recipient()),
+        },
+        Lifeline::detached(ActorKind::PolicyCache),
+    )
+    .start();
+    cache.do_send(fake_world::eth0_attached(&["10.0.0.2"]));
+    eventually("the probe sees the rules", || {
+        let seen = seen.clone();
+        async move { count(&seen) == 1 }
+    })
+    .await;
+    let first = seen.lock().expect("probe lock")[0].clone();
+    assert!(first.rules.is_empty(), "no policy source: no rules");
+    assert_eq!(
+        first.interface_ofports,
+        vec![(fake_world::HOST_PORT, fake_world::UPLINK_PORT)]
+    );
+    // A resync sends the same view again (a restarted flow installer converges).
+    cache.do_send(Resync);
+    eventually("the probe sees the rules again", || {
+        let seen = seen.clone();
+        async move { count(&seen) == 2 }
+    })
+    .await;
+}
