@@ -4,7 +4,7 @@
 //! memory for tests of the actors.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
@@ -19,20 +19,21 @@ pub trait StateFiles: Send + Sync {
 /// The host's filesystem. Each write runs on the blocking pool, so the caller's thread (an
 /// actor's, which also answers health and status) never waits on the disk; the writes run one at
 /// a time, since two at once to one path would share its temporary file (a write left running by
-/// an actor that was restarted meanwhile, say).
+/// an actor that was restarted meanwhile, say), and in the order they were asked for (the turn is
+/// taken before the write leaves for the pool, from a fair lock), so an older snapshot never
+/// lands after a newer one.
 #[derive(Default)]
 pub struct DiskFiles {
-    one_at_a_time: Arc<Mutex<()>>,
+    one_at_a_time: Arc<tokio::sync::Mutex<()>>,
 }
 
 #[async_trait]
 impl StateFiles for DiskFiles {
     async fn replace(&self, path: &Path, body: Vec<u8>) -> std::io::Result<()> {
         let path = path.to_path_buf();
-        let one_at_a_time = self.one_at_a_time.clone();
+        let turn = self.one_at_a_time.clone().lock_owned().await;
         tokio::task::spawn_blocking(move || {
-            // A write that panicked left nothing to protect: go on.
-            let _turn = one_at_a_time.lock().unwrap_or_else(|p| p.into_inner());
+            let _turn = turn;
             write_atomically(&path, &body)
         })
         .await
@@ -104,6 +105,22 @@ mod tests {
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("agent-info.json")]);
         assert_eq!(temporary_for(&path), dir.path().join("state/agent-info.json.tmp"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_writes_land_in_the_order_they_were_asked_for() {
+        // As when a restarted reporter writes while its predecessor's write still waits: every
+        // write is asked for before any runs, and the last one asked for must be what stays.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent-info.json");
+        let files = DiskFiles::default();
+        for round in 0..20 {
+            let writes = (0..8).map(|i| files.replace(&path, format!("{round}-{i}").into_bytes()));
+            for result in futures::future::join_all(writes).await {
+                result.unwrap();
+            }
+            assert_eq!(std::fs::read(&path).unwrap(), format!("{round}-7").into_bytes());
+        }
     }
 
     #[tokio::test]

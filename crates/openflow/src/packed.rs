@@ -13,7 +13,9 @@ use crate::oxm::{decode_match, encode_match};
 use crate::wire::{Reader, Writer};
 
 /// A flow's identity, packed: `[table, priority (2 bytes, big-endian)]` + the encoded match.
-/// Two flows have equal keys exactly when OVS would take them for the same flow.
+/// For matches in the form OVS stores them (as [`crate::flow::normalize_flow`] leaves them), two
+/// flows have equal keys exactly when OVS would take them for the same flow;
+/// a caller that compares flows from different writers normalizes them first.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PackedFlowKey(Box<[u8]>);
 
@@ -48,7 +50,8 @@ impl PackedFlowKey {
 /// instructions, with `actions` standing for the flow's own (a caller compares in a normalized
 /// form). An accidental false "same" needs a 128-bit collision. Not keyed against crafted input:
 /// meant for flows the caller or its operator installed. `None` when the encoder refuses the
-/// instructions.
+/// instructions. The hasher is the standard library's `DefaultHasher`, whose output may change
+/// between Rust releases: compare digests made by one build, never persist them.
 pub fn content_digest(flow: &Flow, actions: &[Action], cookie_mask: u64) -> Option<u128> {
     let mut w = Writer::new();
     w.u64(flow.cookie & cookie_mask);
