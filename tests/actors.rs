@@ -27,7 +27,7 @@ use antrea_vm_agent::sources::{SourceError, SourceEvent};
 
 mod fake_world;
 
-use fake_world::{address, eventually, Fakes, MAC};
+use fake_world::{address, eventually, external_node, external_node_named, Fakes, MAC};
 
 /// The fakes and the running supervisor.
 struct World {
@@ -65,24 +65,6 @@ fn default_route(gw: &str, metric: u32, protocol: u8) -> Route {
         oif: 0,
         onlink: false,
     }
-}
-
-fn external_node(ips: &[&str]) -> SourceEvent {
-    external_node_named("eth0", ips)
-}
-
-fn external_node_named(name: &str, ips: &[&str]) -> SourceEvent {
-    let ips = ips
-        .iter()
-        .map(|ip| format!("\"{ip}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let yaml = format!(
-        "apiVersion: crd.antrea.io/v1alpha1\nkind: ExternalNode\nmetadata: {{name: vm1, namespace: vm-ns}}\n\
-         spec: {{interfaces: [{{name: {name}, ips: [{ips}]}}]}}\n"
-    );
-    let obj: ExternalNodeObject = serde_norway::from_str(&yaml).expect("test yaml");
-    SourceEvent::Present(Box::new(obj))
 }
 
 fn start_world() -> World {

@@ -13,7 +13,6 @@ use antrea_vm_agent::actors::{
     WatcherOutputs,
 };
 use antrea_vm_agent::host::fake::FakeHost;
-use antrea_vm_agent::k8s::external_node::ExternalNodeObject;
 use antrea_vm_agent::messages::status_detail::ExternalNodeState;
 use antrea_vm_agent::messages::{
     ActorDetail, ActorKind, ExternalNodeChanged, Resync, RulesChanged, StatusQuery,
@@ -22,7 +21,7 @@ use antrea_vm_agent::sources::SourceEvent;
 
 mod fake_world;
 
-use fake_world::{eventually, Fakes};
+use fake_world::{eventually, external_node, Fakes};
 
 /// Records every `M` it receives, in order.
 struct Probe<M> {
@@ -53,20 +52,6 @@ fn count<M>(seen: &Arc<Mutex<Vec<M>>>) -> usize {
 
 async fn fakes() -> Fakes {
     Fakes::new(Arc::new(FakeHost::new()), fake_world::ovsdb_with_br_int().await)
-}
-
-fn external_node(ips: &[&str]) -> SourceEvent {
-    let ips = ips
-        .iter()
-        .map(|ip| format!("\"{ip}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let yaml = format!(
-        "apiVersion: crd.antrea.io/v1alpha1\nkind: ExternalNode\nmetadata: {{name: vm1, namespace: vm-ns}}\n\
-         spec: {{interfaces: [{{name: eth0, ips: [{ips}]}}]}}\n"
-    );
-    let obj: ExternalNodeObject = serde_norway::from_str(&yaml).expect("test yaml");
-    SourceEvent::Present(Box::new(obj))
 }
 
 /// The watcher, alone, sends each valid ExternalNode to whatever its output is wired to; with

@@ -22,7 +22,7 @@ use antrea_vm_agent::api::server::{ApiServer, ServerError, ServerOptions};
 use antrea_vm_agent::cli::client::parse_response;
 use antrea_vm_agent::config::Config;
 use antrea_vm_agent::host::fake::FakeHost;
-use antrea_vm_agent::k8s::external_node::{external_entity_name, ExternalNodeObject};
+use antrea_vm_agent::k8s::external_node::external_entity_name;
 use antrea_vm_agent::ovs::openflow::fake::FakeConnector;
 use antrea_vm_agent::ovs::ovsdb::fake::FakeOvsdb;
 use antrea_vm_agent::policy::pipeline::table;
@@ -60,12 +60,9 @@ pub fn policy_yaml(with_drop_rule: bool) -> String {
     )
 }
 
+/// The ExternalNode `vm-ns/vm1` with eth0 at 10.0.0.2.
 pub fn external_node() -> SourceEvent {
-    let yaml =
-        "apiVersion: crd.antrea.io/v1alpha1\nkind: ExternalNode\nmetadata: {name: vm1, namespace: vm-ns}\n\
-                spec: {interfaces: [{name: eth0, ips: [\"10.0.0.2\"]}]}\n";
-    let obj: ExternalNodeObject = serde_norway::from_str(yaml).expect("test yaml");
-    SourceEvent::Present(Box::new(obj))
+    fake_world::external_node(&["10.0.0.2"])
 }
 
 /// Extra configuration of the metrics listener.

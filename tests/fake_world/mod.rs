@@ -2,7 +2,8 @@
 //! tests/flow_stats.rs, tests/reporter.rs, tests/wiring.rs and tests/api_support/): the fake VM host, the fake
 //! OVSDB joined to it, the fake switch, ExternalNode source, state files and datapath cache
 //! bundled as [`Fakes`], the `Deps`
-//! built from them, fast timing, the eth0 interface record and the bounded `eventually` poll.
+//! built from them, fast timing, the ExternalNode `vm-ns/vm1` as its source gives it, the eth0
+//! interface record and the bounded `eventually` poll.
 //! Each test file keeps its own configuration and world on top of these.
 
 // Every test binary includes this module and uses a different part of it.
@@ -17,12 +18,14 @@ use antrea_vm_agent::config::Config;
 use antrea_vm_agent::host::fake::FakeHost;
 use antrea_vm_agent::host::files::FakeStateFiles;
 use antrea_vm_agent::host::Address;
+use antrea_vm_agent::k8s::external_node::ExternalNodeObject;
 use antrea_vm_agent::messages::{AttachedInterface, EntityRef, InterfacesChanged};
 use antrea_vm_agent::ovs::openflow::fake::FakeConnector;
 use antrea_vm_agent::ovs::ovsdb::fake::FakeOvsdb;
 use antrea_vm_agent::ovs::ovsdb::{BridgeSpec, Ovsdb};
 use antrea_vm_agent::ovs::vswitchd::FakeDatapathCache;
 use antrea_vm_agent::sources::fake::FakeSource;
+use antrea_vm_agent::sources::SourceEvent;
 use antrea_vm_agent::telemetry::AgentMetrics;
 
 /// The MAC of the VM's `eth0` on the fake host.
@@ -180,6 +183,26 @@ impl Fakes {
             timing,
         }
     }
+}
+
+/// The ExternalNode `vm-ns/vm1` with one interface, `eth0`, holding `ips`, as the source gives it.
+pub fn external_node(ips: &[&str]) -> SourceEvent {
+    external_node_named("eth0", ips)
+}
+
+/// The same with the interface named `name`.
+pub fn external_node_named(name: &str, ips: &[&str]) -> SourceEvent {
+    let ips = ips
+        .iter()
+        .map(|ip| format!("\"{ip}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let yaml = format!(
+        "apiVersion: crd.antrea.io/v1alpha1\nkind: ExternalNode\nmetadata: {{name: vm1, namespace: vm-ns}}\n\
+         spec: {{interfaces: [{{name: {name}, ips: [{ips}]}}]}}\n"
+    );
+    let obj: ExternalNodeObject = serde_norway::from_str(&yaml).expect("test yaml");
+    SourceEvent::Present(Box::new(obj))
 }
 
 /// eth0 attached on ofport [`HOST_PORT`] with its uplink on [`UPLINK_PORT`], holding `ips`, as
