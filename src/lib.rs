@@ -11,11 +11,6 @@ pub mod api;
 pub mod attachment;
 pub mod cli;
 pub mod config;
-/// Test support (docs/architecture.md rule 10): built for the library's own tests and with the
-/// `test-util` feature (the integration tests, benches and `antrea-api-emulator`), never for the
-/// agent.
-#[cfg(any(test, feature = "test-util"))]
-pub mod emulator;
 pub mod failpoint;
 pub mod fqdn;
 pub mod host;

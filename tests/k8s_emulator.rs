@@ -1,5 +1,5 @@
 //! The agent's Kubernetes-side components, in process, against the HTTPS emulator of
-//! kube-apiserver + antrea-controller (`antrea_vm_agent::emulator`), each over the real
+//! kube-apiserver + antrea-controller (`antrea_api_emulator`), each over the real
 //! [`KubeApiClient`] built from the kubeconfigs the emulator writes (TLS verified, agent token,
 //! RBAC of `deploy/kubernetes/vm-agent-rbac.yml` enforced):
 //!
@@ -29,6 +29,7 @@ use futures::FutureExt;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use antrea_vm_agent::policy::controlplane::Validate as _;
 use antrea_vm_agent::actors::reporter::agent_conditions;
 use antrea_vm_agent::k8s::agent_info::{
     self, heartbeat, AgentInfoError, AgentInfoInputs, NetworkPolicyControllerInfo, OvsdbProbe, UpdateKind,

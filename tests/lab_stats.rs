@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use antrea_vm_agent::policy::controlplane::Validate as _;
 use antrea_vm_agent::actors::flow_installer::{dump_metric_flows, rule_stats_for};
 use antrea_vm_agent::messages::{AttachedInterface, EntityRef, RuleStats};
 use antrea_vm_agent::ovs::openflow::conn::{ConnOptions, OfConnection};

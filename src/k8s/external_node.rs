@@ -82,17 +82,9 @@ pub struct InvalidExternalNode {
     pub message: String,
 }
 
-/// Antrea's ExternalEntity name for an interface: the ExternalNode name when the interface has
-/// no name, else `<node>-<first 5 hex digits of sha1(interface name)>`.
-pub fn external_entity_name(node_name: &str, interface_name: &str) -> String {
-    if interface_name.is_empty() {
-        return node_name.to_string();
-    }
-    let digest = sha1_smol::Sha1::from(interface_name.as_bytes())
-        .digest()
-        .to_string();
-    format!("{node_name}-{}", &digest[..5])
-}
+/// Antrea's ExternalEntity name for an interface (the naming rule is shared with the API
+/// emulator, so it lives in the wire crate).
+pub use antrea_controlplane::naming::external_entity_name;
 
 /// The ExternalEntities antrea-controller derives from an ExternalNode: one per interface,
 /// named by [`external_entity_name`], in the ExternalNode's namespace, with its labels and the

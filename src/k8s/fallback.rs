@@ -13,6 +13,8 @@
 //! empty". Unlike the Go agent, a deleted NetworkPolicy's file is removed (runtime spec §10 D6),
 //! so a deleted policy cannot come back from the fallback.
 
+#[allow(unused_imports)]
+use crate::policy::controlplane::Validate as _;
 use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -268,8 +270,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    const NP: &str = include_str!("../policy/controlplane/testdata/np_annp1.json");
-    const AG: &str = include_str!("../policy/controlplane/testdata/ag.json");
+    const NP: &str = include_str!("../../crates/controlplane/src/testdata/np_annp1.json");
+    const AG: &str = include_str!("../../crates/controlplane/src/testdata/ag.json");
 
     fn ag(name: &str) -> Value {
         let mut v: Value = serde_json::from_str(AG).unwrap();

@@ -757,6 +757,7 @@ mod tests {
     use serde::Deserialize;
 
     use super::*;
+    use crate::policy::controlplane::Validate as _;
     use crate::policy::controlplane::store::Changes;
     use crate::policy::controlplane::ControlplaneObject;
 

@@ -1,5 +1,5 @@
 //! Test helpers around the in-process kube-apiserver + antrea-controller emulator
-//! (`antrea_vm_agent::emulator`): start one with its kubeconfigs in a temp dir, build kube-rs
+//! (`antrea_api_emulator`): start one with its kubeconfigs in a temp dir, build kube-rs
 //! clients from kubeconfigs, send raw requests, read JSON watch streams line by line with
 //! timeouts, and build ExternalNode / controlplane objects in the exact wire shape.
 
@@ -10,7 +10,7 @@ use futures::io::{AsyncBufReadExt, Lines};
 use futures::{AsyncBufRead, StreamExt};
 use serde_json::{json, Value};
 
-pub use antrea_vm_agent::emulator::{CpResource, Emulator, EmulatorOptions, RecordedCall};
+pub use antrea_api_emulator::{CpResource, Emulator, EmulatorOptions, RecordedCall};
 
 /// Namespace of the agent's ServiceAccount in the bundled RBAC manifests.
 pub const VM_NS: &str = "vm-ns";

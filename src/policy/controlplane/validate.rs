@@ -497,9 +497,27 @@ pub enum ValidObject {
 
 // === validation ===
 
-impl ControlplaneObject {
+/// Validation of a wire object into its typed view. A trait because the wire types live in the
+/// `antrea-controlplane` crate and validation is the agent's; bring it into scope to call
+/// `.validate()`.
+pub trait Validate {
+    /// The typed view of a valid object.
+    type Valid;
     /// Validates the object into its typed view.
-    pub fn validate(&self) -> Result<ValidObject, InvalidObject> {
+    fn validate(&self) -> Result<Self::Valid, InvalidObject>;
+}
+
+/// Validation of a group patch, whose kind the caller says (see [`GroupPatch`]'s impl).
+pub trait ValidatePatch {
+    /// Validates the patch; `kind` is [`Kind::AddressGroupPatch`] or
+    /// [`Kind::AppliedToGroupPatch`] (the object's own `kind` field is not trusted for this).
+    fn validate(&self, kind: Kind) -> Result<MembersPatch, InvalidObject>;
+}
+
+impl Validate for ControlplaneObject {
+    type Valid = ValidObject;
+    /// Validates the object into its typed view.
+    fn validate(&self) -> Result<ValidObject, InvalidObject> {
         Ok(match self {
             ControlplaneObject::NetworkPolicy(np) => ValidObject::NetworkPolicy(Arc::new(np.validate()?)),
             ControlplaneObject::AddressGroup(g) => ValidObject::AddressGroup(Arc::new(g.validate()?)),
@@ -514,9 +532,10 @@ impl ControlplaneObject {
     }
 }
 
-impl NetworkPolicy {
+impl Validate for NetworkPolicy {
+    type Valid = Policy;
     /// Validates the policy into a [`Policy`].
-    pub fn validate(&self) -> Result<Policy, InvalidObject> {
+    fn validate(&self) -> Result<Policy, InvalidObject> {
         let mut p = Problems::default();
         let meta = &self.metadata;
         if meta.name.is_empty() {
@@ -1148,24 +1167,26 @@ fn group(kind: Kind, meta: &super::types::ObjectMeta, list: &[GroupMember]) -> R
     )
 }
 
-impl AddressGroup {
+impl Validate for AddressGroup {
+    type Valid = Group;
     /// Validates the group into a [`Group`] (duplicate members collapse, as in a set).
-    pub fn validate(&self) -> Result<Group, InvalidObject> {
+    fn validate(&self) -> Result<Group, InvalidObject> {
         group(Kind::AddressGroup, &self.metadata, &self.group_members)
     }
 }
 
-impl AppliedToGroup {
+impl Validate for AppliedToGroup {
+    type Valid = Group;
     /// Validates the group into a [`Group`] (duplicate members collapse, as in a set).
-    pub fn validate(&self) -> Result<Group, InvalidObject> {
+    fn validate(&self) -> Result<Group, InvalidObject> {
         group(Kind::AppliedToGroup, &self.metadata, &self.group_members)
     }
 }
 
-impl GroupPatch {
+impl ValidatePatch for GroupPatch {
     /// Validates the patch; `kind` is [`Kind::AddressGroupPatch`] or
     /// [`Kind::AppliedToGroupPatch`] (the object's own `kind` field is not trusted for this).
-    pub fn validate(&self, kind: Kind) -> Result<MembersPatch, InvalidObject> {
+    fn validate(&self, kind: Kind) -> Result<MembersPatch, InvalidObject> {
         let mut p = Problems::default();
         if self.metadata.name.is_empty() {
             p.add("metadata.name", "missing");

@@ -54,7 +54,7 @@ fn one_problem(extra: Value) -> String {
 
 #[test]
 fn annp_example_validates_into_its_view() {
-    let ValidObject::NetworkPolicy(p) = decode(include_str!("../testdata/np_annp1.json"))
+    let ValidObject::NetworkPolicy(p) = decode(include_str!("../../../../crates/controlplane/src/testdata/np_annp1.json"))
         .validate()
         .unwrap()
     else {
@@ -107,7 +107,7 @@ fn annp_example_validates_into_its_view() {
 
 #[test]
 fn acnp_example_validates_into_its_view() {
-    let ValidObject::NetworkPolicy(p) = decode(include_str!("../testdata/np_acnp.json"))
+    let ValidObject::NetworkPolicy(p) = decode(include_str!("../../../../crates/controlplane/src/testdata/np_acnp.json"))
         .validate()
         .unwrap()
     else {
@@ -160,7 +160,7 @@ fn acnp_example_validates_into_its_view() {
 
 #[test]
 fn group_examples_validate_into_member_sets() {
-    let ValidObject::AddressGroup(g) = decode(include_str!("../testdata/ag.json")).validate().unwrap() else {
+    let ValidObject::AddressGroup(g) = decode(include_str!("../../../../crates/controlplane/src/testdata/ag.json")).validate().unwrap() else {
         panic!("kind");
     };
     let members: Vec<_> = g.members.values().cloned().collect();
@@ -185,12 +185,12 @@ fn group_examples_validate_into_member_sets() {
             },
         ]
     );
-    let ValidObject::AppliedToGroup(g) = decode(include_str!("../testdata/atg.json")).validate().unwrap()
+    let ValidObject::AppliedToGroup(g) = decode(include_str!("../../../../crates/controlplane/src/testdata/atg.json")).validate().unwrap()
     else {
         panic!("kind");
     };
     assert_eq!(g.members.len(), 1);
-    let ValidObject::AddressGroupPatch(p) = decode(include_str!("../testdata/ag_patch.json"))
+    let ValidObject::AddressGroupPatch(p) = decode(include_str!("../../../../crates/controlplane/src/testdata/ag_patch.json"))
         .validate()
         .unwrap()
     else {
@@ -206,7 +206,7 @@ fn group_examples_validate_into_member_sets() {
     );
     assert_eq!(p.added[0].ips, [ip("10.10.1.5")]);
     assert_eq!(p.removed[0].ips, [ip("172.16.100.6")]);
-    let ValidObject::AppliedToGroupPatch(p) = decode(include_str!("../testdata/atg_patch.json"))
+    let ValidObject::AppliedToGroupPatch(p) = decode(include_str!("../../../../crates/controlplane/src/testdata/atg_patch.json"))
         .validate()
         .unwrap()
     else {

@@ -17,12 +17,12 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use crate::k8s::external_node::external_entity_name;
-use crate::policy::controlplane::types::{
+use antrea_controlplane::naming::external_entity_name;
+use antrea_controlplane::types::{
     AddressGroup, AppliedToGroup, GroupMember, GroupPatch, IpAddress, IpNetWire, NetworkPolicy,
     NetworkPolicyReference, ObjectMeta,
 };
-use crate::policy::controlplane::{ControlplaneObject, API_VERSION as CP_API_VERSION};
+use antrea_controlplane::{ControlplaneObject, API_VERSION as CP_API_VERSION};
 
 pub const EN_API_VERSION: &str = "crd.antrea.io/v1alpha1";
 pub const EE_API_VERSION: &str = "crd.antrea.io/v1alpha2";

@@ -315,7 +315,7 @@ impl Emulator {
     /// A kubeconfig (YAML) for the server at `url` (one of the two endpoints) with the CA
     /// embedded and `token`.
     pub fn kubeconfig_yaml_for(&self, url: &str, token: &str, user: &str) -> String {
-        let ca = crate::policy::controlplane::ip::base64_encode(self.ca_pem.as_bytes());
+        let ca = antrea_controlplane::ip::base64_encode(self.ca_pem.as_bytes());
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {url}\n    certificate-authority-data: {ca}\nusers:\n- name: {user}\n  user:\n    token: {token}\ncontexts:\n- name: {user}@emulator\n  context:\n    cluster: emulator\n    user: {user}\ncurrent-context: {user}@emulator\n"
         )

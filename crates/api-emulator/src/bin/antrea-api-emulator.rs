@@ -1,5 +1,5 @@
 //! `antrea-api-emulator`: runs the kube-apiserver + antrea-controller emulator
-//! (`antrea_vm_agent::emulator`) for manual testing of the agent's Kubernetes mode. Writes the CA
+//! (`antrea_api_emulator`) for manual testing of the agent's Kubernetes mode. Writes the CA
 //! and kubeconfigs for an agent (and an admin kubeconfig for the control API), optionally loads
 //! objects from files, prints the URL, and serves until SIGTERM or SIGINT.
 #![forbid(unsafe_code)]
@@ -12,7 +12,7 @@ use clap::Parser;
 use serde::Deserialize;
 use serde_json::Value;
 
-use antrea_vm_agent::emulator::{Emulator, EmulatorOptions};
+use antrea_api_emulator::{Emulator, EmulatorOptions};
 
 #[derive(Parser, Debug)]
 #[command(about = "HTTPS emulator of kube-apiserver and antrea-controller for antrea-vm-agent")]

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 /// The RBAC manifests bundled with the crate (namespace `vm-ns`).
-pub const VM_AGENT_RBAC_YAML: &str = include_str!("../../deploy/kubernetes/vm-agent-rbac.yml");
+pub const VM_AGENT_RBAC_YAML: &str = include_str!("../../../deploy/kubernetes/vm-agent-rbac.yml");
 
 /// Why RBAC manifests could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -21,7 +21,7 @@ use super::store::{
     EE_API_VERSION, EN_API_VERSION, SUCCESS_STATUS_BODY,
 };
 use super::watch::{self, lock, Bookmarks, Registry, WatchTarget};
-use crate::policy::controlplane::API_VERSION as CP_API_VERSION;
+use antrea_controlplane::API_VERSION as CP_API_VERSION;
 
 /// One request as the emulator saw it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
