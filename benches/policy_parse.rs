@@ -1,24 +1,25 @@
-//! Benchmark: what reading a policy directory costs before any flow is built, phase by phase, on
-//! one thread. Pure: no OVS, no files on disk.
+//! Benchmark: what reading a policy directory costs before any flow is built, phase by phase.
+//! No OVS, no root: the files go to a temporary directory.
 //!
 //!     cargo bench --bench policy_parse
 //!
 //! The texts are `policy_realize`'s fleets (`benches/common/fleet_files.rs`: 2,000 NetworkPolicy
 //! files of 5 rules, about 2.5 MB of YAML; `PPBENCH_POLICIES` changes the count). Each round
-//! takes every file through the same steps as the policy directory's loader, and times each step
-//! over all files:
+//! takes every file through the same steps as the policy directory's loader, on one thread, and
+//! times each step over all files:
 //! 1. the linear pre-scan of nesting and size (`bounded::prescan`);
 //! 2. YAML to `serde_json::Value` within the input limits (`bounded::parse_values`, which runs
 //!    the pre-scan again, as the loader does);
 //! 3. the value to the wire type (`ControlplaneObject::from_value`);
 //! 4. validation into the typed policy (`ControlplaneObject::validate`).
 //!
-//! It prints the median of the rounds per step, and MB/s of YAML for the parse, for the
-//! fractional and the whole-number fleets. Next to them, as the floor the parser itself sets, the
-//! same texts through `serde_norway` into `serde_json::Value` with no limits and no loader steps.
-//! The policy directory spreads step 2 to 4 over the machine's cores (at most 4); this bench
-//! does not, so its figures are CPU time per step. Without the `--bench` argument (as `cargo
-//! test --all-targets` starts bench targets) it only prints how to run it.
+//! Then steps 2 to 4 on every core (at most 4, as the loader spreads them), the same objects as
+//! JSON (what `.json` policy files cost), and as the floor the YAML library itself sets, the
+//! texts through `serde_norway` into `serde_json::Value` with no limits and no loader steps.
+//! Last, the loader's whole first pass (`PolicyDirSource`: read, parse on all cores, snapshot)
+//! over the fleet written as YAML files and as JSON files. Medians of 7 rounds, for the
+//! fractional and the whole-number fleets. Without the `--bench` argument (as `cargo test
+//! --all-targets` starts bench targets) it only prints how to run it.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 use std::time::{Duration, Instant};
