@@ -31,22 +31,33 @@ use serde_json::Value;
 
 mod common;
 
-use common::fleet_files::{fleet_policy, Fleet, APPLIED_TO};
+use common::fleet_files::{as_json, fleet_policy, Fleet, APPLIED_TO, FRACTIONAL_STEP};
 
 const ROUNDS: usize = 7;
 
-/// Median of `ROUNDS` runs of `step` over every text.
-fn timed<T>(texts: &[String], mut step: impl FnMut(&str) -> T) -> Duration {
-    let mut times = Vec::with_capacity(ROUNDS);
-    for _ in 0..ROUNDS {
-        let start = Instant::now();
-        for text in texts {
-            std::hint::black_box(step(text));
-        }
-        times.push(start.elapsed());
-    }
+/// The median of `ROUNDS` rounds, each timing itself.
+fn median(mut round: impl FnMut() -> Duration) -> Duration {
+    let mut times: Vec<Duration> = (0..ROUNDS).map(|_| round()).collect();
     times.sort();
     times[ROUNDS / 2]
+}
+
+/// How long `work` takes.
+fn time(work: impl FnOnce()) -> Duration {
+    let start = Instant::now();
+    work();
+    start.elapsed()
+}
+
+/// Median of `ROUNDS` runs of `step` over every item.
+fn timed<I, T>(items: &[I], mut step: impl FnMut(&I) -> T) -> Duration {
+    median(|| {
+        time(|| {
+            for item in items {
+                std::hint::black_box(step(item));
+            }
+        })
+    })
 }
 
 fn parse(text: &str, limits: &InputLimits) -> Vec<Value> {
@@ -73,51 +84,18 @@ fn fleet(label: &str, fleet: Fleet, policies: usize) {
         serde_norway::from_str::<Value>(t).expect("a fleet file parses")
     });
     // Decoding consumes the value: time it on fresh copies, minus the copying.
-    let copy = {
-        let mut times = Vec::with_capacity(ROUNDS);
-        for _ in 0..ROUNDS {
-            let start = Instant::now();
-            for v in &values {
-                std::hint::black_box(v.clone());
-            }
-            times.push(start.elapsed());
-        }
-        times.sort();
-        times[ROUNDS / 2]
-    };
-    let decode_and_copy = {
-        let mut times = Vec::with_capacity(ROUNDS);
-        for _ in 0..ROUNDS {
-            let start = Instant::now();
-            for v in &values {
-                std::hint::black_box(ControlplaneObject::from_value(v.clone()).expect("decodes"));
-            }
-            times.push(start.elapsed());
-        }
-        times.sort();
-        times[ROUNDS / 2]
-    };
+    let copy = timed(&values, Value::clone);
+    let decode_and_copy = timed(&values, |v| {
+        ControlplaneObject::from_value(v.clone()).expect("decodes")
+    });
     let decode = decode_and_copy.saturating_sub(copy);
-    let validate = {
-        let mut times = Vec::with_capacity(ROUNDS);
-        for _ in 0..ROUNDS {
-            let start = Instant::now();
-            for o in &objects {
-                std::hint::black_box(o.validate().expect("valid"));
-            }
-            times.push(start.elapsed());
-        }
-        times.sort();
-        times[ROUNDS / 2]
-    };
+    let validate = timed(&objects, |o| o.validate().expect("valid"));
     // Steps 2 to 4 on every core (at most 4), each thread taking the next file, as the policy
     // directory's loader does.
     let threads = std::thread::available_parallelism().map_or(1, usize::from).min(4);
-    let parallel = {
-        let mut times = Vec::with_capacity(ROUNDS);
-        for _ in 0..ROUNDS {
-            let next = std::sync::atomic::AtomicUsize::new(0);
-            let start = Instant::now();
+    let parallel = median(|| {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        time(|| {
             std::thread::scope(|scope| {
                 for _ in 0..threads {
                     scope.spawn(|| loop {
@@ -130,11 +108,8 @@ fn fleet(label: &str, fleet: Fleet, policies: usize) {
                     });
                 }
             });
-            times.push(start.elapsed());
-        }
-        times.sort();
-        times[ROUNDS / 2]
-    };
+        })
+    });
     // The same objects as JSON files (`.json`: parsed by serde_json within the same limits).
     let json: Vec<String> = values
         .iter()
@@ -187,7 +162,6 @@ fn fleet(label: &str, fleet: Fleet, policies: usize) {
 
 /// The policy directory's first pass over `texts` written as files (read, parse on every core,
 /// validate, the snapshot): median of `ROUNDS` fresh sources, from subscribing to the snapshot.
-/// Then, once, what the memory trim that follows a large pass costs on its own.
 fn first_pass(label: &str, texts: &[String], extension: &str) {
     use antrea_vm_agent::sources::policy_dir::PolicyDirSource;
     use futures::StreamExt;
@@ -200,24 +174,23 @@ fn first_pass(label: &str, texts: &[String], extension: &str) {
         .enable_all()
         .build()
         .expect("a runtime");
-    let mut times = Vec::with_capacity(ROUNDS);
-    for _ in 0..ROUNDS {
+    let pass = median(|| {
         let source = PolicyDirSource::new(dir.path(), Duration::from_secs(3600));
         let start = Instant::now();
         let snapshot = runtime.block_on(async { source.subscribe().next().await.expect("a snapshot") });
-        times.push(start.elapsed());
+        let took = start.elapsed();
         assert_eq!(
             snapshot.network_policies.len(),
             texts.len(),
             "every policy loaded"
         );
         assert!(snapshot.errors.is_empty(), "{:?}", snapshot.errors);
-    }
-    times.sort();
+        took
+    });
     println!(
         "{label}: the policy directory's first pass (read {} {extension} files, parse on all cores, snapshot, trim): {:.1} ms",
         texts.len() + 1,
-        common::ms(times[ROUNDS / 2])
+        common::ms(pass)
     );
 }
 
@@ -227,17 +200,14 @@ fn main() {
         return;
     }
     let policies = common::env_usize("PPBENCH_POLICIES", 2000).max(1);
-    for (label, kind) in [("fractional", Fleet::Fractional(0.07)), ("whole", Fleet::Whole)] {
+    for (label, kind) in [
+        ("fractional", Fleet::Fractional(FRACTIONAL_STEP)),
+        ("whole", Fleet::Whole),
+    ] {
         fleet(label, kind, policies);
         let texts: Vec<String> = (0..policies).map(|i| fleet_policy(i, kind)).collect();
         first_pass(label, &texts, "yaml");
-        let json: Vec<String> = texts
-            .iter()
-            .map(|t| {
-                let value: Value = serde_norway::from_str(t).expect("YAML");
-                serde_json::to_string(&value).expect("JSON")
-            })
-            .collect();
+        let json: Vec<String> = texts.iter().map(|t| as_json(t)).collect();
         first_pass(label, &json, "json");
     }
 }

@@ -66,7 +66,9 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use common::agent::{commit_ms, parse_commit, rss_mb, write_atomic, Commit};
-use common::fleet_files::{fleet_policy, incremental_policy, Fleet, APPLIED_TO, RULES_PER_POLICY};
+use common::fleet_files::{
+    as_json, fleet_policy, incremental_policy, Fleet, APPLIED_TO, FRACTIONAL_STEP, RULES_PER_POLICY,
+};
 use common::lab_fleet::installed_rules;
 use common::replay::{bundle_marks, bundles_since, largest_bundle, recording_proxy, replay, replay_each};
 use common::{env_usize, ms, quantile};
@@ -374,12 +376,6 @@ struct Outcome {
 /// PRBENCH_FORMAT=json: the fleet's files are written as JSON (`.json`) instead of YAML.
 fn json_files() -> bool {
     std::env::var("PRBENCH_FORMAT").is_ok_and(|f| f.trim() == "json")
-}
-
-/// The same object as JSON text.
-fn as_json(yaml: &str) -> String {
-    let value: serde_json::Value = serde_norway::from_str(yaml).expect("a fleet policy is YAML");
-    serde_json::to_string(&value).expect("JSON")
 }
 
 fn run_fleet(fleet: Fleet, policies: usize, iterations: usize, orders: &[String]) -> Outcome {
@@ -715,7 +711,7 @@ fn main() {
     let step: f64 = std::env::var("PRBENCH_PRIORITY_STEP")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(0.07);
+        .unwrap_or(FRACTIONAL_STEP);
     let fleets: Vec<Fleet> = std::env::var("PRBENCH_FLEETS")
         .unwrap_or_else(|_| "fractional,whole".into())
         .split(',')

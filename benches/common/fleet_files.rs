@@ -1,9 +1,13 @@
 //! The policy files of the benches' fleets, as YAML text: 2,000 NetworkPolicies x 5 rules by
-//! default, with the priorities drawn three ways ([`Fleet`]). `policy_realize` writes them into
-//! the lab agent's policy directory; `policy_parse` parses them in-process, phase by phase.
+//! default, with the priorities drawn three ways ([`Fleet`]). `policy_realize`, `fqdn_hold` and
+//! `reject_latency` write them into the lab agent's policy directory (the last two the
+//! fractional fleet); `policy_parse` parses them in-process, phase by phase.
 
-/// Rules in each fleet policy.
+/// Rules in each fleet policy: 2,000 policies make the 10,000 rules.
 pub const RULES_PER_POLICY: usize = 5;
+
+/// The default step of the fractional fleet's policy priorities (`1 + 0.07 i`).
+pub const FRACTIONAL_STEP: f64 = 0.07;
 
 /// The AppliedToGroup holding this lab VM's eth0 ExternalEntity.
 pub const APPLIED_TO: &str = "\
@@ -112,4 +116,10 @@ tierPriority: {tier_priority}
 rules:
 {rules}"
     )
+}
+
+/// The same object as JSON text (what `.json` policy files hold).
+pub fn as_json(yaml: &str) -> String {
+    let value: serde_json::Value = serde_norway::from_str(yaml).expect("a fleet policy is YAML");
+    serde_json::to_string(&value).expect("JSON")
 }
