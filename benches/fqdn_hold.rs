@@ -47,9 +47,8 @@ use std::time::{Duration, Instant};
 
 use antrea_vm_agent::fqdn::Hold;
 use common::agent::write_atomic;
-use common::lab_fleet::{
-    fleet_policy, flow_count, installed_rules, ovs_stall_probe, swap_policy_dir, APPLIED_TO, RULES_PER_POLICY,
-};
+use common::fleet_files::{fleet_policy, Fleet, APPLIED_TO, FRACTIONAL_STEP, RULES_PER_POLICY};
+use common::lab_fleet::{flow_count, installed_rules, ovs_stall_probe, swap_policy_dir};
 use common::{env_usize, quantile};
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RData, RecordType};
@@ -228,7 +227,11 @@ fn main() {
         write_atomic(d, "05-fqdn.yaml", FQDN_POLICY);
     }
     for i in 0..policies {
-        std::fs::write(full.join(format!("10-fleet-{i:05}.yaml")), fleet_policy(i)).expect("write a policy");
+        std::fs::write(
+            full.join(format!("10-fleet-{i:05}.yaml")),
+            fleet_policy(i, Fleet::Fractional(FRACTIONAL_STEP)),
+        )
+        .expect("write a policy");
     }
     std::os::unix::fs::symlink(&full, &dir).expect("link the policy dir");
     let socket = lab.dir().join("agent-api.sock");

@@ -20,6 +20,8 @@
 //! #   PRBENCH_OFCTL_ORDERS  flow orders of the ovs-ofctl baseline (default `ascending`; add
 //! #                      `descending` to see what priority order costs OVS)
 //! #   PRBENCH_ONE_BY_ONE=1  the policy files are renamed in one by one (see 1.)
+//! #   PRBENCH_FORMAT=json   the fleet's policy files are written as JSON (`.json`), the same
+//! #                      objects; default YAML (`benches/policy_parse.rs` times the parse of each)
 //! ```
 //!
 //! Per fleet it measures:
@@ -64,13 +66,15 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use common::agent::{commit_ms, parse_commit, rss_mb, write_atomic, Commit};
+use common::fleet_files::{
+    as_json, fleet_policy, incremental_policy, Fleet, APPLIED_TO, FRACTIONAL_STEP, RULES_PER_POLICY,
+};
 use common::lab_fleet::installed_rules;
 use common::replay::{bundle_marks, bundles_since, largest_bundle, recording_proxy, replay, replay_each};
 use common::{env_usize, ms, quantile};
 use support::*;
 
 const HOW: &str = "cargo bench --bench policy_realize";
-const RULES_PER_POLICY: usize = 5;
 /// Bound for the 10,000-rule realization.
 const BIG_TIMEOUT: Duration = Duration::from_secs(600);
 /// Bound for the wait for the next commit while the 10,000 rules are not all realized.
@@ -79,115 +83,6 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 const SMALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// The marker of the flow installer's commit log line.
 const COMMITTED: &str = "flows committed";
-
-/// The AppliedToGroup holding this lab VM's eth0 ExternalEntity.
-const APPLIED_TO: &str = "\
-apiVersion: controlplane.antrea.io/v1beta2
-kind: AppliedToGroup
-metadata: {name: atg-vm1}
-groupMembers: [{externalEntity: {name: vm1-3e616, namespace: vm-ns}}]
-";
-
-/// How a fleet's policy priorities are drawn (see the module documentation).
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Fleet {
-    Fractional(f64),
-    Whole,
-    OneTier,
-}
-
-impl Fleet {
-    fn parse(name: &str, step: f64) -> Fleet {
-        match name.trim() {
-            "fractional" => Fleet::Fractional(step),
-            "whole" => Fleet::Whole,
-            "one-tier" => Fleet::OneTier,
-            other => panic!("PRBENCH_FLEETS: unknown fleet {other:?} (fractional, whole, one-tier)"),
-        }
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            Fleet::Fractional(step) => format!("fractional (Application tier, priority 1 + {step} i)"),
-            Fleet::Whole => "whole (tiers 50/100/150/200/250, priorities 1, 2, 5, 10, 20, 50, 100 shared by many policies)".into(),
-            Fleet::OneTier => "one-tier (Application tier, priority 1 + i, whole numbers)".into(),
-        }
-    }
-
-    fn label(&self) -> &'static str {
-        match self {
-            Fleet::Fractional(_) => "fractional",
-            Fleet::Whole => "whole",
-            Fleet::OneTier => "one-tier",
-        }
-    }
-
-    /// (tier priority, policy priority) of policy `i`.
-    fn priority(&self, i: usize) -> (i32, f64) {
-        match self {
-            Fleet::Fractional(step) => (250, 1.0 + i as f64 * step),
-            Fleet::Whole => {
-                // Most policies in the Application tier, the rest spread over the others.
-                let tier = [250, 250, 250, 200, 150, 100, 50, 250][i % 8];
-                let priority = [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0][(i / 8) % 7];
-                (tier, priority)
-            }
-            Fleet::OneTier => (250, 1.0 + i as f64),
-        }
-    }
-}
-
-/// NetworkPolicy `i` of the fleet: 5 rules, alternating ingress and egress, a /24 peer plus a
-/// /16 (or an IPv6 /8), TCP 22 plus a port range, actions cycling Allow, Drop, Reject, Pass.
-fn fleet_policy(i: usize, fleet: Fleet) -> String {
-    let mut rules = String::new();
-    for r in 0..RULES_PER_POLICY {
-        let k = i * RULES_PER_POLICY + r;
-        let cidr = format!("{}.{}.{}.0/24", 10 + k / 65536, (k / 256) % 256, k % 256);
-        let peer = if k.is_multiple_of(2) {
-            format!("direction: In, from: {{ipBlocks: [{{cidr: {cidr}}}, {{cidr: 192.168.0.0/16}}]}}")
-        } else {
-            format!("direction: Out, to: {{ipBlocks: [{{cidr: {cidr}}}, {{cidr: \"fd00::/8\"}}]}}")
-        };
-        let action = ["Allow", "Drop", "Reject", "Pass"][k % 4];
-        rules.push_str(&format!(
-            "- {{{peer}, services: [{{protocol: TCP, port: 22}}, {{protocol: TCP, port: 8000, endPort: {}}}], \
-             action: {action}, priority: {r}}}\n",
-            8080 + k % 7
-        ));
-    }
-    let (tier, priority) = fleet.priority(i);
-    policy(&format!("fleet-{i}"), tier, priority, &rules)
-}
-
-/// The policy added, changed and deleted in step 2 (one ingress rule).
-fn incremental_policy(j: usize, port: usize) -> String {
-    policy(
-        &format!("inc-{j}"),
-        250,
-        0.5,
-        &format!(
-            "- {{direction: In, from: {{ipBlocks: [{{cidr: 10.250.{}.0/24}}]}}, \
-             services: [{{protocol: TCP, port: {port}}}], action: Drop, priority: 0}}\n",
-            j % 256
-        ),
-    )
-}
-
-/// A NetworkPolicy object applied to the lab VM, in YAML.
-fn policy(name: &str, tier_priority: i32, priority: f64, rules: &str) -> String {
-    format!(
-        "apiVersion: controlplane.antrea.io/v1beta2
-kind: NetworkPolicy
-metadata: {{name: uid-{name}, uid: uid-{name}}}
-sourceRef: {{type: AntreaClusterNetworkPolicy, name: {name}, uid: uid-{name}}}
-appliedToGroups: [atg-vm1]
-priority: {priority}
-tierPriority: {tier_priority}
-rules:
-{rules}"
-    )
-}
 
 fn commits(agent: &AgentProcess) -> Vec<Commit> {
     agent
@@ -478,6 +373,11 @@ struct Outcome {
     change_adds: Vec<usize>,
 }
 
+/// PRBENCH_FORMAT=json: the fleet's files are written as JSON (`.json`) instead of YAML.
+fn json_files() -> bool {
+    std::env::var("PRBENCH_FORMAT").is_ok_and(|f| f.trim() == "json")
+}
+
 fn run_fleet(fleet: Fleet, policies: usize, iterations: usize, orders: &[String]) -> Outcome {
     let rules = policies * RULES_PER_POLICY;
     println!();
@@ -523,8 +423,13 @@ fn run_fleet(fleet: Fleet, policies: usize, iterations: usize, orders: &[String]
 
     // === 1. the fleet ===
     let texts: Vec<String> = (0..policies).map(|i| fleet_policy(i, fleet)).collect();
-    let names: Vec<String> = (0..policies).map(|i| format!("10-fleet-{i:05}.yaml")).collect();
+    let json = json_files();
+    let extension = if json { "json" } else { "yaml" };
+    let names: Vec<String> = (0..policies)
+        .map(|i| format!("10-fleet-{i:05}.{extension}"))
+        .collect();
     for (name, text) in names.iter().zip(&texts) {
+        let text = if json { as_json(text) } else { text.clone() };
         std::fs::write(staging.join(name), text).expect("write a staged policy");
     }
     let mut objects = vec![APPLIED_TO.to_string()];
@@ -806,7 +711,7 @@ fn main() {
     let step: f64 = std::env::var("PRBENCH_PRIORITY_STEP")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(0.07);
+        .unwrap_or(FRACTIONAL_STEP);
     let fleets: Vec<Fleet> = std::env::var("PRBENCH_FLEETS")
         .unwrap_or_else(|_| "fractional,whole".into())
         .split(',')
@@ -820,8 +725,9 @@ fn main() {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "policy_realize: {policies} NetworkPolicies x {RULES_PER_POLICY} rules per fleet; fleets {:?}; \
-         {iterations} adds/changes/deletes; load average at start {}",
+         files in {}; {iterations} adds/changes/deletes; load average at start {}",
         fleets.iter().map(Fleet::label).collect::<Vec<_>>(),
+        if json_files() { "JSON" } else { "YAML" },
         load.trim()
     );
     println!("agent binary: {}", agent_binary());

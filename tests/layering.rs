@@ -6,8 +6,9 @@
 //! anything of the agent. Test code counts too: a `use` in a test module is still an edge between
 //! the modules.
 //!
-//! The wiring too: no actor but the supervisor and `actors/wiring.rs` names the whole `Deps` or
-//! `Peers` (issue 17, narrow wiring).
+//! The wiring too: no actor but the supervisor and `actors/wiring.rs` names the whole `Deps`,
+//! `Peers` or `Config` (issue 17, narrow wiring: each actor's deps carry only the settings it
+//! reads).
 //!
 //! Rule 8 too: no file under `src/actors` (test code and comments included) names the OpenFlow
 //! codec's byte-level parts (`ovs::openflow::wire`, `oxm`, `messages`, or an encoder or decoder
@@ -270,7 +271,8 @@ fn identifier_named(text: &str, word: &str) -> Vec<(usize, String)> {
 }
 
 /// Issue 17, narrow wiring: an actor gets its own part of `Deps` and typed recipients for its
-/// outputs; only the supervisor and the wiring see the whole `Deps` and every address (`Peers`).
+/// outputs; only the supervisor and the wiring see the whole `Deps`, every address (`Peers`) and
+/// the whole configuration (`Config`: an actor's deps carry the settings it reads, one by one).
 #[test]
 fn no_actor_sees_the_whole_deps_or_every_address() {
     let mut found = Vec::new();
@@ -284,7 +286,7 @@ fn no_actor_sees_the_whole_deps_or_every_address() {
             continue;
         }
         let text = std::fs::read_to_string(&file).expect("source file");
-        for word in ["Deps", "Peers"] {
+        for word in ["Deps", "Peers", "Config"] {
             for (line, text) in identifier_named(&text, word) {
                 found.push(format!(
                     "{}:{line}: names `{word}`: {}",

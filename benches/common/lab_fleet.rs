@@ -1,7 +1,7 @@
 //! The lab pieces shared by the benches that run the agent against a real switch with the
 //! 10,000-rule fleet (`fqdn_hold`, `reject_latency`, and the two realize benches for the rule
-//! count): the fleet's controlplane policies, a thread in a namespace, swapping the policy
-//! directory, the bridge's flow and rule counts, and the probe of OVS's own stalls (the physical
+//! count; the fleet's policy texts are `fleet_files.rs`): a thread in a namespace, swapping the
+//! policy directory, the bridge's flow and rule counts, and the probe of OVS's own stalls (the physical
 //! limit of anything that waits for ovs-vswitchd's main loop).
 
 use std::collections::BTreeSet;
@@ -12,50 +12,6 @@ use std::time::{Duration, Instant};
 
 use antrea_vm_agent::ovs::openflow::conn::{ConnOptions, OfConnection};
 use antrea_vm_agent::ovs::openflow::Switch;
-
-/// Rules per fleet policy: 2,000 policies make the 10,000 rules.
-pub const RULES_PER_POLICY: usize = 5;
-
-/// The AppliedToGroup of the lab VM's ExternalEntity, which every bench policy applies to.
-pub const APPLIED_TO: &str = "\
-apiVersion: controlplane.antrea.io/v1beta2
-kind: AppliedToGroup
-metadata: {name: atg-vm1}
-groupMembers: [{externalEntity: {name: vm1-3e616, namespace: vm-ns}}]
-";
-
-/// NetworkPolicy `i` of the 10,000-rule fleet (as `benches/policy_realize.rs`'s): 5 rules,
-/// ingress and egress, ipBlocks, TCP ports and ranges, every action.
-pub fn fleet_policy(i: usize) -> String {
-    let mut rules = String::new();
-    for r in 0..RULES_PER_POLICY {
-        let k = i * RULES_PER_POLICY + r;
-        let cidr = format!("10.{}.{}.0/24", (k / 256) % 256, k % 256);
-        let peer = if k.is_multiple_of(2) {
-            format!("direction: In, from: {{ipBlocks: [{{cidr: {cidr}}}, {{cidr: 192.168.0.0/16}}]}}")
-        } else {
-            format!("direction: Out, to: {{ipBlocks: [{{cidr: {cidr}}}, {{cidr: \"fd00::/8\"}}]}}")
-        };
-        let action = ["Allow", "Drop", "Reject", "Pass"][k % 4];
-        rules.push_str(&format!(
-            "- {{{peer}, services: [{{protocol: TCP, port: 22}}, {{protocol: TCP, port: 8000, endPort: {}}}], \
-             action: {action}, priority: {r}}}\n",
-            8080 + k % 7
-        ));
-    }
-    format!(
-        "apiVersion: controlplane.antrea.io/v1beta2
-kind: NetworkPolicy
-metadata: {{name: uid-fleet-{i}, uid: uid-fleet-{i}}}
-sourceRef: {{type: AntreaClusterNetworkPolicy, name: fleet-{i}, uid: uid-fleet-{i}}}
-appliedToGroups: [atg-vm1]
-priority: {}
-tierPriority: 250
-rules:
-{rules}",
-        1.0 + i as f64 * 0.07
-    )
-}
 
 /// The bridge's flow count (`ovs-ofctl dump-aggregate`), or `None` if the switch did not answer.
 pub fn flow_count(mgmt_sock: &Path) -> Option<usize> {

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod agent;
+pub mod fleet_files;
 pub mod lab_fleet;
 pub mod native;
 pub mod replay;

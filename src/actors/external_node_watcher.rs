@@ -8,7 +8,6 @@ use actix::{Actor, AsyncContext, Context, Handler, StreamHandler};
 use tracing::{error, info};
 
 use super::{common_handlers, Lifeline, WatcherOutputs};
-use crate::config::Config;
 use crate::k8s::external_node::ExternalNode;
 use crate::messages::status_detail::{ExternalNodeState, ExternalNodeWatcherStatus};
 use crate::messages::{ActorDetail, ActorStatus, ExternalNodeChanged, Resync, StatusQuery};
@@ -17,8 +16,8 @@ use crate::sources::{ExternalNodeSource, SourceEvent};
 /// What the watcher needs from the outside world: its source, and whose ExternalNode to follow.
 #[derive(Clone)]
 pub struct WatcherDeps {
-    /// Read for `externalNodeNamespace`.
-    pub config: Arc<Config>,
+    /// `externalNodeNamespace`: where the ExternalNode is looked up.
+    pub namespace: String,
     pub node_name: String,
     pub source: Arc<dyn ExternalNodeSource>,
 }
@@ -39,7 +38,7 @@ impl ExternalNodeWatcher {
         ExternalNodeWatcher {
             source: deps.source.clone(),
             node_name: deps.node_name.clone(),
-            namespace: deps.config.external_node_namespace.clone(),
+            namespace: deps.namespace.clone(),
             outputs,
             current: None,
             last_error: None,

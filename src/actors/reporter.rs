@@ -30,7 +30,6 @@ use tracing::{debug, warn, Instrument};
 pub mod agent_conditions;
 
 use super::{common_handlers, Lifeline, ReporterOutputs, Timing};
-use crate::config::Config;
 use crate::host::files::StateFiles;
 use crate::k8s::agent_info::{
     self, AgentInfoInputs, AntreaAgentInfo, ConditionReport, ConditionTracker, OvsdbProbe,
@@ -142,10 +141,20 @@ impl Writers {
 
 /// What the reporter needs from the outside world: who it reports on, OVSDB (probed), the
 /// Kubernetes API connections (Kubernetes mode), where and how it writes `agent-info.json`, the
-/// config and timing.
+/// settings it reports or obeys, and the timing.
 #[derive(Clone)]
 pub struct ReporterDeps {
-    pub config: Arc<Config>,
+    /// `ovsBridge`, reported in the agent info.
+    pub bridge: String,
+    /// `apiPort`, reported in AntreaAgentInfo.
+    pub api_port: u16,
+    /// `externalNodeNamespace`: the namespace of the node's statuses and agent info.
+    pub namespace: String,
+    /// Feature gate `AntreaPolicy` (on by default): post NetworkPolicy statuses (Kubernetes mode).
+    pub post_statuses: bool,
+    /// Feature gate `NetworkPolicyStats` (on by default): post NodeStatsSummaries (Kubernetes
+    /// mode).
+    pub collect_stats: bool,
     pub node_name: String,
     pub ovsdb: Arc<dyn Ovsdb>,
     /// `None` in standalone mode.
@@ -170,18 +179,12 @@ pub struct AgentInfoReporter {
     _lifeline: Lifeline,
 }
 
-/// A feature gate that Antrea turns on by default (`AntreaPolicy`, `NetworkPolicyStats`): on
-/// unless the configuration says `false`.
-fn gate_on_by_default(deps: &ReporterDeps, gate: &str) -> bool {
-    deps.config.feature_gates.get(gate).copied().unwrap_or(true)
-}
-
 impl AgentInfoReporter {
     pub fn new(deps: ReporterDeps, outputs: ReporterOutputs, lifeline: Lifeline) -> Self {
         let k8s = deps.cluster.clone().map(|clients| Writers {
             clients,
-            post_statuses: gate_on_by_default(&deps, "AntreaPolicy"),
-            collect_stats: gate_on_by_default(&deps, "NetworkPolicyStats"),
+            post_statuses: deps.post_statuses,
+            collect_stats: deps.collect_stats,
             agent_info_cache: None,
             agent_info_busy: false,
             agent_info: WriteLog::default(),
@@ -272,8 +275,7 @@ impl AgentInfoReporter {
         if !w.post_statuses {
             return;
         }
-        let node_key =
-            policy_status::node_key(&self.deps.config.external_node_namespace, &self.deps.node_name);
+        let node_key = policy_status::node_key(&self.deps.namespace, &self.deps.node_name);
         let posts = w.statuses.due(Instant::now());
         let controller: Arc<dyn ApiClient> = w.clients.controller.clone();
         for post in posts {
@@ -410,7 +412,7 @@ impl Handler<Report> for AgentInfoReporter {
     fn handle(&mut self, _: Report, _: &mut Context<Self>) -> Self::Result {
         let p = self.outputs.status.clone();
         let ovsdb = self.deps.ovsdb.clone();
-        let bridge = self.deps.config.ovs_bridge.clone();
+        let bridge = self.deps.bridge.clone();
         let fut = async move {
             let answers = vec![
                 ask(p.watcher, ActorKind::ExternalNodeWatcher).await,
@@ -436,8 +438,8 @@ impl Handler<Report> for AgentInfoReporter {
             let inputs = AgentInfoInputs {
                 node_name: act.deps.node_name.clone(),
                 version: agent_info::agent_version(),
-                bridge_name: act.deps.config.ovs_bridge.clone(),
-                api_port: act.deps.config.api_port,
+                bridge_name: act.deps.bridge.clone(),
+                api_port: act.deps.api_port,
                 ovs_version: match &probe {
                     OvsdbProbe::Up { version } => version.clone(),
                     OvsdbProbe::Down(_) => None,
@@ -452,8 +454,8 @@ impl Handler<Report> for AgentInfoReporter {
             let info = AgentInfo {
                 version: crate::version::VERSION.to_string(),
                 node_name: act.deps.node_name.clone(),
-                namespace: act.deps.config.external_node_namespace.clone(),
-                ovs_bridge: act.deps.config.ovs_bridge.clone(),
+                namespace: act.deps.namespace.clone(),
+                ovs_bridge: act.deps.bridge.clone(),
                 updated_at: SystemTime::now()
                     .duration_since(SystemTime::UNIX_EPOCH)
                     .map(|d| d.as_secs())

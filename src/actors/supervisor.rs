@@ -122,7 +122,7 @@ pub struct Deps {
 impl From<&Deps> for WatcherDeps {
     fn from(d: &Deps) -> Self {
         WatcherDeps {
-            config: d.config.clone(),
+            namespace: d.config.external_node_namespace.clone(),
             node_name: d.node_name.clone(),
             source: d.source.clone(),
         }
@@ -132,7 +132,9 @@ impl From<&Deps> for WatcherDeps {
 impl From<&Deps> for InterfaceManagerDeps {
     fn from(d: &Deps) -> Self {
         InterfaceManagerDeps {
-            config: d.config.clone(),
+            bridge: d.config.ovs_bridge.clone(),
+            datapath_type: d.config.ovs_datapath_type,
+            state_dir: d.config.state_dir.clone(),
             ovsdb: d.ovsdb.clone(),
             host: d.host.clone(),
             metrics: d.metrics.clone(),
@@ -152,7 +154,10 @@ impl From<&Deps> for PolicyCacheDeps {
 impl From<&Deps> for FlowInstallerDeps {
     fn from(d: &Deps) -> Self {
         FlowInstallerDeps {
-            config: d.config.clone(),
+            bridge: d.config.ovs_bridge.clone(),
+            audit_logging: d.config.audit_logging.clone(),
+            packet_in_rate: d.config.packet_in_rate,
+            policy_bypass_rules: d.config.policy_bypass_rules.clone(),
             ovsdb: d.ovsdb.clone(),
             switch: d.switch.clone(),
             datapath: d.datapath.clone(),
@@ -167,7 +172,11 @@ impl From<&Deps> for FlowInstallerDeps {
 impl From<&Deps> for ReporterDeps {
     fn from(d: &Deps) -> Self {
         ReporterDeps {
-            config: d.config.clone(),
+            bridge: d.config.ovs_bridge.clone(),
+            api_port: d.config.api_port,
+            namespace: d.config.external_node_namespace.clone(),
+            post_statuses: d.config.gate_on_by_default("AntreaPolicy"),
+            collect_stats: d.config.gate_on_by_default("NetworkPolicyStats"),
             node_name: d.node_name.clone(),
             ovsdb: d.ovsdb.clone(),
             cluster: d.cluster.clone(),

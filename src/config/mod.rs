@@ -354,6 +354,12 @@ impl Config {
     pub fn feature_enabled(&self, gate: &str) -> bool {
         self.feature_gates.get(gate).copied().unwrap_or(false)
     }
+
+    /// Whether a feature gate that Antrea turns on by default (`AntreaPolicy`,
+    /// `NetworkPolicyStats`) is on: unless `featureGates` says `false`.
+    pub fn gate_on_by_default(&self, gate: &str) -> bool {
+        self.feature_gates.get(gate).copied().unwrap_or(true)
+    }
 }
 
 /// The name of this ExternalNode: `NODE_NAME` if set and non-empty, else the kernel host name.

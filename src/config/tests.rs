@@ -771,3 +771,16 @@ fn node_name_prefers_env() {
         }
     }
 }
+
+#[test]
+fn gates_antrea_turns_on_by_default_are_on_unless_false() {
+    let config = parse_ok(MINIMAL);
+    assert!(config.gate_on_by_default("AntreaPolicy"));
+    assert!(config.gate_on_by_default("NetworkPolicyStats"));
+    assert!(!config.feature_enabled("NetworkPolicyStats"), "explicit only");
+    let config = parse_ok(&format!(
+        "{MINIMAL}  NetworkPolicyStats: false\n  AntreaPolicy: true\n"
+    ));
+    assert!(!config.gate_on_by_default("NetworkPolicyStats"));
+    assert!(config.gate_on_by_default("AntreaPolicy"));
+}

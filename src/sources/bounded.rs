@@ -414,6 +414,21 @@ impl<'de> Visitor<'de> for Bounded<'_> {
 #[cfg(test)]
 mod tests {
 
+    /// Go's encoding/json writes the shortest text that reads back as the same float64 (as
+    /// YAML's and Rust's printers do); a priority read from JSON must be that float, not a
+    /// neighbour: the same policy as JSON and as YAML orders (and compiles) the same.
+    #[test]
+    fn json_floats_read_back_exactly_as_yaml_does() {
+        let limits = InputLimits::default();
+        for i in 0..2000u32 {
+            let priority = 1.0 + f64::from(i) * 0.07;
+            let json = parse_values(&format!("{{\"priority\": {priority}}}"), true, &limits).expect("JSON");
+            let yaml = parse_values(&format!("priority: {priority}\n"), false, &limits).expect("YAML");
+            assert_eq!(json, yaml, "{priority}");
+            assert_eq!(json[0]["priority"].as_f64(), Some(priority), "{priority}");
+        }
+    }
+
     #[test]
     fn yaml_pieces_parse_as_the_whole_stream_does() {
         let limits = InputLimits::default();

@@ -24,7 +24,7 @@ use actix::{
 use tracing::{debug, error, info, warn, Instrument};
 
 use super::{common_handlers, FlowInstallerOutputs, Lifeline, Timing};
-use crate::config::Config;
+use crate::config::{AuditLogging, BypassRule};
 use crate::fqdn;
 use crate::memory;
 use crate::messages::status_detail::FlowInstallerStatus;
@@ -110,10 +110,17 @@ struct Session {
 
 /// What the flow installer needs from the outside world: the switch (and the packet-in
 /// responder's own connections), OVSDB, ovs-vswitchd's datapath cache, the FQDN controller, the
-/// metrics, the config and timing.
+/// metrics, the four settings it reads, and the timing.
 #[derive(Clone)]
 pub struct FlowInstallerDeps {
-    pub config: Arc<Config>,
+    /// `ovsBridge`: the bridge whose flows, groups and meters this actor owns.
+    pub bridge: String,
+    /// `auditLogging`: where and how allowed and denied connections are logged.
+    pub audit_logging: AuditLogging,
+    /// `packetInRate`: the packet-in meters' rate.
+    pub packet_in_rate: u32,
+    /// `externalNode.policyBypassRules`: traffic let through before any NetworkPolicy.
+    pub policy_bypass_rules: Vec<BypassRule>,
     pub ovsdb: Arc<dyn Ovsdb>,
     pub switch: Arc<dyn SwitchConnector>,
     /// Purged after a repair.
@@ -190,7 +197,7 @@ pub struct FlowInstaller {
 impl FlowInstaller {
     pub fn new(deps: FlowInstallerDeps, outputs: FlowInstallerOutputs, lifeline: Lifeline) -> Self {
         let reconnect_delay = deps.timing.reconnect_min;
-        let logging = &deps.config.audit_logging;
+        let logging = &deps.audit_logging;
         let audit = match AuditLog::open(&logging.log_dir, logging) {
             Ok(log) => Some(log),
             Err(e) => {
@@ -237,7 +244,7 @@ impl FlowInstaller {
             rules: self.conjunctions_tx.subscribe(),
             interfaces: self.interfaces_tx.subscribe(),
             audit: self.audit.clone(),
-            packet_in_rate: self.deps.config.packet_in_rate,
+            packet_in_rate: self.deps.packet_in_rate,
             stats: self.packet_in_stats.clone(),
         }
     }
@@ -358,7 +365,7 @@ impl FlowInstaller {
             _ => {
                 let flows = Arc::new(flowset::desired_flows(
                     key.opts,
-                    &self.deps.config.policy_bypass_rules,
+                    &self.deps.policy_bypass_rules,
                     &key.interfaces,
                     &key.dns_ports,
                 ));
@@ -533,7 +540,7 @@ impl Handler<Connect> for FlowInstaller {
                 .connect()
                 .await
                 .map_err(|e| ("cannot connect to OpenFlow switch", e.to_string()))?;
-            let bridge = &deps.config.ovs_bridge;
+            let bridge = &deps.bridge;
             let persisted = deps
                 .ovsdb
                 .bridge_external_id(bridge, ROUND_KEY)
@@ -545,7 +552,7 @@ impl Handler<Connect> for FlowInstaller {
                 .await
                 .map_err(|e| ("cannot install NetworkPolicy groups", e.to_string()))?;
             let meters = match switch
-                .replace_meters(pipeline::packet_in_meters(deps.config.packet_in_rate))
+                .replace_meters(pipeline::packet_in_meters(deps.packet_in_rate))
                 .await
             {
                 Ok(()) => true,
@@ -718,12 +725,12 @@ impl Handler<Sync> for FlowInstaller {
         let epoch = session.epoch;
         let round = session.round;
         let ovsdb = self.deps.ovsdb.clone();
-        let bridge = self.deps.config.ovs_bridge.clone();
+        let bridge = self.deps.bridge.clone();
         let changed_at = self.rules_changed_at.take();
         let metrics = self.deps.metrics.clone();
         let repair = audit.clone().map(|found| {
             let groups = pipeline::network_policy_groups();
-            let meters = meters.then(|| pipeline::packet_in_meters(self.deps.config.packet_in_rate));
+            let meters = meters.then(|| pipeline::packet_in_meters(self.deps.packet_in_rate));
             (found, groups, meters)
         });
         let fut = async move {

@@ -10,13 +10,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture};
 use tracing::{debug, error, info, warn};
 
 use super::{common_handlers, InterfaceManagerOutputs, Lifeline, Timing};
-use crate::config::Config;
+use crate::config::DatapathType;
 use crate::host::eligibility::{check_addresses, check_uplink, Ineligible};
 use crate::host::find::find_link;
 use crate::host::{Address, HostNet, Link};
@@ -57,11 +58,16 @@ struct Outcome {
 }
 
 /// What the interface manager needs from the outside world: OVSDB and the host's network (the
-/// edges its procedures in `uplink` work through), the config and timing, the metrics it counts
-/// repairs in.
+/// edges its procedures in `uplink` work through), the three settings it reads, the timing, the
+/// metrics it counts repairs in.
 #[derive(Clone)]
 pub struct InterfaceManagerDeps {
-    pub config: Arc<Config>,
+    /// `ovsBridge`: the bridge the uplinks are attached to.
+    pub bridge: String,
+    /// `ovsDatapathType`: how the bridge is created.
+    pub datapath_type: DatapathType,
+    /// `stateDir`: where the attachment records (the journal) live.
+    pub state_dir: PathBuf,
     pub ovsdb: Arc<dyn Ovsdb>,
     pub host: Arc<dyn HostNet>,
     pub metrics: AgentMetrics,
@@ -93,8 +99,8 @@ impl InterfaceManager {
         let env = Env {
             ovsdb: deps.ovsdb.clone(),
             host: deps.host.clone(),
-            bridge: deps.config.ovs_bridge.clone(),
-            store: RecordStore::new(&deps.config.state_dir),
+            bridge: deps.bridge.clone(),
+            store: RecordStore::new(&deps.state_dir),
             port_wait: deps.timing.port_wait,
             stale_deleted: Default::default(),
         };
@@ -390,8 +396,8 @@ impl Handler<Reconcile> for InterfaceManager {
 
     fn handle(&mut self, _: Reconcile, _: &mut Context<Self>) -> Self::Result {
         let bridge_spec = BridgeSpec {
-            name: self.deps.config.ovs_bridge.clone(),
-            datapath_type: self.deps.config.ovs_datapath_type.as_str().to_string(),
+            name: self.deps.bridge.clone(),
+            datapath_type: self.deps.datapath_type.as_str().to_string(),
             table_names: pipeline::table_names(),
         };
         let fut = reconcile(
