@@ -32,10 +32,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use antrea_vm_agent::policy::controlplane::Validate as _;
 use antrea_vm_agent::k8s::external_node::{external_entity_name, local_entities};
 use antrea_vm_agent::messages::{AttachedInterface, EntityRef};
 use antrea_vm_agent::policy::compiler::{CompileOptions, Compiler};
+use antrea_vm_agent::policy::controlplane::Validate as _;
 use antrea_vm_agent::policy::controlplane::{Changes, PolicyStore, ValidObject};
 use antrea_vm_agent::policy::native::{
     decode, native_key, translate, Change, Delta, Inputs, NativeObject, NativeState,

@@ -25,7 +25,7 @@
 use std::time::{Duration, Instant};
 
 use antrea_vm_agent::config::InputLimits;
-use antrea_vm_agent::policy::controlplane::ControlplaneObject;
+use antrea_vm_agent::policy::controlplane::{ControlplaneObject, Validate as _};
 use antrea_vm_agent::sources::bounded::{parse_values, prescan};
 use serde_json::Value;
 

@@ -29,7 +29,6 @@ use futures::FutureExt;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use antrea_vm_agent::policy::controlplane::Validate as _;
 use antrea_vm_agent::actors::reporter::agent_conditions;
 use antrea_vm_agent::k8s::agent_info::{
     self, heartbeat, AgentInfoError, AgentInfoInputs, NetworkPolicyControllerInfo, OvsdbProbe, UpdateKind,
@@ -40,6 +39,7 @@ use antrea_vm_agent::k8s::external_node::ExternalNodeObject;
 use antrea_vm_agent::k8s::fallback::FallbackStore;
 use antrea_vm_agent::k8s::{policy_status, stats_summary};
 use antrea_vm_agent::messages::{ActorDetail, ActorStatus, FlowInstallerStatus, PolicyCacheStatus};
+use antrea_vm_agent::policy::controlplane::Validate as _;
 use antrea_vm_agent::policy::controlplane::{
     ControlplaneObject, Group, Kind, Member, MemberRef, MembersPatch, PortMatch, ValidObject,
 };

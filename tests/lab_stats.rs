@@ -20,7 +20,6 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use antrea_vm_agent::policy::controlplane::Validate as _;
 use antrea_vm_agent::actors::flow_installer::{dump_metric_flows, rule_stats_for};
 use antrea_vm_agent::messages::{AttachedInterface, EntityRef, RuleStats};
 use antrea_vm_agent::ovs::openflow::conn::{ConnOptions, OfConnection};
@@ -28,6 +27,7 @@ use antrea_vm_agent::ovs::openflow::FlowStats;
 use antrea_vm_agent::policy::compiler::{CompileOptions, Compiler};
 use antrea_vm_agent::policy::controlplane::store::PolicyStore;
 use antrea_vm_agent::policy::controlplane::ControlplaneObject;
+use antrea_vm_agent::policy::controlplane::Validate as _;
 use antrea_vm_agent::policy::pipeline::table;
 use antrea_vm_agent::policy::resolve::resolve;
 use antrea_vm_agent::policy::rule::{CompiledRuleInput, Direction};

@@ -1,19 +1,22 @@
 //! Rule 10 of docs/architecture.md: the emulator and the fakes are test support, and the agent
-//! does not link them. Two halves, both cheap (no compilation, no network):
+//! does not link them. Three checks, all cheap (no compilation, no network):
 //!
-//! 1. **The feature is off in the agent's build.** Everything test-only sits behind the
-//!    `test-util` feature. `cargo tree --frozen` resolves features exactly as `cargo build` would
-//!    and shows that the package's normal build (normal and build edges, no dev-dependencies)
-//!    has no feature on, while with the dev-dependencies (what `cargo test` and the benches
-//!    build) `test-util` is on: the same command sees the feature when it is there, so the first
-//!    answer is not a blind spot. `cargo metadata` then says where the feature can come from: only
-//!    a dev-dependency enables it, no default or other feature pulls it in, and the
-//!    `antrea-api-emulator` binary requires it (so a plain `cargo build` or `make deb` skips it).
-//! 2. **The code is behind the feature.** The sources are read: after leaving out comments, the
+//! 1. **The emulator is a crate the agent's build does not reach.** `antrea-api-emulator`
+//!    (crates/api-emulator) is a dev-dependency of the agent and nothing else: `cargo tree
+//!    --frozen` on the agent's normal and build edges (what `cargo build` and `make deb` compile)
+//!    does not list it, while the same query with the dev edges does, so the first answer is not
+//!    a blind spot; `cargo metadata` says no workspace package depends on it otherwise, and the
+//!    agent's package has one binary, the agent's own.
+//! 2. **The fakes' feature is off in the agent's build.** The fakes of every edge sit behind the
+//!    `test-util` feature. `cargo tree` resolves features exactly as `cargo build` would and
+//!    shows that the package's normal build has no feature on, while the tests' build has
+//!    `test-util`; `cargo metadata` then says only the self dev-dependency enables it and no
+//!    feature pulls it in.
+//! 3. **The code is behind the feature.** The sources are read: after leaving out comments, the
 //!    items gated `#[cfg(test)]` or `#[cfg(any(test, feature = "test-util"))]` and the files such
 //!    gated `mod` declarations bring in, no product file of `src/` may declare or name a fake
-//!    (`mod fake…`, `fake…::`, `Fake…`) or the emulator. Together with half 1 this means the
-//!    library the agent's binary links is compiled without any of them.
+//!    (`mod fake…`, `fake…::`, `Fake…`) or the emulator. Together with the first two this means
+//!    the library the agent's binary links is compiled without any of them.
 //!
 //! What this does not do is inspect a built agent binary: under `cargo test` the library is
 //! compiled with `test-util` (the dev-dependency unifies features), so the binary next to the
@@ -32,6 +35,7 @@ use source_scan::{child_paths, product_lines, rust_files};
 
 const PACKAGE: &str = "antrea-vm-agent";
 const FEATURE: &str = "test-util";
+const EMULATOR: &str = "antrea-api-emulator";
 /// The attributes that keep an item out of the agent's build.
 const GATES: &[&str] = &["#[cfg(test)]", "#[cfg(any(test, feature = \"test-util\"))]"];
 
@@ -146,27 +150,71 @@ fn only_a_dev_dependency_enables_test_util() {
         "expected exactly the self dev-dependency to ask for {FEATURE}"
     );
 
-    // The binaries: the emulator's needs the feature, the agent's does not.
+    // The agent's package builds one binary, its own, and it needs no feature.
     let bins: Vec<&Value> = agent["targets"]
         .as_array()
         .expect("targets")
         .iter()
         .filter(|t| t["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "bin")))
         .collect();
-    let required = |name: &str| -> Vec<String> {
-        let bin = bins
-            .iter()
-            .find(|t| t["name"] == name)
-            .unwrap_or_else(|| panic!("no binary {name} in Cargo.toml"));
-        bin["required-features"]
-            .as_array()
-            .map(|f| f.iter().filter_map(Value::as_str).map(str::to_string).collect())
-            .unwrap_or_default()
-    };
-    assert_eq!(required("antrea-api-emulator"), vec![FEATURE.to_string()]);
+    let names: Vec<&str> = bins.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(names, vec![PACKAGE], "the agent's package builds other binaries");
     assert!(
-        required(PACKAGE).is_empty(),
+        bins[0]["required-features"]
+            .as_array()
+            .is_none_or(|f| f.is_empty()),
         "the agent's binary requires features"
+    );
+}
+
+/// The packages `cargo tree` lists for the agent along the given edges, one name per line.
+fn packages_along(edges: &str) -> Vec<String> {
+    let out = cargo(&[
+        "tree", "-p", PACKAGE, "-e", edges, "--prefix", "none", "-f", "{p}",
+    ]);
+    out.lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_emulator_is_only_a_dev_dependency() {
+    let product = packages_along("normal,build");
+    assert!(
+        product.iter().any(|p| p == "ovs-openflow") && product.iter().any(|p| p == "antrea-controlplane"),
+        "the agent's normal graph lacks its own crates: {product:?}"
+    );
+    assert!(
+        !product.iter().any(|p| p == EMULATOR),
+        "the agent's normal build reaches {EMULATOR}"
+    );
+    let tests = packages_along("normal,build,dev");
+    assert!(
+        tests.iter().any(|p| p == EMULATOR),
+        "the tests' build should reach {EMULATOR} through the dev-dependency"
+    );
+
+    // No package of the workspace depends on the emulator other than as a dev-dependency.
+    let metadata: Value = serde_json::from_str(&cargo(&["metadata", "--no-deps", "--format-version", "1"]))
+        .expect("cargo metadata's JSON");
+    let mut dependents = Vec::new();
+    for package in metadata["packages"].as_array().expect("packages") {
+        for dep in package["dependencies"].as_array().expect("dependencies") {
+            if dep["name"] == EMULATOR {
+                dependents.push(package["name"].as_str().unwrap_or("?").to_string());
+                assert_eq!(
+                    dep["kind"], "dev",
+                    "{} depends on {EMULATOR} as a {} dependency",
+                    package["name"], dep["kind"]
+                );
+            }
+        }
+    }
+    assert_eq!(
+        dependents,
+        vec![PACKAGE.to_string()],
+        "the packages using {EMULATOR}"
     );
 }
 
@@ -188,9 +236,14 @@ fn names_test_support(line: &str) -> bool {
 #[test]
 fn no_product_code_declares_or_names_a_fake_or_the_emulator() {
     let src = root().join("src");
-    // The emulator's binary is test support itself (required-features, checked above).
-    let test_support_bin = src.join("bin/antrea-api-emulator.rs");
-    let mut gated: Vec<PathBuf> = vec![test_support_bin];
+    // The emulator is a crate of its own now (crates/api-emulator, checked above).
+    for gone in ["emulator", "bin/antrea-api-emulator.rs"] {
+        assert!(
+            !src.join(gone).exists(),
+            "src/{gone} is back: the emulator lives in crates/api-emulator"
+        );
+    }
+    let mut gated: Vec<PathBuf> = Vec::new();
     let mut products = Vec::new();
     for file in rust_files(&src) {
         let text = std::fs::read_to_string(&file).expect("source file");
@@ -222,7 +275,6 @@ fn no_product_code_declares_or_names_a_fake_or_the_emulator() {
     );
     // The gated modules are the ones rule 10 names, so the scan did skip them and not miss them.
     for module in [
-        "emulator",
         "host/fake.rs",
         "ovs/openflow/fake.rs",
         "ovs/ovsdb/fake.rs",

@@ -9,7 +9,6 @@
 //! the interfaces' ports by name (`eth0`, `"eth0~"`); round 1, meters on, sorted by table then
 //! priority (highest first).
 
-#[allow(unused_imports)]
 use crate::policy::controlplane::Validate as _;
 use std::net::IpAddr;
 

@@ -13,7 +13,6 @@
 //! empty". Unlike the Go agent, a deleted NetworkPolicy's file is removed (runtime spec §10 D6),
 //! so a deleted policy cannot come back from the fallback.
 
-#[allow(unused_imports)]
 use crate::policy::controlplane::Validate as _;
 use std::fs;
 use std::io::{self, Write};

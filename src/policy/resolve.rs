@@ -757,9 +757,9 @@ mod tests {
     use serde::Deserialize;
 
     use super::*;
-    use crate::policy::controlplane::Validate as _;
     use crate::policy::controlplane::store::Changes;
     use crate::policy::controlplane::ControlplaneObject;
+    use crate::policy::controlplane::Validate as _;
 
     fn store(yaml: &str) -> PolicyStore {
         let mut store = PolicyStore::new();

@@ -21,7 +21,6 @@
 //! The watches run as Tokio tasks started on the first poll of the stream and aborted when the
 //! stream is dropped.
 
-#[allow(unused_imports)]
 use crate::policy::controlplane::Validate as _;
 use std::collections::BTreeMap;
 use std::pin::Pin;

@@ -4,7 +4,6 @@
 //! ([`crate::policy::native`]), whose controlplane objects join the snapshot next to the
 //! hand-written ones. One pipeline: everything downstream sees controlplane objects only.
 
-#[allow(unused_imports)]
 use crate::policy::controlplane::Validate as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -21,7 +21,6 @@
 //! elsewhere); a file changed with no event in the directory (through a hard link elsewhere, on
 //! a network filesystem) is read at the next safety-net poll, which reads every file.
 
-#[allow(unused_imports)]
 use crate::policy::controlplane::Validate as _;
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};

@@ -360,9 +360,9 @@ impl PolicyStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::controlplane::Validate as _;
     use crate::policy::controlplane::types::ControlplaneObject;
     use crate::policy::controlplane::validate::{Member, MemberRef};
+    use crate::policy::controlplane::Validate as _;
 
     fn valid(text: &str) -> ValidObject {
         ControlplaneObject::from_value(serde_json::from_str(text).unwrap())
@@ -454,7 +454,10 @@ mod tests {
         let mut s = loaded();
         // Spec example: vm3 (172.16.100.6) removed, pod front-7d9f added.
         assert_eq!(
-            s.apply(valid(include_str!("../../../crates/controlplane/src/testdata/ag_patch.json"))).unwrap(),
+            s.apply(valid(include_str!(
+                "../../../crates/controlplane/src/testdata/ag_patch.json"
+            )))
+            .unwrap(),
             changes(Kind::AddressGroup, AG_NAME, Change::Modified)
         );
         let names: Vec<String> = s
@@ -467,7 +470,9 @@ mod tests {
         assert_eq!(names, ["Pod vm-ns/front-7d9f", "ExternalEntity vm-ns/vm2-e8be5"]);
         // Same patch again: nothing changes.
         assert!(s
-            .apply(valid(include_str!("../../../crates/controlplane/src/testdata/ag_patch.json")))
+            .apply(valid(include_str!(
+                "../../../crates/controlplane/src/testdata/ag_patch.json"
+            )))
             .unwrap()
             .is_empty());
         // Removal must match the IPs too: vm2 with another IP is not vm2.
@@ -490,7 +495,10 @@ mod tests {
 
         // AppliedToGroup rename example.
         assert_eq!(
-            s.apply(valid(include_str!("../../../crates/controlplane/src/testdata/atg_patch.json"))).unwrap(),
+            s.apply(valid(include_str!(
+                "../../../crates/controlplane/src/testdata/atg_patch.json"
+            )))
+            .unwrap(),
             changes(Kind::AppliedToGroup, ATG_NAME, Change::Modified)
         );
         let atg = s.applied_to_group(ATG_NAME).unwrap();
@@ -502,14 +510,18 @@ mod tests {
         let mut s = PolicyStore::new();
         let before = s.clone();
         assert_eq!(
-            s.apply(valid(include_str!("../../../crates/controlplane/src/testdata/ag_patch.json"))),
+            s.apply(valid(include_str!(
+                "../../../crates/controlplane/src/testdata/ag_patch.json"
+            ))),
             Err(StoreError::UnknownGroup {
                 kind: Kind::AddressGroupPatch,
                 name: AG_NAME.into()
             })
         );
         let err = s
-            .apply(valid(include_str!("../../../crates/controlplane/src/testdata/atg_patch.json")))
+            .apply(valid(include_str!(
+                "../../../crates/controlplane/src/testdata/atg_patch.json"
+            )))
             .unwrap_err();
         assert_eq!(
             err.to_string(),
@@ -568,7 +580,11 @@ mod tests {
             BTreeSet::from([NP_NAME])
         );
         assert!(s.policies_using_address_group("nope").is_empty());
-        let c = s.apply(valid(include_str!("../../../crates/controlplane/src/testdata/ag_patch.json"))).unwrap();
+        let c = s
+            .apply(valid(include_str!(
+                "../../../crates/controlplane/src/testdata/ag_patch.json"
+            )))
+            .unwrap();
         assert_eq!(s.affected_policies(&c), BTreeSet::from([NP_NAME.to_string()]));
         let c = s.delete(Kind::AppliedToGroup, ATG_NAME);
         assert_eq!(s.affected_policies(&c), BTreeSet::from([NP_NAME.to_string()]));

@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 use super::controller::{generated_rule_name, uuid_v5, Entity};
 use super::types::Rule;
 use super::*;
-use crate::policy::controlplane::Validate as _;
 use crate::policy::controlplane::types as cp;
+use crate::policy::controlplane::Validate as _;
 
 fn inputs(yaml: &str) -> Inputs {
     let mut objects = Vec::new();
