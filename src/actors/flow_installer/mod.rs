@@ -659,10 +659,18 @@ impl Handler<Sync> for FlowInstaller {
         // flows got out of step or drifted; later ones diff against what we installed, the
         // NetworkPolicy flows by the compiler's delta. A take-over needs no delta.
         let will_take_over = first || self.policy_resync || self.pending_audit.is_some();
+        let planning = std::time::Instant::now();
         let Some((desired, update, delta)) = self.desired(round, meters, !will_take_over) else {
             debug!("waiting for the interface and rule views before syncing");
             return noop();
         };
+        // Where a large realization's time goes: this compile, then the bundle ("flows
+        // committed" carries the whole latency).
+        debug!(
+            compile_ms = format_args!("{:.1}", planning.elapsed().as_secs_f64() * 1e3),
+            full = update.full,
+            "sync planned"
+        );
         let audit = self.pending_audit.take();
         let take_over_all = will_take_over || update.full;
         // Only the first sync of a connection may use the switch's flows dumped when it came up:
