@@ -230,7 +230,11 @@ fn names_test_support(line: &str) -> bool {
     });
     let fake_module = words.iter().any(|w| w.starts_with("fake"))
         && (line.contains("mod fake") || line.contains("fake::") || line.contains("fake_api"));
-    fake_type || fake_module || words.contains(&"emulator")
+    fake_type
+        || fake_module
+        || words
+            .iter()
+            .any(|w| *w == "emulator" || *w == "antrea_api_emulator")
 }
 
 #[test]
@@ -304,13 +308,14 @@ fn the_scan_sees_ungated_test_support_and_skips_gated_items() {
                 use crate::host::fake::FakeHost;\n\
                 #[cfg(test)]\n\
                 mod tests {\n    use crate::k8s::fake_api::FakeApi;\n}\n\
-                pub fn faked_out() -> Fakery {}\n";
+                pub fn faked_out() -> Fakery {}\n\
+                use antrea_api_emulator::Emulator;\n";
     let mut gated_mods = Vec::new();
     let flagged: Vec<usize> = product_lines(text, GATES, &mut gated_mods)
         .into_iter()
         .filter(|(_, l)| names_test_support(l))
         .map(|(n, _)| n)
         .collect();
-    assert_eq!(flagged, vec![1, 10]);
+    assert_eq!(flagged, vec![1, 10, 16]);
     assert_eq!(gated_mods, vec!["fake".to_string()]);
 }

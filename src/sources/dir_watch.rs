@@ -28,8 +28,9 @@ pub const SETTLE: Duration = Duration::from_millis(20);
 /// The same after a file of interest was renamed into the directory (how atomic writers, deploy
 /// tools and a ConfigMap's files land), or after the directory itself was renamed into place (a
 /// symlink naming it swapped by rename, as deploy tools publish a prepared directory): what the
-/// rename brings is complete, so a single edit is read 18 ms sooner. Only when nothing in the burst removed a file of interest that has not come back (an
-/// editor renaming the old version to a backup name before writing the new one), and only for
+/// rename brings is complete, so a single edit is read 18 ms sooner. Only when nothing in the
+/// burst removed a file of interest that has not come back (an editor renaming the old version
+/// to a backup name before writing the new one), and only for
 /// a rename: a file closed after writing may be appended to by the writer's next command, and a
 /// created one is still being written, so those wait the full [`SETTLE`]. A burst of files keeps
 /// resetting the quiet.
@@ -91,7 +92,8 @@ impl DirWatch {
     }
 
     /// The same watch, reading the directory 2 ms after a file whose name `of_interest` accepts
-    /// was renamed into it ([`SETTLE_AFTER_RENAME`]) instead of 20 ms.
+    /// was renamed into it, or the directory itself was renamed into place
+    /// ([`SETTLE_AFTER_RENAME`]), instead of 20 ms.
     pub fn with_files_of_interest(mut self, of_interest: fn(&str) -> bool) -> Self {
         self.of_interest = Some(of_interest);
         self
@@ -524,6 +526,18 @@ mod tests {
             !w.swaps_dir(&e),
             "a file renamed in is not a swap of the directory"
         );
+        // Not even one named like the directory: it is on the directory's own watch.
+        std::fs::write(v1.join(".p.tmp"), "x").expect("write");
+        std::fs::rename(v1.join(".p.tmp"), v1.join("policies")).expect("rename in");
+        let mut e = next_counted(&mut w).await;
+        while !e.mask.contains(EventMask::MOVED_TO) {
+            e = next_counted(&mut w).await;
+        }
+        assert_eq!(e.name.as_deref(), Some(std::ffi::OsStr::new("policies")));
+        assert!(
+            !w.swaps_dir(&e),
+            "a file named like the directory renamed into it"
+        );
 
         let staged = tmp.path().join(".policies.new");
         std::os::unix::fs::symlink(&v2, &staged).expect("stage the link");
@@ -531,8 +545,10 @@ mod tests {
         let e = next_counted(&mut w).await;
         assert!(w.swaps_dir(&e), "the swap: {e:?}");
         let mut burst = Burst::default();
-        assert_eq!(burst.quiet(&e, yaml, true), SETTLE_AFTER_RENAME);
-        assert_eq!(burst.quiet(&e, None, true), SETTLE);
+        assert_eq!(burst.quiet(&e, yaml, w.swaps_dir(&e)), SETTLE_AFTER_RENAME);
+        assert_eq!(burst.quiet(&e, None, w.swaps_dir(&e)), SETTLE);
+        // The same event taken as anything but a swap: a name not of interest, the full quiet.
+        assert_eq!(burst.quiet(&e, yaml, false), SETTLE);
         burst.quiet_for(EventMask::DELETE, Some(std::ffi::OsStr::new("b.yaml")), yaml);
         assert_eq!(
             burst.quiet(&e, yaml, true),

@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
+// The manifest lives outside this crate (the deploy/ tree is the source of truth): fine for a
+// workspace crate that is never packaged (publish = false).
 /// The RBAC manifests bundled with the crate (namespace `vm-ns`).
 pub const VM_AGENT_RBAC_YAML: &str = include_str!("../../../deploy/kubernetes/vm-agent-rbac.yml");
 

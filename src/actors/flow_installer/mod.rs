@@ -664,10 +664,11 @@ impl Handler<Sync> for FlowInstaller {
             debug!("waiting for the interface and rule views before syncing");
             return noop();
         };
-        // Where a large realization's time goes: this compile, then the bundle ("flows
-        // committed" carries the whole latency).
+        // Where a large realization's time goes: this plan (the rules' compile, plus the base
+        // flows when they changed and the conjunction map's publication), then the bundle
+        // ("flows committed" carries the whole latency).
         debug!(
-            compile_ms = format_args!("{:.1}", planning.elapsed().as_secs_f64() * 1e3),
+            plan_ms = format_args!("{:.1}", planning.elapsed().as_secs_f64() * 1e3),
             full = update.full,
             "sync planned"
         );
