@@ -267,10 +267,11 @@ fn load_file(path: &Path, kind: Kind) -> Result<(LoadedObject, Vec<String>), Str
 #[cfg(test)]
 mod tests {
     use super::*;
+    use antrea_controlplane::testdata;
     use serde_json::json;
 
-    const NP: &str = include_str!("../../crates/controlplane/src/testdata/np_annp1.json");
-    const AG: &str = include_str!("../../crates/controlplane/src/testdata/ag.json");
+    const NP: &str = testdata::NP_ANNP1;
+    const AG: &str = testdata::AG;
 
     fn ag(name: &str) -> Value {
         let mut v: Value = serde_json::from_str(AG).unwrap();

@@ -7,6 +7,7 @@
 
 pub mod ip;
 pub mod naming;
+pub mod testdata;
 pub mod types;
 
 pub use types::{ControlplaneObject, DecodeError, Kind, API_VERSION};

@@ -533,16 +533,17 @@ impl ControlplaneObject {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testdata;
     use serde_json::json;
 
     /// The JSON examples of antrea-apis.md §2.5, verbatim.
     pub(crate) const SPEC_EXAMPLES: [(&str, &str); 6] = [
-        ("np_annp1", include_str!("testdata/np_annp1.json")),
-        ("atg", include_str!("testdata/atg.json")),
-        ("ag", include_str!("testdata/ag.json")),
-        ("ag_patch", include_str!("testdata/ag_patch.json")),
-        ("atg_patch", include_str!("testdata/atg_patch.json")),
-        ("np_acnp", include_str!("testdata/np_acnp.json")),
+        ("np_annp1", testdata::NP_ANNP1),
+        ("atg", testdata::ATG),
+        ("ag", testdata::AG),
+        ("ag_patch", testdata::AG_PATCH),
+        ("atg_patch", testdata::ATG_PATCH),
+        ("np_acnp", testdata::NP_ACNP),
     ];
 
     fn round_trip(text: &str) -> (Value, Value) {
@@ -562,7 +563,7 @@ mod tests {
     #[test]
     fn every_watch_event_object_round_trips_unchanged() {
         // §3.2/§3.3: ADDED, BOOKMARK (metadata-only with resourceVersion), patch, DELETED.
-        let lines = include_str!("testdata/watch_events.jsonl");
+        let lines = testdata::WATCH_EVENTS;
         let mut n = 0;
         for line in lines.lines().filter(|l| !l.trim().is_empty()) {
             let event: Value = serde_json::from_str(line).unwrap();

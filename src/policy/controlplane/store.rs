@@ -363,6 +363,7 @@ mod tests {
     use crate::policy::controlplane::types::ControlplaneObject;
     use crate::policy::controlplane::validate::{Member, MemberRef};
     use crate::policy::controlplane::Validate as _;
+    use antrea_controlplane::testdata;
 
     fn valid(text: &str) -> ValidObject {
         ControlplaneObject::from_value(serde_json::from_str(text).unwrap())
@@ -371,11 +372,11 @@ mod tests {
             .unwrap()
     }
 
-    const NP: &str = include_str!("../../../crates/controlplane/src/testdata/np_annp1.json");
+    const NP: &str = testdata::NP_ANNP1;
     const NP_NAME: &str = "5d5b6c7e-0f0a-4c43-9d61-2a1f9e3c4b10";
-    const AG: &str = include_str!("../../../crates/controlplane/src/testdata/ag.json");
+    const AG: &str = testdata::AG;
     const AG_NAME: &str = "cacccce8-595f-5250-b361-a0ca752b2c72";
-    const ATG: &str = include_str!("../../../crates/controlplane/src/testdata/atg.json");
+    const ATG: &str = testdata::ATG;
     const ATG_NAME: &str = "9a47b91d-76f1-5b82-a456-3816a3514090";
 
     fn changes(kind: Kind, name: &str, change: Change) -> Changes {
@@ -454,10 +455,7 @@ mod tests {
         let mut s = loaded();
         // Spec example: vm3 (172.16.100.6) removed, pod front-7d9f added.
         assert_eq!(
-            s.apply(valid(include_str!(
-                "../../../crates/controlplane/src/testdata/ag_patch.json"
-            )))
-            .unwrap(),
+            s.apply(valid(testdata::AG_PATCH)).unwrap(),
             changes(Kind::AddressGroup, AG_NAME, Change::Modified)
         );
         let names: Vec<String> = s
@@ -469,12 +467,7 @@ mod tests {
             .collect();
         assert_eq!(names, ["Pod vm-ns/front-7d9f", "ExternalEntity vm-ns/vm2-e8be5"]);
         // Same patch again: nothing changes.
-        assert!(s
-            .apply(valid(include_str!(
-                "../../../crates/controlplane/src/testdata/ag_patch.json"
-            )))
-            .unwrap()
-            .is_empty());
+        assert!(s.apply(valid(testdata::AG_PATCH)).unwrap().is_empty());
         // Removal must match the IPs too: vm2 with another IP is not vm2.
         let wrong_ip = MembersPatch {
             name: AG_NAME.into(),
@@ -495,10 +488,7 @@ mod tests {
 
         // AppliedToGroup rename example.
         assert_eq!(
-            s.apply(valid(include_str!(
-                "../../../crates/controlplane/src/testdata/atg_patch.json"
-            )))
-            .unwrap(),
+            s.apply(valid(testdata::ATG_PATCH)).unwrap(),
             changes(Kind::AppliedToGroup, ATG_NAME, Change::Modified)
         );
         let atg = s.applied_to_group(ATG_NAME).unwrap();
@@ -510,19 +500,13 @@ mod tests {
         let mut s = PolicyStore::new();
         let before = s.clone();
         assert_eq!(
-            s.apply(valid(include_str!(
-                "../../../crates/controlplane/src/testdata/ag_patch.json"
-            ))),
+            s.apply(valid(testdata::AG_PATCH)),
             Err(StoreError::UnknownGroup {
                 kind: Kind::AddressGroupPatch,
                 name: AG_NAME.into()
             })
         );
-        let err = s
-            .apply(valid(include_str!(
-                "../../../crates/controlplane/src/testdata/atg_patch.json"
-            )))
-            .unwrap_err();
+        let err = s.apply(valid(testdata::ATG_PATCH)).unwrap_err();
         assert_eq!(
             err.to_string(),
             format!("AppliedToGroupPatch for unknown group \"{ATG_NAME}\": resync needed")
@@ -580,11 +564,7 @@ mod tests {
             BTreeSet::from([NP_NAME])
         );
         assert!(s.policies_using_address_group("nope").is_empty());
-        let c = s
-            .apply(valid(include_str!(
-                "../../../crates/controlplane/src/testdata/ag_patch.json"
-            )))
-            .unwrap();
+        let c = s.apply(valid(testdata::AG_PATCH)).unwrap();
         assert_eq!(s.affected_policies(&c), BTreeSet::from([NP_NAME.to_string()]));
         let c = s.delete(Kind::AppliedToGroup, ATG_NAME);
         assert_eq!(s.affected_policies(&c), BTreeSet::from([NP_NAME.to_string()]));

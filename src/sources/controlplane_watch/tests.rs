@@ -1,14 +1,15 @@
 //! Tests of `controlplane_watch`.
 use super::*;
 use crate::k8s::fake_api::{FakeApi, WatchFeed};
+use antrea_controlplane::testdata;
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(10);
-const NP: &str = include_str!("../../../crates/controlplane/src/testdata/np_annp1.json");
-const ATG: &str = include_str!("../../../crates/controlplane/src/testdata/atg.json");
-const ATG_PATCH: &str = include_str!("../../../crates/controlplane/src/testdata/atg_patch.json");
-const AG: &str = include_str!("../../../crates/controlplane/src/testdata/ag.json");
-const AG_PATCH: &str = include_str!("../../../crates/controlplane/src/testdata/ag_patch.json");
+const NP: &str = testdata::NP_ANNP1;
+const ATG: &str = testdata::ATG;
+const ATG_PATCH: &str = testdata::ATG_PATCH;
+const AG: &str = testdata::AG;
+const AG_PATCH: &str = testdata::AG_PATCH;
 const NPS: &str = "/apis/controlplane.antrea.io/v1beta2/networkpolicies";
 const ATGS: &str = "/apis/controlplane.antrea.io/v1beta2/appliedtogroups";
 const AGS: &str = "/apis/controlplane.antrea.io/v1beta2/addressgroups";
@@ -254,13 +255,7 @@ async fn snapshot_is_buffered_until_the_bookmark_then_live_events_apply() {
     let np: Value = serde_json::from_str(NP).unwrap();
     let mut np2 = np.clone();
     np2["metadata"]["generation"] = json!(2);
-    let deleted: Value = serde_json::from_str(
-        include_str!("../../../crates/controlplane/src/testdata/watch_events.jsonl")
-            .lines()
-            .nth(5)
-            .unwrap(),
-    )
-    .unwrap();
+    let deleted: Value = serde_json::from_str(testdata::WATCH_EVENTS.lines().nth(5).unwrap()).unwrap();
     send(
         &nps,
         &[

@@ -1,5 +1,6 @@
 //! Tests of `validate`.
 use super::*;
+use antrea_controlplane::testdata;
 use serde_json::{json, Value};
 
 fn ip(s: &str) -> IpAddr {
@@ -54,11 +55,7 @@ fn one_problem(extra: Value) -> String {
 
 #[test]
 fn annp_example_validates_into_its_view() {
-    let ValidObject::NetworkPolicy(p) = decode(include_str!(
-        "../../../../crates/controlplane/src/testdata/np_annp1.json"
-    ))
-    .validate()
-    .unwrap() else {
+    let ValidObject::NetworkPolicy(p) = decode(testdata::NP_ANNP1).validate().unwrap() else {
         panic!("kind");
     };
     assert_eq!(p.name, "5d5b6c7e-0f0a-4c43-9d61-2a1f9e3c4b10");
@@ -108,11 +105,7 @@ fn annp_example_validates_into_its_view() {
 
 #[test]
 fn acnp_example_validates_into_its_view() {
-    let ValidObject::NetworkPolicy(p) = decode(include_str!(
-        "../../../../crates/controlplane/src/testdata/np_acnp.json"
-    ))
-    .validate()
-    .unwrap() else {
+    let ValidObject::NetworkPolicy(p) = decode(testdata::NP_ACNP).validate().unwrap() else {
         panic!("kind");
     };
     assert!(p.applied_to_per_rule());
@@ -162,11 +155,7 @@ fn acnp_example_validates_into_its_view() {
 
 #[test]
 fn group_examples_validate_into_member_sets() {
-    let ValidObject::AddressGroup(g) = decode(include_str!(
-        "../../../../crates/controlplane/src/testdata/ag.json"
-    ))
-    .validate()
-    .unwrap() else {
+    let ValidObject::AddressGroup(g) = decode(testdata::AG).validate().unwrap() else {
         panic!("kind");
     };
     let members: Vec<_> = g.members.values().cloned().collect();
@@ -191,19 +180,11 @@ fn group_examples_validate_into_member_sets() {
             },
         ]
     );
-    let ValidObject::AppliedToGroup(g) = decode(include_str!(
-        "../../../../crates/controlplane/src/testdata/atg.json"
-    ))
-    .validate()
-    .unwrap() else {
+    let ValidObject::AppliedToGroup(g) = decode(testdata::ATG).validate().unwrap() else {
         panic!("kind");
     };
     assert_eq!(g.members.len(), 1);
-    let ValidObject::AddressGroupPatch(p) = decode(include_str!(
-        "../../../../crates/controlplane/src/testdata/ag_patch.json"
-    ))
-    .validate()
-    .unwrap() else {
+    let ValidObject::AddressGroupPatch(p) = decode(testdata::AG_PATCH).validate().unwrap() else {
         panic!("kind");
     };
     assert_eq!(p.name, "cacccce8-595f-5250-b361-a0ca752b2c72");
@@ -216,11 +197,7 @@ fn group_examples_validate_into_member_sets() {
     );
     assert_eq!(p.added[0].ips, [ip("10.10.1.5")]);
     assert_eq!(p.removed[0].ips, [ip("172.16.100.6")]);
-    let ValidObject::AppliedToGroupPatch(p) = decode(include_str!(
-        "../../../../crates/controlplane/src/testdata/atg_patch.json"
-    ))
-    .validate()
-    .unwrap() else {
+    let ValidObject::AppliedToGroupPatch(p) = decode(testdata::ATG_PATCH).validate().unwrap() else {
         panic!("kind");
     };
     assert_eq!(p.added.len() + p.removed.len(), 2);
