@@ -314,16 +314,16 @@ impl Burst {
         of_interest: Option<fn(&str) -> bool>,
         swaps_dir: bool,
     ) -> Duration {
-        if swaps_dir {
-            return self.quiet_after_swap(of_interest);
+        // The directory renamed into place completes like a file of interest renamed in.
+        if swaps_dir && of_interest.is_some() {
+            return self.after_rename();
         }
         self.quiet_for(e.mask, e.name.as_deref(), of_interest)
     }
 
-    /// After the directory was renamed into place: the short quiet, on the same terms as a file
-    /// renamed in (a watch that shortens it at all, and no file of the burst missing).
-    fn quiet_after_swap(&self, of_interest: Option<fn(&str) -> bool>) -> Duration {
-        if of_interest.is_some() && self.missing.is_empty() {
+    /// After a completing rename: the short quiet, unless a file of the burst is missing.
+    fn after_rename(&self) -> Duration {
+        if self.missing.is_empty() {
             SETTLE_AFTER_RENAME
         } else {
             SETTLE
@@ -343,8 +343,8 @@ impl Burst {
         } else if mask.intersects(EventMask::CREATE | EventMask::MOVED_TO) {
             self.missing.remove(name);
         }
-        if mask.contains(EventMask::MOVED_TO) && self.missing.is_empty() {
-            SETTLE_AFTER_RENAME
+        if mask.contains(EventMask::MOVED_TO) {
+            self.after_rename()
         } else {
             SETTLE
         }
@@ -500,6 +500,17 @@ mod tests {
         }
     }
 
+    /// The next `MOVED_TO` that counts; the events before it (the temporary file's) are no swap.
+    async fn next_rename_in(w: &mut DirWatch) -> inotify::Event<OsString> {
+        loop {
+            let e = next_counted(w).await;
+            if e.mask.contains(EventMask::MOVED_TO) {
+                return e;
+            }
+            assert!(!w.swaps_dir(&e), "{e:?} is not a swap");
+        }
+    }
+
     /// A symlink naming the directory swapped by rename is a completed change (the short
     /// quiet); a file renamed into the directory is not a swap of it, and without files of
     /// interest (or with one missing from the burst) even a swap waits the full quiet.
@@ -517,11 +528,7 @@ mod tests {
 
         std::fs::write(v1.join(".a.tmp"), "x").expect("write");
         std::fs::rename(v1.join(".a.tmp"), v1.join("a.yaml")).expect("rename in");
-        let mut e = next_counted(&mut w).await;
-        while !e.mask.contains(EventMask::MOVED_TO) {
-            assert!(!w.swaps_dir(&e), "{e:?} is not a swap");
-            e = next_counted(&mut w).await;
-        }
+        let e = next_rename_in(&mut w).await;
         assert!(
             !w.swaps_dir(&e),
             "a file renamed in is not a swap of the directory"
@@ -529,10 +536,7 @@ mod tests {
         // Not even one named like the directory: it is on the directory's own watch.
         std::fs::write(v1.join(".p.tmp"), "x").expect("write");
         std::fs::rename(v1.join(".p.tmp"), v1.join("policies")).expect("rename in");
-        let mut e = next_counted(&mut w).await;
-        while !e.mask.contains(EventMask::MOVED_TO) {
-            e = next_counted(&mut w).await;
-        }
+        let e = next_rename_in(&mut w).await;
         assert_eq!(e.name.as_deref(), Some(std::ffi::OsStr::new("policies")));
         assert!(
             !w.swaps_dir(&e),
