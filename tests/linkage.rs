@@ -95,11 +95,29 @@ fn the_agents_build_resolves_without_test_util() {
     );
 }
 
-#[test]
-fn only_a_dev_dependency_enables_test_util() {
+/// The workspace's packages as `cargo metadata` describes them.
+fn workspace_packages() -> Vec<Value> {
     let metadata: Value = serde_json::from_str(&cargo(&["metadata", "--no-deps", "--format-version", "1"]))
         .expect("cargo metadata's JSON");
-    let packages = metadata["packages"].as_array().expect("packages");
+    metadata["packages"].as_array().expect("packages").clone()
+}
+
+/// Every dependency on `name` in the workspace: the package that declares it, and the
+/// dependency's entry (its `kind`, its `features`).
+fn dependencies_on<'a>(packages: &'a [Value], name: &'a str) -> impl Iterator<Item = (&'a Value, &'a Value)> {
+    packages.iter().flat_map(move |package| {
+        package["dependencies"]
+            .as_array()
+            .expect("dependencies")
+            .iter()
+            .filter(move |dep| dep["name"] == name)
+            .map(move |dep| (package, dep))
+    })
+}
+
+#[test]
+fn only_a_dev_dependency_enables_test_util() {
+    let packages = workspace_packages();
     let agent = packages
         .iter()
         .find(|p| p["name"] == PACKAGE)
@@ -129,21 +147,19 @@ fn only_a_dev_dependency_enables_test_util() {
     // Every dependency on the agent that asks for the feature, in every package of the
     // workspace, is a dev-dependency.
     let mut asking = 0;
-    for package in packages {
-        for dep in package["dependencies"].as_array().expect("dependencies") {
-            let wants_feature = dep["features"]
-                .as_array()
-                .is_some_and(|f| f.iter().any(|f| f == FEATURE));
-            if dep["name"] != PACKAGE || !wants_feature {
-                continue;
-            }
-            asking += 1;
-            assert_eq!(
-                dep["kind"], "dev",
-                "{} depends on {PACKAGE} with {FEATURE} as a {} dependency",
-                package["name"], dep["kind"]
-            );
+    for (package, dep) in dependencies_on(&packages, PACKAGE) {
+        let wants_feature = dep["features"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f == FEATURE));
+        if !wants_feature {
+            continue;
         }
+        asking += 1;
+        assert_eq!(
+            dep["kind"], "dev",
+            "{} depends on {PACKAGE} with {FEATURE} as a {} dependency",
+            package["name"], dep["kind"]
+        );
     }
     assert_eq!(
         asking, 1,
@@ -196,20 +212,15 @@ fn the_emulator_is_only_a_dev_dependency() {
     );
 
     // No package of the workspace depends on the emulator other than as a dev-dependency.
-    let metadata: Value = serde_json::from_str(&cargo(&["metadata", "--no-deps", "--format-version", "1"]))
-        .expect("cargo metadata's JSON");
+    let packages = workspace_packages();
     let mut dependents = Vec::new();
-    for package in metadata["packages"].as_array().expect("packages") {
-        for dep in package["dependencies"].as_array().expect("dependencies") {
-            if dep["name"] == EMULATOR {
-                dependents.push(package["name"].as_str().unwrap_or("?").to_string());
-                assert_eq!(
-                    dep["kind"], "dev",
-                    "{} depends on {EMULATOR} as a {} dependency",
-                    package["name"], dep["kind"]
-                );
-            }
-        }
+    for (package, dep) in dependencies_on(&packages, EMULATOR) {
+        dependents.push(package["name"].as_str().unwrap_or("?").to_string());
+        assert_eq!(
+            dep["kind"], "dev",
+            "{} depends on {EMULATOR} as a {} dependency",
+            package["name"], dep["kind"]
+        );
     }
     assert_eq!(
         dependents,
