@@ -239,8 +239,20 @@ pub fn parse_values(text: &str, json: bool, limits: &InputLimits) -> Result<Vec<
     }
 }
 
-/// The values of YAML `text`'s documents, spending from `budget`.
+/// The values of YAML `text`'s documents, spending from `budget`: read by the fast reader of
+/// the plain subset ([`super::yaml_subset`]) when the text is within it, else by the YAML
+/// library (the same values either way; the library gives the errors).
 fn parse_yaml_stream(text: &str, budget: &Budget) -> Result<Vec<Value>, InputError> {
+    let room = budget.max_elements.saturating_sub(budget.elements.get());
+    if let Some(parsed) = super::yaml_subset::parse_stream(text, room, budget.max_depth) {
+        budget.elements.set(budget.elements.get() + parsed.elements);
+        return Ok(parsed.values);
+    }
+    parse_yaml_with_library(text, budget)
+}
+
+/// The values of YAML `text`'s documents as the YAML library reads them, spending from `budget`.
+fn parse_yaml_with_library(text: &str, budget: &Budget) -> Result<Vec<Value>, InputError> {
     let parse_error = |e: String| budget.exceeded.take().unwrap_or(InputError::Parse(e));
     let mut out = Vec::new();
     for doc in serde_norway::Deserializer::from_str(text) {
@@ -267,6 +279,23 @@ pub fn parse_yaml_piece(
         exceeded: Cell::new(None),
     };
     let out = parse_yaml_stream(text, &budget)?;
+    Ok((out, budget.elements.get()))
+}
+
+/// [`parse_yaml_piece`] by the YAML library alone: what the fast reader is compared with.
+#[cfg(test)]
+pub(crate) fn parse_yaml_piece_with_library(
+    text: &str,
+    max_elements: usize,
+    max_depth: usize,
+) -> Result<(Vec<Value>, usize), InputError> {
+    let budget = Budget {
+        elements: Cell::new(0),
+        max_elements,
+        max_depth,
+        exceeded: Cell::new(None),
+    };
+    let out = parse_yaml_with_library(text, &budget)?;
     Ok((out, budget.elements.get()))
 }
 

@@ -443,7 +443,8 @@ async fn read_content(
 /// `max_bytes` each, never blocking (a FIFO or device under a policy name is reported, not read).
 /// A file of `held` whose metadata proves it unchanged since it was loaded ([`ReadStamp`]) is
 /// not read again: a change of one file among thousands costs their metadata, not their texts.
-/// With the entries inotify named since then, a regular file not among them costs nothing.
+/// With the entries inotify named since then, a regular file not among them costs nothing. Many
+/// files to look at are read on every core ([`parallel::map_on_threads`]).
 fn read_content_blocking(
     dir: &Path,
     max_bytes: u64,
@@ -482,36 +483,54 @@ fn read_content_blocking(
             .as_encoded_bytes()
             .cmp(b.as_os_str().as_encoded_bytes())
     });
-    // Both sorted by path: one walk.
+    // Both sorted by path: one walk finds what the loader holds for each path.
     let mut held = held.into_iter().flatten().peekable();
-    let mut files = Vec::with_capacity(paths.len());
-    for (path, quiet) in paths {
-        while held.next_if(|(p, _)| **p < path).is_some() {}
-        let known = held
-            .next_if(|(p, _)| **p == path)
-            .and_then(|(_, f)| Some((f.text?, f.stamp?)));
-        if let Some((fingerprint, stamp)) = known {
-            if quiet || FileStat::of(&path).is_some_and(|now| stamp.unchanged(&now)) {
-                files.push((path, Ok(FileText::unchanged(fingerprint, stamp))));
-                continue;
-            }
-        }
-        let stamp = ReadStamp::before_read(&path);
-        match read_regular_file(&path, max_bytes) {
-            Ok(FileRead::Text(text)) => {
-                let mut file = FileText::new(text);
-                file.stamp = stamp;
-                files.push((path, Ok(file)));
-            }
-            // Removed meanwhile: simply gone.
-            Ok(FileRead::Missing) => {}
-            Ok(FileRead::NotRegular(what)) => {
-                files.push((path, Err(format!("skipped: it is {what}, not a regular file"))));
-            }
-            Err(e) => files.push((path, Err(e.to_string()))),
+    let work: Vec<_> = paths
+        .into_iter()
+        .map(|(path, quiet)| {
+            while held.next_if(|(p, _)| **p < path).is_some() {}
+            let known = held
+                .next_if(|(p, _)| **p == path)
+                .and_then(|(_, f)| Some((f.text?, f.stamp?)));
+            (path, quiet, known)
+        })
+        .collect();
+    // Then the stats and reads, on every core when there are many.
+    let worth_threads = work.len() >= parallel::PARALLEL_READS_FROM;
+    let files = parallel::map_on_threads(work, worth_threads, |(path, quiet, known)| {
+        read_policy_file(path, quiet, known, max_bytes)
+    });
+    DirContent::Files(files.into_iter().flatten().collect())
+}
+
+/// One policy file's text, or why it could not be read; `None` when it was removed meanwhile.
+/// `known`: the fingerprint and stamp of what the loader holds for it; `quiet`: inotify proves it
+/// unchanged since. A file proven unchanged is not read again.
+fn read_policy_file(
+    path: PathBuf,
+    quiet: bool,
+    known: Option<(TextFingerprint, ReadStamp)>,
+    max_bytes: u64,
+) -> Option<(PathBuf, Result<FileText, String>)> {
+    if let Some((fingerprint, stamp)) = known {
+        if quiet || FileStat::of(&path).is_some_and(|now| stamp.unchanged(&now)) {
+            return Some((path, Ok(FileText::unchanged(fingerprint, stamp))));
         }
     }
-    DirContent::Files(files)
+    let stamp = ReadStamp::before_read(&path);
+    match read_regular_file(&path, max_bytes) {
+        Ok(FileRead::Text(text)) => {
+            let mut file = FileText::new(text);
+            file.stamp = stamp;
+            Some((path, Ok(file)))
+        }
+        // Removed meanwhile: simply gone.
+        Ok(FileRead::Missing) => None,
+        Ok(FileRead::NotRegular(what)) => {
+            Some((path, Err(format!("skipped: it is {what}, not a regular file"))))
+        }
+        Err(e) => Some((path, Err(e.to_string()))),
+    }
 }
 
 /// The objects of a file: JSON (`.json`) or YAML documents; arrays and `...List` objects are

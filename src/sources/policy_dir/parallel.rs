@@ -1,11 +1,12 @@
-//! Parsing the changed files of one pass on several cores at once.
+//! Reading and parsing the changed files of one pass on several cores at once.
 //!
 //! Loading a fleet of policy files is mostly YAML parsing and validation, one file at a time and
 //! each independent of the others (a file's load reads only its own text and what it gave last
-//! time). On a machine with a spare core, half of that time is waiting for no reason: this runs
-//! the loads on up to [`MAX_PARSE_THREADS`] threads (the calling thread one of them), each taking
+//! time); reading thousands of files is thousands of independent stats and opens. On a machine
+//! with a spare core, half of that time is waiting for no reason: this runs the loads (or the
+//! reads) on up to [`MAX_PARSE_THREADS`] threads (the calling thread one of them), each taking
 //! the next file as it finishes one, and hands the results back in the order given. A pass with
-//! little to parse stays on the calling thread: a thread costs more than a small file's parse.
+//! little to do stays on the calling thread: a thread costs more than a small file's parse.
 
 use std::sync::Mutex;
 
@@ -14,6 +15,10 @@ pub(super) const MAX_PARSE_THREADS: usize = 4;
 
 /// Below this much text in one pass, the loads run on the calling thread only.
 pub(super) const PARALLEL_FROM_BYTES: usize = 128 << 10;
+
+/// Below this many files to read in one pass, the reads run on the calling thread only (a file's
+/// read costs some 8 µs; a thread, tens).
+pub(super) const PARALLEL_READS_FROM: usize = 256;
 
 /// `load` applied to every item, on as many threads as the machine's parallelism allows (at most
 /// [`MAX_PARSE_THREADS`]) when the items' `bytes` add up to [`PARALLEL_FROM_BYTES`] or more; the
@@ -28,7 +33,18 @@ where
     R: Send,
 {
     let total: usize = items.iter().map(&bytes).sum();
-    if items.len() <= 1 || total < PARALLEL_FROM_BYTES {
+    map_on_threads(items, total >= PARALLEL_FROM_BYTES, load)
+}
+
+/// `work` applied to every item, on as many threads as the machine's parallelism allows (at most
+/// [`MAX_PARSE_THREADS`]) when `worth_threads`, else on the calling thread; the results in the
+/// order of `items`. A panic in `work` reaches the caller, as it would serially.
+pub(super) fn map_on_threads<T, R>(items: Vec<T>, worth_threads: bool, load: impl Fn(T) -> R + Sync) -> Vec<R>
+where
+    T: Send,
+    R: Send,
+{
+    if items.len() <= 1 || !worth_threads {
         return items.into_iter().map(load).collect();
     }
     // Asked only now: on Linux it reads the cgroup's CPU limit, which a small pass need not pay.

@@ -971,3 +971,70 @@ async fn a_woken_pass_skips_unnamed_regular_files_but_not_symlinks() {
         (vec!["web", "web2"], vec!["front2", "g9"], vec!["vm1"])
     );
 }
+
+/// A directory of many files is read on several threads: every file once, in path order, with a
+/// FIFO, a dangling symlink and an oversized file reported where they sort; the next pass reads
+/// only the file whose metadata changed.
+#[test]
+fn many_files_are_read_on_threads_as_one_read_in_order() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let count = parallel::PARALLEL_READS_FROM + 44;
+    for i in 0..count {
+        write(
+            dir,
+            &format!("np{i:04}.yaml"),
+            &NP.replace("{name: web}", &format!("{{name: web{i}}}")),
+        );
+    }
+    nix_mkfifo(&dir.join("np0100x.yaml"));
+    std::os::unix::fs::symlink(dir.join("gone"), dir.join("np0200x.yaml")).expect("symlink");
+    write(dir, "np0300x.yaml", &"#".repeat(5000));
+    // Written long enough before the read for their metadata to prove them unchanged later.
+    std::thread::sleep(crate::sources::file_stat::RACY_MARGIN + Duration::from_millis(100));
+    let DirContent::Files(read) = read_content_blocking(dir, 4096, None) else {
+        panic!("the directory reads");
+    };
+    let paths: Vec<PathBuf> = read.iter().map(|(p, _)| p.clone()).collect();
+    let mut sorted = paths.clone();
+    sorted.sort();
+    assert_eq!(paths, sorted, "in path order");
+    assert_eq!(read.len(), count + 3, "every file once");
+    for (path, text) in &read {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        match (name, text) {
+            ("np0100x.yaml", Err(e)) => assert!(e.contains("a FIFO"), "{e}"),
+            ("np0200x.yaml", Err(e)) => assert!(e.contains("dangling symlink"), "{e}"),
+            ("np0300x.yaml", Err(e)) => assert!(e.contains("more than the 4096 bytes"), "{e}"),
+            (_, Ok(file)) => {
+                let i: usize = name[2..6].parse().expect("a fleet file");
+                assert!(
+                    file.read && file.text.contains(&format!("name: web{i}}}")),
+                    "{name}"
+                );
+            }
+            (_, Err(e)) => panic!("{name}: {e}"),
+        }
+    }
+    // The loader holds them now: the next pass reads again only what changed.
+    let mut loader = Loader::default();
+    loader.build(dir, &DirContent::Files(read));
+    write(dir, "np0007.yaml", &NP.replace("{name: web}", "{name: changed}"));
+    let DirContent::Files(again) = read_content_blocking(dir, 4096, Some((&loader.files, None))) else {
+        panic!("the directory reads");
+    };
+    let read_again: Vec<&str> = again
+        .iter()
+        .filter(|(_, t)| t.as_ref().is_ok_and(|f| f.read))
+        .filter_map(|(p, _)| p.file_name().and_then(|n| n.to_str()))
+        .collect();
+    assert_eq!(read_again, ["np0007.yaml"]);
+}
+
+fn nix_mkfifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo runs");
+    assert!(status.success(), "mkfifo {}", path.display());
+}
