@@ -198,7 +198,7 @@ fn first_pass(label: &str, texts: &[String], extension: &str) {
         took
     });
     println!(
-        "{label}: the policy directory's first pass (read {} {extension} files, parse on all cores, snapshot, trim): {:.1} ms",
+        "{label}: the policy directory's first pass (read {} {extension} files, parse on all cores, snapshot): {:.1} ms",
         texts.len() + 1,
         common::ms(pass)
     );

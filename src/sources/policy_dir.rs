@@ -242,14 +242,24 @@ async fn build_off_thread(st: &mut StreamState, content: DirContent) -> PolicySn
         // again on every pass and only count when there are many of them.
         let large = loader.parsed_bytes >= TRIM_AFTER_BYTES || content.text_bytes() >= TRIM_AFTER_READ_BYTES;
         drop(content);
-        if large || trim_anyway {
-            crate::memory::release_free_memory();
-        }
         (loader, snapshot, large)
     })
     .await;
     match joined {
         Ok((loader, snapshot, large)) => {
+            if large || trim_anyway {
+                // Handed back beside the snapshot, not before it: a trim walks every arena (tens
+                // of milliseconds after a large pass), while the policies wait to be resolved.
+                tokio::task::spawn_blocking(|| {
+                    let started = std::time::Instant::now();
+                    let released = crate::memory::release_free_memory();
+                    debug!(
+                        released,
+                        trim_ms = format_args!("{:.1}", started.elapsed().as_secs_f64() * 1e3),
+                        "returned freed memory after a large pass"
+                    );
+                });
+            }
             // Small changes do not trim on their way (it costs tens of milliseconds with a large
             // heap): the next idle poll does, once.
             st.trim_when_idle |= !large && loader.parsed_bytes > 0;
