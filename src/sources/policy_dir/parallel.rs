@@ -36,7 +36,7 @@ where
     map_on_threads(items, total >= PARALLEL_FROM_BYTES, load)
 }
 
-/// `work` applied to every item, on as many threads as the machine's parallelism allows (at most
+/// `load` applied to every item, on as many threads as the machine's parallelism allows (at most
 /// [`MAX_PARSE_THREADS`]) when `worth_threads`, else on the calling thread; the results in the
 /// order of `items`. A panic in `work` reaches the caller, as it would serially.
 pub(super) fn map_on_threads<T, R>(items: Vec<T>, worth_threads: bool, load: impl Fn(T) -> R + Sync) -> Vec<R>
