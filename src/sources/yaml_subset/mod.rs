@@ -529,13 +529,11 @@ fn plain_value(scalar: &str) -> Option<Value> {
     }
     let unsigned = scalar.strip_prefix('+').unwrap_or(scalar);
     let digits = unsigned.strip_prefix('-').unwrap_or(unsigned);
-    let lower = scalar.to_ascii_lowercase();
-    if digits.starts_with("0x")
-        || digits.starts_with("0o")
-        || digits.starts_with("0b")
-        || lower.contains("inf")
-        || lower.contains("nan")
-    {
+    // Any case of `inf` or `nan` anywhere, found without a lowercase copy of every number.
+    let names_inf_or_nan = bytes
+        .windows(3)
+        .any(|w| w.eq_ignore_ascii_case(b"inf") || w.eq_ignore_ascii_case(b"nan"));
+    if digits.starts_with("0x") || digits.starts_with("0o") || digits.starts_with("0b") || names_inf_or_nan {
         return None;
     }
     let signs = bytes.len() - digits.len();
