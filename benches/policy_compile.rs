@@ -69,6 +69,25 @@ fn quantile(v: &[Duration], q: f64) -> Duration {
 fn incremental(input: &[CompiledRuleInput]) {
     let mut view: Vec<Arc<CompiledRuleInput>> = input.iter().cloned().map(Arc::new).collect();
     view.sort_by(|a, b| a.id.cmp(&b.id));
+    // What the flow installer does before a large bundle's first byte: move the compiler to the
+    // new rules (placement, ids, groups) without building any flow (built while streaming).
+    let mut plans: Vec<Duration> = Vec::with_capacity(ROUNDS);
+    let plan_rounds = common::env_usize("PCBENCH_PLAN_ROUNDS", ROUNDS).max(1);
+    for _ in 0..plan_rounds {
+        let mut c = Compiler::new(CompileOptions::default());
+        c.update(&[], 1);
+        let start = Instant::now();
+        let (up, delta) = c.update_delta(&view, None, 1, true);
+        plans.push(start.elapsed());
+        assert!(up.skipped.is_empty() && !delta.is_empty(), "every rule placed");
+    }
+    plans.sort();
+    println!(
+        "plan from 0 to {} rules (placement, ids and groups; no flow built): median {:?} (min {:?}, {plan_rounds} rounds)",
+        view.len(),
+        plans[plans.len() / 2],
+        plans[0]
+    );
     let mut c = Compiler::new(CompileOptions::default());
     c.update(&[], 1);
     let start = Instant::now();

@@ -237,8 +237,9 @@ pub struct Compiler {
     /// merge rules of one such group, so the flows of a set of whole groups do not depend on any
     /// other rule: a change rebuilds the groups it touches, before and after, and diffs them.
     groups: BTreeMap<(u8, u16), BTreeSet<u32>>,
-    /// Conjunction id → rule, for the placed rules.
-    placed: BTreeMap<u32, RuleId>,
+    /// Conjunction id → rule, for the placed rules (the same `Arc` as the held rule's): a
+    /// group's rules are found without a lookup by rule id.
+    placed: BTreeMap<u32, Arc<CompiledRuleInput>>,
     /// Conjunction ids whose [`Compiler::conjunction`] changed since the last
     /// [`Compiler::take_conjunction_changes`]; `None`: assume every one did.
     conj_changes: Option<BTreeSet<u32>>,
@@ -255,6 +256,18 @@ struct PriorityUsers(BTreeSet<((u8, Priority), RuleId)>);
 impl PriorityUsers {
     fn insert(&mut self, key: (u8, Priority), id: RuleId) {
         self.0.insert((key, id));
+    }
+
+    /// Adds uses; into an empty set, built at once (sorted, then bulk-loaded) instead of one
+    /// insertion each.
+    fn extend(&mut self, uses: impl Iterator<Item = ((u8, Priority), RuleId)>) {
+        if self.0.is_empty() {
+            self.0 = uses.collect();
+        } else {
+            for (key, id) in uses {
+                self.insert(key, id);
+            }
+        }
     }
 
     /// Removes one use; whether it was the priority's last one.

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use crate::policy::merge_join::{merge_join, Joined};
 use crate::policy::priority::{Priority, PriorityAssigner, PriorityError};
 use crate::policy::rule::{rule_table, CompiledRuleInput, RuleId};
 
@@ -33,10 +34,14 @@ impl Compiler {
             Some(ids) => self.diff_hinted(rules, ids),
             None => self.diff_full(rules),
         };
+        debug_assert!(
+            changed.windows(2).all(|w| w[0].id < w[1].id),
+            "changed rules come in id order, one per id"
+        );
         pass.skipped.extend(self.refusals().cloned());
         if removed.is_empty() && changed.is_empty() && self.initialized {
             // Nothing released priorities: rules that found none before still do not fit.
-            pass.skipped.extend(self.waiting(&BTreeSet::new()));
+            pass.skipped.extend(self.waiting(&self.unplaced));
             return pass;
         }
 
@@ -65,10 +70,16 @@ impl Compiler {
                 }
             }
         }
+        self.users.extend(
+            changed
+                .iter()
+                .map(|r| ((rule_table(r), priority_of(r)), r.id.clone())),
+        );
         for r in &changed {
-            let (t, p) = (rule_table(r), priority_of(r));
-            self.users.insert((t, p), r.id.clone());
-            *self.zones.entry((t, zone(&p))).or_insert(0) += 1;
+            *self
+                .zones
+                .entry((rule_table(r), zone(&priority_of(r))))
+                .or_insert(0) += 1;
         }
         for (t, z) in gone_zones {
             if self.zones.contains_key(&(t, z)) {
@@ -113,18 +124,17 @@ impl Compiler {
         if batch {
             // Start-up: every rule's own priority in one batch per table (BatchReconcile); if
             // a table overflows, zone by zone so one policy cannot block the others.
-            // Every rule of the view: the changed ones and the held ones that stay (all of
-            // them, in id order; a batch is rare, so this walk over the held rules is too).
+            // Every rule of the view: the held ones that stay and the changed ones (a changed
+            // rule replaces the held rule of its id), walked together in id order (a batch is
+            // rare, so this walk over the held rules is too).
             let gone: BTreeSet<&RuleId> = removed.iter().collect();
-            let mut view: BTreeMap<&RuleId, &CompiledRuleInput> = self
-                .held
-                .iter()
-                .filter(|(id, _)| !gone.contains(id))
-                .map(|(id, h)| (id, &*h.rule))
-                .collect();
-            view.extend(changed.iter().map(|r| (&r.id, &**r)));
             let mut per_table: BTreeMap<u8, Vec<Priority>> = BTreeMap::new();
-            for r in view.values() {
+            for step in merge_join(self.held.iter(), changed.iter(), |(id, _), r| (*id).cmp(&r.id)) {
+                let r: &CompiledRuleInput = match step {
+                    Joined::Old((id, _)) if gone.contains(id) => continue,
+                    Joined::Old((_, h)) => &h.rule,
+                    Joined::New(r) | Joined::Both(_, r) => r,
+                };
                 per_table.entry(rule_table(r)).or_default().push(priority_of(r));
             }
             for (t, all) in per_table {
@@ -193,31 +203,38 @@ impl Compiler {
             }
         }
 
-        // 6. The rules to (re)place: changed ones, unplaced ones, and those whose priority moved.
-        let mut replace: BTreeMap<RuleId, Arc<CompiledRuleInput>> =
-            changed.into_iter().map(|r| (r.id.clone(), r)).collect();
-        for h in self
-            .unplaced_rules()
-            .filter(|h| freed.contains(&h.table) || batch)
-        {
-            replace
-                .entry(h.rule.id.clone())
-                .or_insert_with(|| Arc::clone(&h.rule));
-        }
+        // 6. The rules to (re)place, in id order, one per id: changed ones, unplaced ones, and
+        // those whose priority moved (a changed rule comes first among those of its id, and
+        // the stable sort keeps it first, so it is the one kept).
+        let mut replace: Vec<Arc<CompiledRuleInput>> = changed;
+        let before_extra = replace.len();
+        replace.extend(
+            self.unplaced_rules()
+                .filter(|h| freed.contains(&h.table) || batch)
+                .map(|h| Arc::clone(&h.rule)),
+        );
         for key in moved.keys() {
-            for id in self.users.of(*key) {
-                if let Some(h) = self.held.get(id) {
-                    replace.entry(id.clone()).or_insert_with(|| Arc::clone(&h.rule));
+            replace.extend(
+                self.users
+                    .of(*key)
+                    .filter_map(|id| self.held.get(id))
+                    .map(|h| Arc::clone(&h.rule)),
+            );
+        }
+        if replace.len() > before_extra {
+            replace.sort_by(|a, b| a.id.cmp(&b.id));
+            replace.dedup_by(|later, kept| later.id == kept.id);
+        }
+        if !self.held.is_empty() {
+            for r in &replace {
+                if let Some((t, (_, of))) = self.held.get(&r.id).and_then(|h| h.placed.map(|p| (h.table, p)))
+                {
+                    dirty.insert((t, of));
                 }
             }
         }
-        for id in replace.keys() {
-            if let Some((t, (_, of))) = self.held.get(id).and_then(|h| h.placed.map(|p| (h.table, p))) {
-                dirty.insert((t, of));
-            }
-        }
         let placements: Vec<(Arc<CompiledRuleInput>, u8, Priority, Option<u16>)> = replace
-            .into_values()
+            .into_iter()
             .map(|r| {
                 let (t, p) = (rule_table(&r), priority_of(&r));
                 let of = self.priorities.table(t).and_then(|pa| pa.get(&p));
@@ -242,11 +259,22 @@ impl Compiler {
                 pass.released_any |= h.placed.is_some();
             }
         }
-        let attempted: BTreeSet<RuleId> = placements.iter().map(|(r, ..)| r.id.clone()).collect();
+        // The rules that wait for a priority and are not tried in this pass (still waiting
+        // after it): `placements` is in id order.
+        let not_attempted: Vec<RuleId> = self
+            .unplaced
+            .iter()
+            .filter(|id| placements.binary_search_by(|(r, ..)| r.id.cmp(id)).is_err())
+            .cloned()
+            .collect();
+        // Into an empty compiler (a start-up, or every rule replaced), the held rules are built
+        // in one go from the id-ordered placements instead of one insertion each.
+        let mut bulk: Option<Vec<(RuleId, Held)>> =
+            self.held.is_empty().then(|| Vec::with_capacity(placements.len()));
         for (r, t, p, of) in placements {
             let mut error = None;
             let id = r.id.clone();
-            let previous = self.unhold(&id);
+            let previous = if bulk.is_some() { None } else { self.unhold(&id) };
             let old_conj = previous.as_ref().and_then(|h| h.placed.map(|(c, _)| c));
             if let (Some(h), Some(_)) = (&previous, old_conj) {
                 self.ungroup(h);
@@ -258,7 +286,7 @@ impl Compiler {
                         None => self.allocate_id(&id),
                     };
                     self.groups.entry((t, of)).or_default().insert(c);
-                    self.placed.insert(c, id.clone());
+                    self.placed.insert(c, Arc::clone(&r));
                     self.live.insert(c, Arc::new(conjunction_info(&r, c, t, of)));
                     self.conj_changed(c);
                     Some((c, of))
@@ -280,18 +308,22 @@ impl Compiler {
                     None
                 }
             };
-            self.hold(
-                id,
-                Held {
-                    rule: r,
-                    table: t,
-                    prio: p,
-                    placed,
-                    error,
-                },
-            );
+            let held = Held {
+                rule: r,
+                table: t,
+                prio: p,
+                placed,
+                error,
+            };
+            match &mut bulk {
+                Some(all) => all.push((id, held)),
+                None => self.hold(id, held),
+            }
         }
-        pass.skipped.extend(self.waiting(&attempted));
+        if let Some(all) = bulk {
+            self.hold_all(all);
+        }
+        pass.skipped.extend(self.waiting(&not_attempted));
         self.bound_released();
         self.initialized = true;
         self.generation += 1;
@@ -303,10 +335,10 @@ impl Compiler {
         pass
     }
 
-    /// The rules still waiting for a priority, except those tried in this pass.
-    pub(super) fn waiting(&self, attempted: &BTreeSet<RuleId>) -> Vec<SkippedRule> {
-        self.unplaced_rules()
-            .filter(|h| !attempted.contains(&h.rule.id))
+    /// The rules of `ids` (held rules waiting for a priority) as skipped rules, with why.
+    pub(super) fn waiting<'i>(&self, ids: impl IntoIterator<Item = &'i RuleId>) -> Vec<SkippedRule> {
+        ids.into_iter()
+            .filter_map(|id| self.held.get(id))
             .map(|h| SkippedRule {
                 id: h.rule.id.clone(),
                 reason: CompileError::Priority(h.error.clone().unwrap_or(PriorityError::NoRoom)),
@@ -332,6 +364,21 @@ impl Compiler {
             self.with_fqdn.remove(&id);
         }
         self.held.insert(id, h);
+    }
+
+    /// Holds `all` (in id order, one per id) in a compiler that holds no rule: the maps are
+    /// built from the sorted entries at once.
+    fn hold_all(&mut self, all: Vec<(RuleId, Held)>) {
+        debug_assert!(self.held.is_empty(), "hold_all into a compiler that holds rules");
+        for (id, h) in &all {
+            if h.placed.is_none() {
+                self.unplaced.insert(id.clone());
+            }
+            if h.rule.fqdn.is_some() {
+                self.with_fqdn.insert(id.clone());
+            }
+        }
+        self.held = all.into_iter().collect();
     }
 
     /// Stops holding the rule of `id`, keeping the indexes.
@@ -376,13 +423,12 @@ impl Compiler {
                     .get(key)
                     .into_iter()
                     .flatten()
-                    .filter_map(|c| self.placed.get(c).and_then(|id| self.held.get(id)))
-                    .filter_map(|h| {
-                        h.placed.map(|(conj_id, priority)| PlacedRule {
-                            rule: Arc::clone(&h.rule),
+                    .filter_map(|&conj_id| {
+                        self.placed.get(&conj_id).map(|rule| PlacedRule {
+                            rule: Arc::clone(rule),
                             conj_id,
-                            table: h.table,
-                            priority,
+                            table: key.0,
+                            priority: key.1,
                         })
                     })
                     .collect();

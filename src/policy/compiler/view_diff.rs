@@ -83,6 +83,9 @@ impl Compiler {
                     if *h.rule == ***r {
                         // Same rule, another allocation: share the caller's.
                         h.rule = Arc::clone(r);
+                        if let Some((c, _)) = h.placed {
+                            self.placed.insert(c, Arc::clone(r));
+                        }
                     } else {
                         diff.changed.push(Arc::clone(r));
                     }
@@ -126,6 +129,9 @@ impl Compiler {
                     }
                     if *h.rule == **r {
                         h.rule = Arc::clone(r);
+                        if let Some((c, _)) = h.placed {
+                            self.placed.insert(c, Arc::clone(r));
+                        }
                     } else {
                         diff.changed.push(Arc::clone(r));
                     }
