@@ -19,6 +19,7 @@ pub mod memory;
 pub mod messages;
 pub mod ovs;
 pub mod packetin;
+pub mod parallel;
 pub mod policy;
 pub mod sources;
 pub mod telemetry;

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use actix::{Actor, AsyncContext, Context, Handler, StreamHandler};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::{common_handlers, Lifeline, PolicyCacheOutputs};
 use crate::messages::status_detail::PolicyCacheStatus;
@@ -104,6 +104,7 @@ impl PolicyCache {
         let (true, Some(interfaces)) = (self.policies_known, &self.interfaces) else {
             return;
         };
+        let started = std::time::Instant::now();
         let interfaces: Vec<AttachedInterface> = interfaces.values().cloned().collect();
         let changes = std::mem::take(&mut self.changes);
         let affected =
@@ -113,6 +114,7 @@ impl PolicyCache {
         let previous_warnings = view.warnings.clone();
         let previous_refusals: BTreeSet<NotEnforced> = view.all_not_enforced().cloned().collect();
         let changed = view.update(&self.store, &interfaces, affected.as_ref().filter(|_| !first)) || first;
+        let resolve_ms = started.elapsed().as_secs_f64() * 1e3;
         for w in view.warnings.iter().filter(|w| !previous_warnings.contains(w)) {
             warn!("{w}");
         }
@@ -155,6 +157,12 @@ impl PolicyCache {
                 self.published = Some(published);
             }
         }
+        debug!(
+            resolve_ms = format_args!("{resolve_ms:.1}"),
+            update_ms = format_args!("{:.1}", started.elapsed().as_secs_f64() * 1e3),
+            changed,
+            "rules resolved"
+        );
     }
 
     /// Notes what an operation on the store changed, for the next resolution.
@@ -190,10 +198,15 @@ impl PolicyCache {
             warn!("{e}");
         }
         self.source_errors = snapshot.errors;
+        let started = std::time::Instant::now();
         let changes = self.store.replace_all(
             snapshot.network_policies,
             snapshot.address_groups,
             snapshot.applied_to_groups,
+        );
+        debug!(
+            store_ms = format_args!("{:.1}", started.elapsed().as_secs_f64() * 1e3),
+            "policy snapshot stored"
         );
         self.note(changes);
         self.synced_kinds.extend(SYNCED_KINDS);

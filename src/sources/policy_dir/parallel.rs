@@ -4,14 +4,10 @@
 //! each independent of the others (a file's load reads only its own text and what it gave last
 //! time); reading thousands of files is thousands of independent stats and opens. On a machine
 //! with a spare core, half of that time is waiting for no reason: this runs the loads (or the
-//! reads) on up to [`MAX_PARSE_THREADS`] threads (the calling thread one of them), each taking
-//! the next file as it finishes one, and hands the results back in the order given. A pass with
-//! little to do stays on the calling thread: a thread costs more than a small file's parse.
-
-use std::sync::Mutex;
-
-/// At most this many threads parse at once (the calling thread included).
-pub(super) const MAX_PARSE_THREADS: usize = 4;
+//! reads) on up to [`crate::parallel::MAX_THREADS`] threads (the calling thread one of them),
+//! each taking the next file as it finishes one, and hands the results back in the order given
+//! ([`crate::parallel::map_on_threads`]). A pass with little to do stays on the calling thread:
+//! a thread costs more than a small file's parse.
 
 /// Below this much text in one pass, the loads run on the calling thread only.
 pub(super) const PARALLEL_FROM_BYTES: usize = 128 << 10;
@@ -21,7 +17,7 @@ pub(super) const PARALLEL_FROM_BYTES: usize = 128 << 10;
 pub(super) const PARALLEL_READS_FROM: usize = 256;
 
 /// `load` applied to every item, on as many threads as the machine's parallelism allows (at most
-/// [`MAX_PARSE_THREADS`]) when the items' `bytes` add up to [`PARALLEL_FROM_BYTES`] or more; the
+/// [`crate::parallel::MAX_THREADS`]) when the items' `bytes` add up to [`PARALLEL_FROM_BYTES`] or more; the
 /// results in the order of `items`. A panic in `load` reaches the caller, as it would serially.
 pub(super) fn map_loads<T, R>(
     items: Vec<T>,
@@ -36,60 +32,7 @@ where
     map_on_threads(items, total >= PARALLEL_FROM_BYTES, load)
 }
 
-/// `load` applied to every item, on as many threads as the machine's parallelism allows (at most
-/// [`MAX_PARSE_THREADS`]) when `worth_threads`, else on the calling thread; the results in the
-/// order of `items`. A panic in `work` reaches the caller, as it would serially.
-pub(super) fn map_on_threads<T, R>(items: Vec<T>, worth_threads: bool, load: impl Fn(T) -> R + Sync) -> Vec<R>
-where
-    T: Send,
-    R: Send,
-{
-    if items.len() <= 1 || !worth_threads {
-        return items.into_iter().map(load).collect();
-    }
-    // Asked only now: on Linux it reads the cgroup's CPU limit, which a small pass need not pay.
-    let threads = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(MAX_PARSE_THREADS)
-        .min(items.len());
-    if threads <= 1 {
-        return items.into_iter().map(load).collect();
-    }
-    let count = items.len();
-    // Each worker takes the next item when it is done with one: one large file does not leave
-    // the other threads idle behind a fixed share.
-    let queue = Mutex::new(items.into_iter().enumerate());
-    let next_item = || {
-        queue
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .next()
-    };
-    let work = || {
-        let mut done = Vec::new();
-        while let Some((at, item)) = next_item() {
-            done.push((at, load(item)));
-        }
-        done
-    };
-    let mut slots: Vec<Option<R>> = std::iter::repeat_with(|| None).take(count).collect();
-    std::thread::scope(|scope| {
-        let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
-        let mut all = work();
-        for helper in helpers {
-            match helper.join() {
-                Ok(done) => all.extend(done),
-                // The same panic a serial load would have raised.
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        }
-        for (at, result) in all {
-            slots[at] = Some(result);
-        }
-    });
-    debug_assert!(slots.iter().all(Option::is_some), "every item loaded once");
-    slots.into_iter().flatten().collect()
-}
+pub(super) use crate::parallel::map_on_threads;
 
 #[cfg(test)]
 mod tests {
