@@ -8,25 +8,26 @@ use std::sync::Mutex;
 /// At most this many threads work at once (the calling thread included).
 pub const MAX_THREADS: usize = 4;
 
-/// `work` applied to every item, on as many threads as the machine's parallelism allows (at most
-/// [`MAX_THREADS`]) when `worth_threads`, else on the calling thread; the results in the order
-/// of `items`. Each thread takes the next item as it finishes one, so one large item does not
-/// leave the others idle behind a fixed share. A thread that cannot be created (a pids limit)
-/// is done without: the calling thread does its share. A panic in `work` reaches the caller,
-/// as it would serially.
-pub fn map_on_threads<T, R>(items: Vec<T>, worth_threads: bool, work: impl Fn(T) -> R + Sync) -> Vec<R>
+/// How many threads a large pass may use here: the machine's parallelism (on Linux, within the
+/// cgroup's CPU limit, which this reads), at most [`MAX_THREADS`]. Asked by the edges (sources,
+/// actors), which hand the answer to pure code.
+pub fn available_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .clamp(1, MAX_THREADS)
+}
+
+/// `work` applied to every item on up to `threads` threads (the calling thread one of them; 1
+/// or 0: on the calling thread alone); the results in the order of `items`. Each thread takes
+/// the next item as it finishes one, so one large item does not leave the others idle behind a
+/// fixed share. A thread that cannot be created (a pids limit) is done without: the calling
+/// thread does its share. A panic in `work` reaches the caller, as it would serially.
+pub fn map_on_threads<T, R>(items: Vec<T>, threads: usize, work: impl Fn(T) -> R + Sync) -> Vec<R>
 where
     T: Send,
     R: Send,
 {
-    if items.len() <= 1 || !worth_threads {
-        return items.into_iter().map(work).collect();
-    }
-    // Asked only now: on Linux it reads the cgroup's CPU limit, which a small pass need not pay.
-    let threads = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(MAX_THREADS)
-        .min(items.len());
+    let threads = threads.min(MAX_THREADS).min(items.len());
     if threads <= 1 {
         return items.into_iter().map(work).collect();
     }
@@ -71,15 +72,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_pass_not_worth_threads_stays_on_the_calling_thread() {
+    fn one_thread_is_the_calling_thread() {
         let caller = std::thread::current().id();
-        let threads = map_on_threads(vec![1usize, 2, 3], false, |_| std::thread::current().id());
-        assert!(threads.iter().all(|t| *t == caller));
+        for threads in [0, 1] {
+            let used = map_on_threads(vec![1usize, 2, 3], threads, |_| std::thread::current().id());
+            assert!(used.iter().all(|t| *t == caller));
+        }
     }
 
     #[test]
     fn results_keep_the_order_given() {
-        let out = map_on_threads((0..500).collect(), true, |i: usize| {
+        let out = map_on_threads((0..500).collect(), 4, |i: usize| {
             // Uneven work, so the threads finish out of order.
             if i.is_multiple_of(7) {
                 std::thread::sleep(std::time::Duration::from_micros(200));

@@ -35,9 +35,12 @@ impl Compiler {
             None => self.diff_full(rules),
         };
         debug_assert!(
-            changed.windows(2).all(|w| w[0].id < w[1].id),
-            "changed rules come in id order, one per id"
+            changed.windows(2).all(|w| w[0].id < w[1].id) && removed.windows(2).all(|w| w[0] < w[1]),
+            "changed and removed rules come in id order, one per id"
         );
+        // A removed rule still waiting for a priority stays held (and unplaced) until step 8:
+        // it must not be tried again before then, or it would come back.
+        let is_removed = |id: &RuleId| removed.binary_search(id).is_ok();
         pass.skipped.extend(self.refusals().cloned());
         if removed.is_empty() && changed.is_empty() && self.initialized {
             // Nothing released priorities: rules that found none before still do not fit.
@@ -127,11 +130,10 @@ impl Compiler {
             // Every rule of the view: the held ones that stay and the changed ones (a changed
             // rule replaces the held rule of its id), walked together in id order (a batch is
             // rare, so this walk over the held rules is too).
-            let gone: BTreeSet<&RuleId> = removed.iter().collect();
             let mut per_table: BTreeMap<u8, Vec<Priority>> = BTreeMap::new();
             for step in merge_join(self.held.iter(), changed.iter(), |(id, _), r| (*id).cmp(&r.id)) {
                 let r: &CompiledRuleInput = match step {
-                    Joined::Old((id, _)) if gone.contains(id) => continue,
+                    Joined::Old((id, _)) if is_removed(id) => continue,
                     Joined::Old((_, h)) => &h.rule,
                     Joined::New(r) | Joined::Both(_, r) => r,
                 };
@@ -167,7 +169,7 @@ impl Compiler {
             let mut todo: Vec<Arc<CompiledRuleInput>> = changed.clone();
             let retry: Vec<Arc<CompiledRuleInput>> = self
                 .unplaced_rules()
-                .filter(|h| freed.contains(&h.table))
+                .filter(|h| freed.contains(&h.table) && !is_removed(&h.rule.id))
                 .map(|h| Arc::clone(&h.rule))
                 .collect();
             todo.extend(retry);
@@ -210,7 +212,7 @@ impl Compiler {
         let before_extra = replace.len();
         replace.extend(
             self.unplaced_rules()
-                .filter(|h| freed.contains(&h.table) || batch)
+                .filter(|h| (freed.contains(&h.table) || batch) && !is_removed(&h.rule.id))
                 .map(|h| Arc::clone(&h.rule)),
         );
         for key in moved.keys() {
@@ -267,8 +269,9 @@ impl Compiler {
             .filter(|id| placements.binary_search_by(|(r, ..)| r.id.cmp(id)).is_err())
             .cloned()
             .collect();
-        // Into an empty compiler (a start-up, or every rule replaced), the held rules are built
-        // in one go from the id-ordered placements instead of one insertion each.
+        // Into a compiler that holds no rule (a start-up, or every rule removed before), the held
+        // rules are built in one go from the id-ordered placements instead of one insertion
+        // each.
         let mut bulk: Option<Vec<(RuleId, Held)>> =
             self.held.is_empty().then(|| Vec::with_capacity(placements.len()));
         for (r, t, p, of) in placements {

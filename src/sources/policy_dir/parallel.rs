@@ -32,7 +32,21 @@ where
     map_on_threads(items, total >= PARALLEL_FROM_BYTES, load)
 }
 
-pub(super) use crate::parallel::map_on_threads;
+/// `load` applied to every item, on the machine's spare cores too when `worth_threads` (asked
+/// only then: it reads the cgroup's CPU limit, which a small pass need not pay); the results in
+/// the order of `items`.
+pub(super) fn map_on_threads<T, R>(items: Vec<T>, worth_threads: bool, load: impl Fn(T) -> R + Sync) -> Vec<R>
+where
+    T: Send,
+    R: Send,
+{
+    let threads = if worth_threads {
+        crate::parallel::available_threads()
+    } else {
+        1
+    };
+    crate::parallel::map_on_threads(items, threads, load)
+}
 
 #[cfg(test)]
 mod tests {

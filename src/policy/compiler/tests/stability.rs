@@ -654,3 +654,57 @@ fn priority_users_track_the_last_use_of_each_priority() {
     assert!(users.is_used(p2), "another priority is untouched");
     assert_eq!(users.of(p2).count(), 1);
 }
+
+/// A rule waiting for a priority that is deleted in the same pass as rules whose removal frees
+/// room in its table is gone for good: it is not tried again, placed or reported.
+#[test]
+fn a_deleted_rule_waiting_for_a_priority_does_not_come_back() {
+    let baseline = |policy: &str, priority: f64, n: i32| -> Vec<CompiledRuleInput> {
+        (0..n)
+            .map(|i| {
+                rule(
+                    policy,
+                    Direction::In,
+                    i,
+                    RuleAction::Allow,
+                    BASELINE_TIER_PRIORITY,
+                    priority,
+                    vec![],
+                    vec![],
+                    None,
+                )
+            })
+            .collect()
+    };
+    // 171 baseline slots: "big" (200 rules) does not fit and waits; "small" and "keep" are placed.
+    let keep = baseline("keep", 3.0, 1);
+    let mut all = baseline("big", 1.0, 200);
+    all.extend(baseline("small", 2.0, 3));
+    all.extend(keep.clone());
+    let mut c = Compiler::new(CompileOptions::default());
+    let first = c.update(&arcs(&all), 1);
+    assert_eq!(first.skipped.len(), 200, "big waits for a priority");
+    assert_eq!(c.rule_count(), 4);
+    // "big" and "small" deleted at once: small's priorities are freed in the table big waits in.
+    for hinted in [false, true] {
+        let mut c = c.clone();
+        let view = arcs(&keep);
+        let up = if hinted {
+            let ids: BTreeSet<RuleId> = all.iter().map(|r| r.id.clone()).collect();
+            c.update_or_rebuild_hinted(&view, Some(&ids), 1)
+        } else {
+            c.update(&view, 1)
+        };
+        assert!(up.skipped.is_empty(), "hinted {hinted}: {:?}", up.skipped.first());
+        assert_eq!(c.rule_count(), 1, "hinted {hinted}: only keep is placed");
+        assert_eq!(
+            c.flows(1),
+            compile(&keep, 1, CompileOptions::default()).flows,
+            "hinted {hinted}: the flows of keep alone"
+        );
+        // And nothing is held for the deleted rules: an empty view leaves no rule and no flow.
+        let up = c.update(&[], 1);
+        assert!(up.skipped.is_empty());
+        assert!(c.flows(1).is_empty());
+    }
+}
