@@ -395,6 +395,19 @@ fn reject_answers_tcp_with_rst_and_udp_with_one_icmp_error_and_logs() {
     wait_until(Duration::from_secs(30), "the reject rules", || {
         conj_flows(&lab) >= 2
     });
+    // The packet-in responder has a connection of its own, which may come up after the flows
+    // (it retries with a backoff while the bridge is being created): until it is there, a
+    // rejected packet is only dropped. Probe until the first reply proves it answers.
+    wait_until(
+        Duration::from_secs(30),
+        "the packet-in responder's first reply",
+        || {
+            let before = ext_dest_unreachs(&lab, false);
+            lab.ext(&format!("echo warm-up | nc -u -n -w 1 {VM_IP4} 6501"));
+            std::thread::sleep(Duration::from_millis(200));
+            ext_dest_unreachs(&lab, false) > before
+        },
+    );
 
     for (ip, v6) in [(VM_IP4, false), (VM_IP6, true)] {
         let before = ext_dest_unreachs(&lab, v6);
