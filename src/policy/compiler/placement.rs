@@ -356,32 +356,33 @@ impl Compiler {
 
     /// Holds `h` as the rule of `id` (replacing what was held), keeping the indexes.
     pub(super) fn hold(&mut self, id: RuleId, h: Held) {
+        self.index(&id, &h);
+        self.held.insert(id, h);
+    }
+
+    /// Holds `all` (in id order, one per id) in a compiler that holds no rule: the map is built
+    /// from the sorted entries at once.
+    fn hold_all(&mut self, all: Vec<(RuleId, Held)>) {
+        debug_assert!(self.held.is_empty(), "hold_all into a compiler that holds rules");
+        for (id, h) in &all {
+            self.index(id, h);
+        }
+        self.held = all.into_iter().collect();
+    }
+
+    /// Keeps the indexes of the held rules (waiting for a priority, with FQDN peers) for `h`,
+    /// about to be held as the rule of `id`.
+    fn index(&mut self, id: &RuleId, h: &Held) {
         if h.placed.is_none() {
             self.unplaced.insert(id.clone());
         } else {
-            self.unplaced.remove(&id);
+            self.unplaced.remove(id);
         }
         if h.rule.fqdn.is_some() {
             self.with_fqdn.insert(id.clone());
         } else {
-            self.with_fqdn.remove(&id);
+            self.with_fqdn.remove(id);
         }
-        self.held.insert(id, h);
-    }
-
-    /// Holds `all` (in id order, one per id) in a compiler that holds no rule: the maps are
-    /// built from the sorted entries at once.
-    fn hold_all(&mut self, all: Vec<(RuleId, Held)>) {
-        debug_assert!(self.held.is_empty(), "hold_all into a compiler that holds rules");
-        for (id, h) in &all {
-            if h.placed.is_none() {
-                self.unplaced.insert(id.clone());
-            }
-            if h.rule.fqdn.is_some() {
-                self.with_fqdn.insert(id.clone());
-            }
-        }
-        self.held = all.into_iter().collect();
     }
 
     /// Stops holding the rule of `id`, keeping the indexes.
