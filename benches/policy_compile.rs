@@ -4,7 +4,9 @@
 //!     cargo bench --bench policy_compile
 //!
 //! Prints the median of 5 compilations and the process's peak RSS growth (VmHWM) over the run,
-//! then the flow installer's incremental path in-process: [`Compiler::update`] from no rules to
+//! the plan from no rules to all of them with no flow built (what the flow installer pays before
+//! a large bundle's first byte; `PCBENCH_PLAN_ROUNDS`, default 5, for more rounds), then the
+//! flow installer's incremental path in-process: [`Compiler::update`] from no rules to
 //! the 10,000 (all adds), and one single-rule policy added, changed and deleted 20 times each
 //! with the 10,000 in place (p50/p99 of the update, flow_mods per change), once comparing the
 //! whole rule view and once told the changed rule id (as the policy cache tells the flow
@@ -71,8 +73,8 @@ fn incremental(input: &[CompiledRuleInput]) {
     view.sort_by(|a, b| a.id.cmp(&b.id));
     // What the flow installer does before a large bundle's first byte: move the compiler to the
     // new rules (placement, ids, groups) without building any flow (built while streaming).
-    let mut plans: Vec<Duration> = Vec::with_capacity(ROUNDS);
     let plan_rounds = common::env_usize("PCBENCH_PLAN_ROUNDS", ROUNDS).max(1);
+    let mut plans: Vec<Duration> = Vec::with_capacity(plan_rounds);
     for _ in 0..plan_rounds {
         let mut c = Compiler::new(CompileOptions::default());
         c.update(&[], 1);
