@@ -127,88 +127,97 @@ pub fn read_regular_file(path: &Path, max_bytes: u64) -> Result<FileRead, InputE
 /// value is made. Quoted scalars and comments are skipped; brackets inside
 /// plain or block scalars may count too, so the depth found is an upper bound.
 pub fn prescan(text: &str, limits: &InputLimits) -> Result<(), InputError> {
+    // Byte by byte: every character that matters is ASCII, and the bytes of any other
+    // character (all 0x80 or above) act as the non-space character they form would.
     let max = limits.max_nesting_depth;
+    let too_many = || InputError::TooManyElements {
+        max: limits.max_elements,
+    };
+    let bytes = text.as_bytes();
     let mut elements = 0usize;
     let mut line_has_content = false;
     let mut depth = 0usize;
     let mut line = 1usize;
-    let mut chars = text.chars().peekable();
+    let mut at = 0usize;
     // Whether the previous significant character lets a node start here.
     let mut node_start = true;
     let mut after_space = true;
-    while let Some(c) = chars.next() {
+    while let Some(&c) = bytes.get(at) {
+        at += 1;
         match c {
-            '\n' => {
+            b'\n' => {
                 line += 1;
                 elements += usize::from(std::mem::take(&mut line_has_content));
                 if elements > limits.max_elements {
-                    return Err(InputError::TooManyElements {
-                        max: limits.max_elements,
-                    });
+                    return Err(too_many());
                 }
                 node_start = true;
                 after_space = true;
                 continue;
             }
-            '#' if after_space => {
+            b'#' if after_space => {
                 // A comment, to the end of the line.
-                while chars.peek().is_some_and(|&c| c != '\n') {
-                    chars.next();
-                }
+                at = bytes[at..]
+                    .iter()
+                    .position(|&b| b == b'\n')
+                    .map_or(bytes.len(), |n| at + n);
                 continue;
             }
-            '"' | '\'' if node_start => {
+            b'"' | b'\'' if node_start => {
                 let quote = c;
-                while let Some(q) = chars.next() {
+                while let Some(&q) = bytes.get(at) {
+                    at += 1;
                     match q {
                         // An escaped character is skipped (an escaped newline still counts).
-                        '\\' if quote == '"' && chars.next() == Some('\n') => line += 1,
-                        '\n' => line += 1,
+                        b'\\' if quote == b'"' => {
+                            if bytes.get(at) == Some(&b'\n') {
+                                line += 1;
+                            }
+                            at += 1;
+                        }
+                        b'\n' => line += 1,
                         q if q == quote => break,
                         _ => {}
                     }
                 }
                 node_start = false;
             }
-            '[' | '{' if node_start => {
+            b'[' | b'{' if node_start => {
                 depth += 1;
                 if depth > max {
                     return Err(InputError::TooDeep { max, line });
                 }
                 node_start = true;
             }
-            ']' | '}' => {
+            b']' | b'}' => {
                 depth = depth.saturating_sub(1);
                 node_start = false;
             }
-            ',' => {
+            b',' => {
                 node_start = true;
                 if depth > 0 {
                     elements += 1;
                     if elements > limits.max_elements {
-                        return Err(InputError::TooManyElements {
-                            max: limits.max_elements,
-                        });
+                        return Err(too_many());
                     }
                 }
             }
-            ':' => {
+            b':' => {
                 node_start = true;
-                if chars
-                    .peek()
-                    .is_none_or(|&n| matches!(n, ' ' | '\t' | '\n' | '\r'))
+                if bytes
+                    .get(at)
+                    .is_none_or(|&n| matches!(n, b' ' | b'\t' | b'\n' | b'\r'))
                 {
                     elements += 1;
                 }
             }
-            '-' | '?' => node_start = true,
-            ' ' | '\t' | '\r' => {}
+            b'-' | b'?' => node_start = true,
+            b' ' | b'\t' | b'\r' => {}
             _ => node_start = false,
         }
-        if !matches!(c, ' ' | '\t' | '\r') {
-            line_has_content = true;
-        }
-        after_space = matches!(c, ' ' | '\t' | '\r');
+        let space = matches!(c, b' ' | b'\t' | b'\r');
+        line_has_content |= !space;
+        after_space = space;
     }
     Ok(())
 }
@@ -562,6 +571,24 @@ mod tests {
         );
         assert_eq!(prescan(&deep_looking, &limits()), Ok(()));
         assert_eq!(prescan(&"[".repeat(64), &limits()), Ok(()));
+        // Other characters, in and out of scalars (the scan goes byte by byte), and escapes:
+        // an escaped quote or a multi-byte escaped character does not end the scalar.
+        let mixed = format!(
+            "é: \"ü\\\"{open}\\é{open}\"\nß{open}: '{open}ñ'\n# ä{open}\n",
+            open = "[".repeat(200)
+        );
+        assert_eq!(prescan(&mixed, &limits()), Ok(()));
+        // A line past an escaped newline inside a quoted scalar is counted: the depth error
+        // names line 3.
+        let deep = format!("a: \"x\\\ny\"\nb: {}", "[".repeat(65));
+        assert_eq!(
+            prescan(&deep, &limits()),
+            Err(InputError::TooDeep { max: 64, line: 3 })
+        );
+        assert_eq!(
+            prescan(&format!("ö: {}", "[".repeat(65)), &limits()),
+            Err(InputError::TooDeep { max: 64, line: 1 })
+        );
     }
 
     #[test]

@@ -148,8 +148,14 @@ impl LocalController {
             }
         }
         for file in changed {
+            let now = current(&file.path);
+            if now.is_empty() {
+                // Most files hold no Antrea-native object: no entry (keyed by path, whose
+                // comparisons are slow) for them; `definition` finds nothing for them either way.
+                continue;
+            }
             let objects = now_in.entry(file.path.as_path()).or_default();
-            for object in current(&file.path) {
+            for object in now {
                 let key = native_key(object);
                 let paths = self.defined_in.entry(key.clone()).or_default();
                 let at = paths.partition_point(|p| p <= &file.path);

@@ -251,6 +251,10 @@ impl OfConnection {
         let mut errors: Vec<(usize, u32, ErrorMsg)> = Vec::new();
         let mut total: usize = 0;
         let mut next = Some(first);
+        // Where the stream's time goes (logged at debug): producing and encoding chunks here,
+        // or waiting for OVS to acknowledge them.
+        let started = Instant::now();
+        let mut waited = Duration::ZERO;
         while let Some(chunk) = next.take() {
             let n = u32::try_from(chunk.len())
                 .ok()
@@ -295,18 +299,22 @@ impl OfConnection {
             drop(chunk);
             if sent.len() >= 2 {
                 let idx = sent.len() - 2;
+                let wait = Instant::now();
                 self.ack_chunk(&mut sent, idx, &mut errors).await?;
+                waited += wait.elapsed();
             }
             if !errors.is_empty() {
                 break;
             }
             next = next_nonempty(chunks);
         }
+        let last_sent = started.elapsed();
         for idx in 0..sent.len() {
             if errors.is_empty() {
                 self.ack_chunk(&mut sent, idx, &mut errors).await?;
             }
         }
+        let acked = started.elapsed();
         let mut open_error = None;
         while let Ok((h, m)) = open.rx.try_recv() {
             if let Message::Error(e) = m {
@@ -348,6 +356,16 @@ impl OfConnection {
                 _ => {}
             }
         }
+        let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1e3);
+        tracing::debug!(
+            chunks = sent.len(),
+            flow_mods = total,
+            waited_for_acks_ms = %ms(waited),
+            last_sent_ms = %ms(last_sent),
+            acked_ms = %ms(acked),
+            committed_ms = %ms(started.elapsed()),
+            "bundle streamed"
+        );
         // A commit-time failure names the failing add first (on that chunk's xids): the reader
         // dispatched it before the commit's answer.
         let mut add_error = None;
