@@ -91,13 +91,38 @@ impl Problems {
     }
 
     fn finish<T>(self, object: ObjectRef, value: T) -> Result<T, InvalidObject> {
+        self.finish_with(|_| object, value)
+    }
+
+    /// [`Problems::finish`], naming the object (from its view) only when it is invalid.
+    fn finish_with<T>(self, object: impl FnOnce(&T) -> ObjectRef, value: T) -> Result<T, InvalidObject> {
         if self.0.is_empty() {
             Ok(value)
         } else {
             Err(InvalidObject {
-                object,
+                object: object(&value),
                 problems: self.0,
             })
+        }
+    }
+}
+
+/// Where a field is (`rules[0].services[1].port`), formatted only when a problem is reported
+/// there: most objects are valid, and formatting every field's path took two thirds of a valid
+/// policy's validation.
+#[derive(Clone, Copy, Debug)]
+enum At<'a> {
+    Field(&'a str),
+    Child(&'a At<'a>, &'a str),
+    Item(&'a At<'a>, usize),
+}
+
+impl std::fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            At::Field(name) => f.write_str(name),
+            At::Child(parent, name) => write!(f, "{parent}.{name}"),
+            At::Item(parent, i) => write!(f, "{parent}[{i}]"),
         }
     }
 }
@@ -552,7 +577,7 @@ impl Validate for NetworkPolicy {
                 p.add("priority", format!("{priority} is not a finite number"));
             }
         }
-        group_names(&mut p, "appliedToGroups", &self.applied_to_groups);
+        group_names(&mut p, &At::Field("appliedToGroups"), &self.applied_to_groups);
         let rules = self
             .rules
             .iter()
@@ -560,18 +585,18 @@ impl Validate for NetworkPolicy {
             .filter_map(|(i, r)| {
                 rule(
                     &mut p,
-                    &format!("rules[{i}]"),
+                    &At::Item(&At::Field("rules"), i),
                     r,
                     !self.applied_to_groups.is_empty(),
                 )
             })
             .collect();
-        let object = ObjectRef {
+        let object = |policy: &Policy| ObjectRef {
             kind: Kind::NetworkPolicy,
-            name: meta.name.clone(),
-            source: source_ref.as_ref().map(ToString::to_string),
+            name: policy.name.clone(),
+            source: policy.source_ref.as_ref().map(ToString::to_string),
         };
-        p.finish(
+        p.finish_with(
             object,
             Policy {
                 name: meta.name.clone(),
@@ -591,7 +616,7 @@ impl Validate for NetworkPolicy {
     }
 }
 
-fn group_names(p: &mut Problems, path: &str, names: &[String]) {
+fn group_names(p: &mut Problems, path: &At<'_>, names: &[String]) {
     for (i, name) in names.iter().enumerate() {
         if name.is_empty() {
             p.add(format!("{path}[{i}]"), "empty group name");
@@ -599,7 +624,7 @@ fn group_names(p: &mut Problems, path: &str, names: &[String]) {
     }
 }
 
-fn rule(p: &mut Problems, path: &str, r: &NetworkPolicyRule, policy_applied_to: bool) -> Option<Rule> {
+fn rule(p: &mut Problems, path: &At<'_>, r: &NetworkPolicyRule, policy_applied_to: bool) -> Option<Rule> {
     let before = p.0.len();
     let direction = match r.direction.as_str() {
         "In" => Some(Direction::In),
@@ -637,7 +662,7 @@ fn rule(p: &mut Problems, path: &str, r: &NetworkPolicyRule, policy_applied_to: 
             "set together with the policy's appliedToGroups (use one or the other)",
         );
     }
-    group_names(p, &format!("{path}.appliedToGroups"), &r.applied_to_groups);
+    group_names(p, &At::Child(path, "appliedToGroups"), &r.applied_to_groups);
     let (peer_name, peer, other_name, other) = match direction {
         Some(Direction::Out) => ("to", &r.to, "from", &r.from),
         _ => ("from", &r.from, "to", &r.to),
@@ -651,18 +676,18 @@ fn rule(p: &mut Problems, path: &str, r: &NetworkPolicyRule, policy_applied_to: 
             ),
         );
     }
-    let peer = self::peer(p, &format!("{path}.{peer_name}"), peer, direction);
+    let peer = self::peer(p, &At::Child(path, peer_name), peer, direction);
     let services = r
         .services
         .iter()
         .enumerate()
-        .filter_map(|(i, s)| service(p, &format!("{path}.services[{i}]"), s))
+        .filter_map(|(i, s)| service(p, &At::Item(&At::Child(path, "services"), i), s))
         .collect();
     let l7_protocols = r
         .l7_protocols
         .iter()
         .enumerate()
-        .filter_map(|(i, l)| l7(p, &format!("{path}.l7Protocols[{i}]"), l))
+        .filter_map(|(i, l)| l7(p, &At::Item(&At::Child(path, "l7Protocols"), i), l))
         .collect();
     let direction = direction?;
     (p.0.len() == before).then(|| Rule {
@@ -679,13 +704,13 @@ fn rule(p: &mut Problems, path: &str, r: &NetworkPolicyRule, policy_applied_to: 
     })
 }
 
-fn peer(p: &mut Problems, path: &str, w: &NetworkPolicyPeer, direction: Option<Direction>) -> Peer {
-    group_names(p, &format!("{path}.addressGroups"), &w.address_groups);
+fn peer(p: &mut Problems, path: &At<'_>, w: &NetworkPolicyPeer, direction: Option<Direction>) -> Peer {
+    group_names(p, &At::Child(path, "addressGroups"), &w.address_groups);
     let ip_blocks = w
         .ip_blocks
         .iter()
         .enumerate()
-        .filter_map(|(i, b)| ip_block(p, &format!("{path}.ipBlocks[{i}]"), b))
+        .filter_map(|(i, b)| ip_block(p, &At::Item(&At::Child(path, "ipBlocks"), i), b))
         .collect();
     if direction == Some(Direction::In) {
         if !w.fqdns.is_empty() {
@@ -721,7 +746,7 @@ fn peer(p: &mut Problems, path: &str, w: &NetworkPolicyPeer, direction: Option<D
     }
 }
 
-fn ip_block(p: &mut Problems, path: &str, b: &IpBlock) -> Option<CidrBlock> {
+fn ip_block(p: &mut Problems, path: &At<'_>, b: &IpBlock) -> Option<CidrBlock> {
     let cidr = match b.cidr.to_net() {
         Ok(net) => Some(net),
         Err(e) => {
@@ -730,12 +755,13 @@ fn ip_block(p: &mut Problems, path: &str, b: &IpBlock) -> Option<CidrBlock> {
         }
     };
     let mut except = Vec::new();
+    let except_at = At::Child(path, "except");
     for (i, x) in b.except.iter().enumerate() {
-        let xpath = format!("{path}.except[{i}]");
+        let xpath = At::Item(&except_at, i);
         match (x.to_net(), cidr) {
-            (Err(e), _) => p.add(xpath, e.to_string()),
+            (Err(e), _) => p.add(xpath.to_string(), e.to_string()),
             (Ok(x), Some(c)) if !c.contains(&x) => {
-                p.add(xpath, format!("{x} is not inside cidr {c}"));
+                p.add(xpath.to_string(), format!("{x} is not inside cidr {c}"));
             }
             (Ok(x), _) => except.push(x),
         }
@@ -743,19 +769,19 @@ fn ip_block(p: &mut Problems, path: &str, b: &IpBlock) -> Option<CidrBlock> {
     Some(CidrBlock { cidr: cidr?, except })
 }
 
-fn port_number(p: &mut Problems, path: String, v: i32) -> Option<u16> {
+fn port_number(p: &mut Problems, path: At<'_>, v: i32) -> Option<u16> {
     match u16::try_from(v) {
         Ok(n) if n >= 1 => Some(n),
         _ => {
-            p.add(path, format!("{v} is out of range (1-65535)"));
+            p.add(path.to_string(), format!("{v} is out of range (1-65535)"));
             None
         }
     }
 }
 
-fn byte_field(p: &mut Problems, path: String, v: i32) -> Option<u8> {
+fn byte_field(p: &mut Problems, path: At<'_>, v: i32) -> Option<u8> {
     u8::try_from(v)
-        .map_err(|_| p.add(path, format!("{v} is out of range (0-255)")))
+        .map_err(|_| p.add(path.to_string(), format!("{v} is out of range (0-255)")))
         .ok()
 }
 
@@ -772,7 +798,7 @@ pub fn is_valid_port_name(name: &str) -> bool {
         && !name.contains("--")
 }
 
-fn service(p: &mut Problems, path: &str, s: &Service) -> Option<ServiceMatch> {
+fn service(p: &mut Problems, path: &At<'_>, s: &Service) -> Option<ServiceMatch> {
     let before = p.0.len();
     let named_port = matches!(s.port, Some(IntOrString::Str(_)));
     let protocol = match s.protocol.as_deref() {
@@ -818,10 +844,10 @@ fn service(p: &mut Problems, path: &str, s: &Service) -> Option<ServiceMatch> {
             port = Some(PortMatch::Named(name.clone()));
         }
         (Some(IntOrString::Int(start)), end) => {
-            let start = port_number(p, format!("{path}.port"), *start);
+            let start = port_number(p, At::Child(path, "port"), *start);
             let end = match end {
                 None => start,
-                Some(e) => port_number(p, format!("{path}.endPort"), e),
+                Some(e) => port_number(p, At::Child(path, "endPort"), e),
             };
             if let (Some(start), Some(end)) = (start, end) {
                 if end < start {
@@ -849,10 +875,10 @@ fn service(p: &mut Problems, path: &str, s: &Service) -> Option<ServiceMatch> {
         (None, Some(_)) => p.add(format!("{path}.srcEndPort"), "set without srcPort"),
         (None, None) => {}
         (Some(start), end) => {
-            let start = port_number(p, format!("{path}.srcPort"), start);
+            let start = port_number(p, At::Child(path, "srcPort"), start);
             let end = match end {
                 None => start,
-                Some(e) => port_number(p, format!("{path}.srcEndPort"), e),
+                Some(e) => port_number(p, At::Child(path, "srcEndPort"), e),
             };
             if let (Some(start), Some(end)) = (start, end) {
                 if end < start {
@@ -874,7 +900,7 @@ fn service(p: &mut Problems, path: &str, s: &Service) -> Option<ServiceMatch> {
             not_for(p, field, "ICMP");
             return None;
         }
-        byte_field(p, format!("{path}.{field}"), v)
+        byte_field(p, At::Child(path, field), v)
     };
     let icmp_type = icmp("icmpType", s.icmp_type);
     let icmp_code = icmp("icmpCode", s.icmp_code);
@@ -883,7 +909,7 @@ fn service(p: &mut Problems, path: &str, s: &Service) -> Option<ServiceMatch> {
             not_for(p, "igmpType", "IGMP");
             None
         }
-        Some(v) => byte_field(p, format!("{path}.igmpType"), v),
+        Some(v) => byte_field(p, At::Child(path, "igmpType"), v),
         None => None,
     };
     let group_address = match s.group_address.as_str() {
@@ -925,7 +951,7 @@ const HTTP_METHODS: [&str; 9] = [
     "GET", "POST", "PUT", "HEAD", "DELETE", "TRACE", "OPTIONS", "CONNECT", "PATCH",
 ];
 
-fn l7(p: &mut Problems, path: &str, l: &L7Wire) -> Option<L7Protocol> {
+fn l7(p: &mut Problems, path: &At<'_>, l: &L7Wire) -> Option<L7Protocol> {
     match (&l.http, &l.tls) {
         (Some(h), None) => {
             if !h.method.is_empty() && !HTTP_METHODS.contains(&h.method.as_str()) {
@@ -943,11 +969,11 @@ fn l7(p: &mut Problems, path: &str, l: &L7Wire) -> Option<L7Protocol> {
         }
         (None, Some(t)) => Some(L7Protocol::Tls { sni: t.sni.clone() }),
         (Some(_), Some(_)) => {
-            p.add(path.to_owned(), "both http and tls are set (want exactly one)");
+            p.add(path.to_string(), "both http and tls are set (want exactly one)");
             None
         }
         (None, None) => {
-            p.add(path.to_owned(), "neither http nor tls is set (want exactly one)");
+            p.add(path.to_string(), "neither http nor tls is set (want exactly one)");
             None
         }
     }
@@ -992,7 +1018,7 @@ fn member_ports(path: &str, m: &GroupMember, notes: &mut Vec<String>) -> Vec<Mem
                 format!("{:?} is not a valid port name", np.name),
             );
         }
-        let port = port_number(&mut p, format!("{ppath}.port"), np.port);
+        let port = port_number(&mut p, At::Child(&At::Field(&ppath), "port"), np.port);
         let protocol = match np.protocol.as_str() {
             "" => Some(Protocol::Tcp),
             text => Protocol::parse(text)
