@@ -158,6 +158,11 @@ impl ResolvedView {
         };
         let mut changed = false;
         let mut warnings_changed = false;
+        // Gathered, then entered at once (a fleet's first pass: 10,000 ids and 2,000 policies,
+        // each inserted on its own into the ordered maps, were most of the pass's serial part).
+        let mut changed_ids: Vec<RuleId> = Vec::new();
+        let fill_empty = self.per_policy.is_empty();
+        let mut fresh: Vec<(String, PolicyResolution)> = Vec::new();
         // The rules the re-resolved policies held (kept alive, so their addresses stay theirs
         // until the merge below has skipped them): the rest of the sorted view stays as it is.
         let merge = affected.is_some();
@@ -191,7 +196,7 @@ impl ResolvedView {
             // Built into a fresh vector: collecting from `out.rules.into_iter()` would reuse
             // its buffer (sized for whole rules) to hold the pointers, and keep it.
             let mut rules: Vec<Arc<CompiledRuleInput>> = Vec::with_capacity(out.rules.len());
-            let changed_ids = &mut self.changed_ids;
+            let changed_ids = &mut changed_ids;
             rules.extend(
                 out.rules
                     .into_iter()
@@ -204,7 +209,7 @@ impl ResolvedView {
                         old => {
                             // Both ids may now name other rules than before.
                             changed_ids.extend(old.map(|o| o.id.clone()));
-                            changed_ids.insert(r.id.clone());
+                            changed_ids.push(r.id.clone());
                             Arc::new(r)
                         }
                     }),
@@ -215,15 +220,26 @@ impl ResolvedView {
                 replaced.extend(old_rules);
             }
             if !rules.is_empty() || !out.warnings.is_empty() || !out.not_enforced.is_empty() {
-                self.per_policy.insert(
-                    name.clone(),
-                    PolicyResolution {
-                        rules,
-                        warnings: out.warnings,
-                        not_enforced: out.not_enforced,
-                    },
-                );
+                let resolution = PolicyResolution {
+                    rules,
+                    warnings: out.warnings,
+                    not_enforced: out.not_enforced,
+                };
+                if fill_empty {
+                    fresh.push((name.clone(), resolution));
+                } else {
+                    self.per_policy.insert(name.clone(), resolution);
+                }
             }
+        }
+        if fill_empty {
+            // `names` is sorted and holds each name once: the map is built in one go.
+            self.per_policy = fresh.into_iter().collect();
+        }
+        if self.changed_ids.is_empty() {
+            self.changed_ids = changed_ids.into_iter().collect();
+        } else {
+            self.changed_ids.extend(changed_ids);
         }
         if changed {
             let merged = merge.then(|| self.merged_rules(&replaced, &names)).flatten();
