@@ -70,6 +70,7 @@ use std::sync::Arc;
 
 use crate::ovs::openflow::{Flow, FlowMod, FlowModCommand, Match};
 use crate::policy::flowset::FlowSet;
+use crate::policy::merge_join::{merge_join, Joined};
 use crate::policy::pipeline::{self, Family};
 use crate::policy::priority::{Priority, PriorityError, TablePriorities};
 use crate::policy::rule::{CompiledRuleInput, Direction, PolicyRef, RuleAction, RuleId};
@@ -394,13 +395,17 @@ impl Compiler {
 
     /// Every conjunction [`Compiler::conjunction`] knows (current and held back).
     pub fn known_conjunctions(&self) -> ConjunctionMap {
-        let mut known: ConjunctionMap = self
-            .released
-            .iter()
-            .map(|(&c, (info, _))| (c, Arc::clone(info)))
-            .collect();
-        known.extend(self.live.iter().map(|(&c, info)| (c, Arc::clone(info))));
-        known
+        // Both in id order: one merged walk builds the map at once (a live id wins, as an
+        // insertion after the released ones would).
+        let released = self.released.iter().map(|(&c, (info, _))| (c, info));
+        let live = self.live.iter().map(|(&c, info)| (c, info));
+        merge_join(released, live, |a, b| a.0.cmp(&b.0))
+            .map(|step| match step {
+                Joined::Old((c, info)) | Joined::New((c, info)) | Joined::Both(_, (c, info)) => {
+                    (c, Arc::clone(info))
+                }
+            })
+            .collect()
     }
 
     /// The conjunction ids whose [`Compiler::conjunction`] changed since the previous call

@@ -28,7 +28,12 @@ impl ConjunctionPublisher {
     /// The compiler's current conjunctions. Cheap when little changed and the previous
     /// publication's readers are gone.
     pub fn publish(&mut self, compiler: &mut Compiler) -> SharedConjunctions {
-        let Some(changed) = compiler.take_conjunction_changes() else {
+        let changes = compiler
+            .take_conjunction_changes()
+            // So many changed (a fleet loaded) that building the map afresh, at once, is cheaper
+            // than entering each change into a copy.
+            .filter(|changed| changed.len() < FRESH_SPARE_FROM);
+        let Some(changed) = changes else {
             let map = compiler.known_conjunctions();
             // The spare is made now, while a full compile is paid for anyway: without it the
             // first one-rule change after a large load would copy every entry (tens of
@@ -69,14 +74,7 @@ impl ConjunctionPublisher {
             }
         };
         let previous = std::mem::replace(&mut self.current, next);
-        self.spare = if changed.len() >= FRESH_SPARE_FROM {
-            // A spare this far behind would cost the next (small) change as much as a copy: a
-            // large change (a fleet loaded incrementally) pays for an up-to-date spare now.
-            drop(previous);
-            Some((Arc::new((*self.current).clone()), BTreeSet::new()))
-        } else {
-            Some((previous, changed))
-        };
+        self.spare = Some((previous, changed));
         Arc::clone(&self.current)
     }
 }
