@@ -234,13 +234,12 @@ impl PriorityAssigner {
     /// priorities of previously registered priorities that had to move (original → updated).
     /// On error nothing changes (upstream's revert function).
     pub fn register(&mut self, priorities: &[Priority]) -> Result<BTreeMap<u16, u16>, PriorityError> {
-        let mut new: Vec<Priority> = priorities
-            .iter()
-            .filter(|p| !self.by_priority.contains_key(p))
-            .copied()
-            .collect();
+        // Sorted and deduplicated first: rules share priorities (whole-number policy priorities),
+        // so far fewer lookups follow.
+        let mut new: Vec<Priority> = priorities.to_vec();
         new.sort();
         new.dedup();
+        new.retain(|p| !self.by_priority.contains_key(p));
         if new.is_empty() {
             return Ok(BTreeMap::new());
         }

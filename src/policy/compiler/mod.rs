@@ -263,7 +263,13 @@ impl PriorityUsers {
     /// insertion each.
     fn extend(&mut self, uses: impl Iterator<Item = ((u8, Priority), RuleId)>) {
         if self.0.is_empty() {
-            self.0 = uses.collect();
+            // Callers give the uses in rule id order: a stable sort by (table, priority) alone
+            // then leaves them in the set's order, and building the set checks that in one walk
+            // instead of sorting by rule ids (string comparisons, for the many rules that share
+            // a priority). Any other order still builds the same set.
+            let mut all: Vec<((u8, Priority), RuleId)> = uses.collect();
+            all.sort_by(|a, b| a.0.cmp(&b.0));
+            self.0 = all.into_iter().collect();
         } else {
             for (key, id) in uses {
                 self.insert(key, id);
