@@ -268,7 +268,7 @@ impl PriorityUsers {
             // instead of sorting by rule ids (string comparisons, for the many rules that share
             // a priority). Any other order still builds the same set.
             let mut all: Vec<((u8, Priority), RuleId)> = uses.collect();
-            all.sort_by(|a, b| a.0.cmp(&b.0));
+            all.sort_by_key(|use_| use_.0);
             self.0 = all.into_iter().collect();
         } else {
             for (key, id) in uses {
