@@ -297,6 +297,10 @@ impl OfConnection {
             });
             total += chunk.len();
             drop(chunk);
+            // The connection's writer runs on this thread: let it hand this chunk to the socket
+            // before the next chunk is built (synchronously), or OVS could sit idle meanwhile
+            // when the previous chunk's barrier is already answered.
+            tokio::task::yield_now().await;
             if sent.len() >= 2 {
                 let idx = sent.len() - 2;
                 let wait = Instant::now();
