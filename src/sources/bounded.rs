@@ -563,6 +563,117 @@ mod tests {
         );
     }
 
+    /// The pre-scan as it was written over chars: the byte scan must agree with it.
+    fn prescan_by_chars(text: &str, limits: &InputLimits) -> Result<(), InputError> {
+        let max = limits.max_nesting_depth;
+        let mut elements = 0usize;
+        let mut line_has_content = false;
+        let mut depth = 0usize;
+        let mut line = 1usize;
+        let mut chars = text.chars().peekable();
+        // Whether the previous significant character lets a node start here.
+        let mut node_start = true;
+        let mut after_space = true;
+        while let Some(c) = chars.next() {
+            match c {
+                '\n' => {
+                    line += 1;
+                    elements += usize::from(std::mem::take(&mut line_has_content));
+                    if elements > limits.max_elements {
+                        return Err(InputError::TooManyElements {
+                            max: limits.max_elements,
+                        });
+                    }
+                    node_start = true;
+                    after_space = true;
+                    continue;
+                }
+                '#' if after_space => {
+                    // A comment, to the end of the line.
+                    while chars.peek().is_some_and(|&c| c != '\n') {
+                        chars.next();
+                    }
+                    continue;
+                }
+                '"' | '\'' if node_start => {
+                    let quote = c;
+                    while let Some(q) = chars.next() {
+                        match q {
+                            // An escaped character is skipped (an escaped newline still counts).
+                            '\\' if quote == '"' && chars.next() == Some('\n') => line += 1,
+                            '\n' => line += 1,
+                            q if q == quote => break,
+                            _ => {}
+                        }
+                    }
+                    node_start = false;
+                }
+                '[' | '{' if node_start => {
+                    depth += 1;
+                    if depth > max {
+                        return Err(InputError::TooDeep { max, line });
+                    }
+                    node_start = true;
+                }
+                ']' | '}' => {
+                    depth = depth.saturating_sub(1);
+                    node_start = false;
+                }
+                ',' => {
+                    node_start = true;
+                    if depth > 0 {
+                        elements += 1;
+                        if elements > limits.max_elements {
+                            return Err(InputError::TooManyElements {
+                                max: limits.max_elements,
+                            });
+                        }
+                    }
+                }
+                ':' => {
+                    node_start = true;
+                    if chars
+                        .peek()
+                        .is_none_or(|&n| matches!(n, ' ' | '\t' | '\n' | '\r'))
+                    {
+                        elements += 1;
+                    }
+                }
+                '-' | '?' => node_start = true,
+                ' ' | '\t' | '\r' => {}
+                _ => node_start = false,
+            }
+            if !matches!(c, ' ' | '\t' | '\r') {
+                line_has_content = true;
+            }
+            after_space = matches!(c, ' ' | '\t' | '\r');
+        }
+        Ok(())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_byte_scan_agrees_with_the_char_scan(
+            pieces in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "[", "]", "{", "}", ",", ":", ": ", "-", "?", "#", "\"", "'", "\\", "\n",
+                    " ", "\t", "\r", "a", "é", "€", "😀", "\u{a0}", "x: ", "- [",
+                ]),
+                0..120,
+            ),
+            max_depth in 1usize..6,
+            max_elements in 1usize..40,
+        ) {
+            let text: String = pieces.concat();
+            let limits = InputLimits {
+                max_nesting_depth: max_depth,
+                max_elements,
+                ..limits()
+            };
+            proptest::prop_assert_eq!(prescan(&text, &limits), prescan_by_chars(&text, &limits));
+        }
+    }
+
     #[test]
     fn brackets_in_scalars_and_comments_do_not_count() {
         let deep_looking = format!(

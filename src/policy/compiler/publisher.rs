@@ -10,6 +10,11 @@ use super::{Compiler, ConjunctionMap, SharedConjunctions};
 /// being left that far behind.
 const FRESH_SPARE_FROM: usize = 1024;
 
+/// When at least one in this many of the published conjunctions changed (and at least
+/// [`FRESH_SPARE_FROM`]), the map is built afresh from the compiler, at once, instead of
+/// entering each change into a copy (a fleet loaded: 10,000 changes into an empty map).
+const REBUILD_FROM_SHARE: usize = 4;
+
 /// Publishes [`Compiler::known_conjunctions`] as a shared map (what the packet-in responder
 /// reads) without copying every entry on each change: it keeps the previous map as a spare and,
 /// once nobody else holds it, brings it up to date with only the entries that changed since.
@@ -32,7 +37,10 @@ impl ConjunctionPublisher {
             .take_conjunction_changes()
             // So many changed (a fleet loaded) that building the map afresh, at once, is cheaper
             // than entering each change into a copy.
-            .filter(|changed| changed.len() < FRESH_SPARE_FROM);
+            .filter(|changed| {
+                changed.len() < FRESH_SPARE_FROM
+                    || changed.len().saturating_mul(REBUILD_FROM_SHARE) < self.current.len()
+            });
         let Some(changed) = changes else {
             let map = compiler.known_conjunctions();
             // The spare is made now, while a full compile is paid for anyway: without it the
@@ -74,7 +82,14 @@ impl ConjunctionPublisher {
             }
         };
         let previous = std::mem::replace(&mut self.current, next);
-        self.spare = Some((previous, changed));
+        self.spare = if changed.len() >= FRESH_SPARE_FROM {
+            // A spare this far behind would cost the next (small) change as much as a copy: a
+            // large change (a fleet loaded incrementally) pays for an up-to-date spare now.
+            drop(previous);
+            Some((Arc::new((*self.current).clone()), BTreeSet::new()))
+        } else {
+            Some((previous, changed))
+        };
         Arc::clone(&self.current)
     }
 }

@@ -1005,20 +1005,22 @@ fn member_label(m: &GroupMember) -> String {
 /// invalid name) is left out with a note: rules naming it do not match this member, as with the
 /// Go agent, while the member's addresses still count.
 fn member_ports(path: &str, m: &GroupMember, notes: &mut Vec<String>) -> Vec<MemberPort> {
+    let member_at = At::Field(path);
     let mut ports = Vec::with_capacity(m.ports.len());
     for (i, np) in m.ports.iter().enumerate() {
         if np.name.is_empty() {
             continue;
         }
         let mut p = Problems::default();
-        let ppath = format!("{path}.ports[{i}]");
+        let ports_at = At::Child(&member_at, "ports");
+        let ppath = At::Item(&ports_at, i);
         if !is_valid_port_name(&np.name) {
             p.add(
                 format!("{ppath}.name"),
                 format!("{:?} is not a valid port name", np.name),
             );
         }
-        let port = port_number(&mut p, At::Child(&At::Field(&ppath), "port"), np.port);
+        let port = port_number(&mut p, At::Child(&ppath, "port"), np.port);
         let protocol = match np.protocol.as_str() {
             "" => Some(Protocol::Tcp),
             text => Protocol::parse(text)

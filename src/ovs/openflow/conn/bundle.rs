@@ -255,6 +255,7 @@ impl OfConnection {
         // or waiting for OVS to acknowledge them.
         let started = Instant::now();
         let mut waited = Duration::ZERO;
+        let mut last_sent = Duration::ZERO;
         while let Some(chunk) = next.take() {
             let n = u32::try_from(chunk.len())
                 .ok()
@@ -288,6 +289,7 @@ impl OfConnection {
             }
             w.bytes(&messages::barrier_request(s + n));
             self.inner.send(w.into_vec())?;
+            last_sent = started.elapsed();
             sent.push(SentChunk {
                 reg,
                 offset: total,
@@ -297,9 +299,9 @@ impl OfConnection {
             });
             total += chunk.len();
             drop(chunk);
-            // The connection's writer runs on this thread: let it hand this chunk to the socket
-            // before the next chunk is built (synchronously), or OVS could sit idle meanwhile
-            // when the previous chunk's barrier is already answered.
+            // The connection's writer usually runs on this thread (the actor's arbiter): let it
+            // hand this chunk to the socket before the next chunk is built (synchronously), or
+            // OVS could sit idle meanwhile when the previous chunk's barrier is already answered.
             tokio::task::yield_now().await;
             if sent.len() >= 2 {
                 let idx = sent.len() - 2;
@@ -312,7 +314,6 @@ impl OfConnection {
             }
             next = next_nonempty(chunks);
         }
-        let last_sent = started.elapsed();
         for idx in 0..sent.len() {
             if errors.is_empty() {
                 self.ack_chunk(&mut sent, idx, &mut errors).await?;

@@ -627,6 +627,24 @@ fn published_conjunctions_follow_the_compiler() {
             "{n} of the fleet"
         );
     }
+    // A change of 1,024 or more that is a small share of a large map goes through the copy (and
+    // makes the spare afresh); a larger share rebuilds the map. Both read right, and the map
+    // equals the released ids overlaid with the live ones.
+    let large = arcs(&many_rules(4_800));
+    for n in [4_800, 3_700, 3_690, 4_800] {
+        c.update(&large[..n], 1);
+        let published = publisher.publish(&mut c);
+        let mut reference: ConjunctionMap = c
+            .released
+            .iter()
+            .map(|(&id, (info, _))| (id, Arc::clone(info)))
+            .collect();
+        for (&id, info) in &c.live {
+            reference.insert(id, Arc::clone(info));
+        }
+        assert_eq!(c.known_conjunctions(), reference, "{n} of the large fleet");
+        assert_eq!(*published, reference, "{n} of the large fleet, published");
+    }
 }
 
 #[test]
