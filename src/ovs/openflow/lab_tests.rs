@@ -653,6 +653,45 @@ async fn rejected_bundle_changes_nothing_and_names_the_flow() {
     assert!(matches!(err, OfError::Encode { .. }), "{err}");
 }
 
+/// A bundle request cancelled half-way (its future dropped while the connection lives on) leaves
+/// no bundle open on the switch, streamed or not: without the discard, what was sent of it
+/// stayed open there and could still be committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_bundle_is_discarded_on_the_switch() {
+    let lab = shared_lab();
+    let br = lab.add_bridge("OpenFlow10,OpenFlow15");
+    let sw = br.connect(ConnOptions::default()).await.expect("connect");
+    let before = br.dump_flows(false);
+    let flow = |i: u32| FlowMod::add(Flow::new(5, 10, Match::new().reg(1, i, None)).goto(6));
+
+    // Streamed: the first poll sends the open and the first chunk, then yields.
+    let streamed = sw.peek_next_bundle_id();
+    {
+        let mut chunks = (0..3u32).map(|c| (0..100).map(|i| flow(c * 100 + i)).collect::<Vec<_>>());
+        let mut request = std::pin::pin!(sw.bundle_chunks(&mut chunks));
+        assert!(futures::poll!(request.as_mut()).is_pending());
+    }
+    // Atomic: the first poll sends the whole bundle, then waits for its replies.
+    let atomic = sw.peek_next_bundle_id();
+    {
+        let mut request = std::pin::pin!(sw.bundle((1000..1100).map(flow).collect()));
+        assert!(futures::poll!(request.as_mut()).is_pending());
+    }
+    assert_ne!(streamed, atomic);
+    for id in [streamed, atomic] {
+        let e = timed("commit", sw.commit_bundle_as_is(id))
+            .await
+            .expect_err("the cancelled bundle must be gone");
+        assert!(e.to_string().contains("OFPBFC_BAD_ID"), "bundle {id}: {e}");
+    }
+    assert_eq!(br.dump_flows(false), before);
+    // The connection goes on.
+    timed("bundle", sw.bundle(vec![flow(7)]))
+        .await
+        .expect("a later bundle");
+    assert_eq!(br.dump_flows(false).len(), before.len() + 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_thousand_flows_in_one_bundle() {
     let lab = shared_lab();

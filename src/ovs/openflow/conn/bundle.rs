@@ -1,6 +1,7 @@
 //! Bundles over the connection: one atomic bundle of flow_mods (open, add, commit, with the
 //! refused flow named), and a streamed bundle whose flow_mods arrive in chunks, each chunk
-//! acknowledged by a barrier so an error names the flow_mod at fault.
+//! acknowledged by a barrier so an error names the flow_mod at fault. A bundle whose request is
+//! cancelled half-way (its future dropped, the connection still up) is discarded on the switch.
 
 use std::time::Duration;
 
@@ -12,7 +13,68 @@ use crate::ovs::openflow::render::{render_flow, NameMap};
 use crate::ovs::openflow::wire::Writer;
 use crate::ovs::openflow::{FlowModChunks, OfError};
 
-use super::{rejected, OfConnection, Registration};
+use super::{rejected, Inner, OfConnection, Registration};
+
+/// Discards a bundle whose caller was cancelled (its future dropped) between the bundle's open
+/// and its commit reply, while the connection lives on: OVS would otherwise keep the half-sent
+/// bundle, with every flow_mod sent so far, until its idle timeout. Disarmed once the bundle's
+/// request finished, however it ended (the error paths discard it themselves, and wait for the
+/// answer).
+struct DiscardIfCancelled {
+    inner: std::sync::Arc<Inner>,
+    bundle_id: u32,
+    flags: u16,
+    armed: bool,
+}
+
+impl DiscardIfCancelled {
+    fn new(conn: &OfConnection, bundle_id: u32, flags: u16) -> Self {
+        DiscardIfCancelled {
+            inner: conn.inner.clone(),
+            bundle_id,
+            flags,
+            armed: true,
+        }
+    }
+
+    fn finished(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for DiscardIfCancelled {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // A closed connection took the bundle with it.
+        let Ok(mut reg) = self.inner.register(1) else {
+            return;
+        };
+        let discard = reg.start;
+        let request =
+            messages::bundle_control(discard, self.bundle_id, bundle_ctrl::DISCARD_REQUEST, self.flags);
+        if self.inner.send(request).is_err() {
+            return;
+        }
+        tracing::debug!(
+            bundle_id = self.bundle_id,
+            "bundle request cancelled; discarding the bundle"
+        );
+        // Keep the xid registered until the answer, so it is not logged as unsolicited (an
+        // error answer means OVS had already dropped the bundle: nothing left to do).
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while let Ok((h, _)) = reg.next(deadline, "bundle discard").await {
+                    if h.xid == discard {
+                        break;
+                    }
+                }
+            });
+        }
+    }
+}
 
 /// Names a flow_mod of a streamed bundle that OVS refused (`xid` of chunk `chunk`).
 fn describe_streamed(sent: &[SentChunk], total: usize, chunk: usize, xid: u32, e: &ErrorMsg) -> OfError {
@@ -100,7 +162,7 @@ impl OfConnection {
 
         // Encode everything first, so that an unencodable flow changes nothing on the switch.
         // xids: open = s, adds = s+1..=s+n, barrier = s+n+1, commit = s+n+2.
-        let mut reg = self.inner.register(n + 3)?;
+        let reg = self.inner.register(n + 3)?;
         let s = reg.start;
         let mut w = Writer::with_capacity(mods.len() * 160 + 64);
         messages::write_bundle_control(&mut w, s, bundle_id, bundle_ctrl::OPEN_REQUEST, flags);
@@ -119,7 +181,23 @@ impl OfConnection {
         }
         w.bytes(&messages::barrier_request(s + n + 1));
         self.inner.send(w.into_vec())?;
+        let cancelled = DiscardIfCancelled::new(self, bundle_id, flags);
+        let result = self.finish_bundle(reg, s, n, bundle_id, flags, mods).await;
+        cancelled.finished();
+        result
+    }
 
+    /// The rest of [`Self::run_bundle`] once the whole bundle is queued: its replies, the
+    /// commit and the commit's answer.
+    async fn finish_bundle(
+        &self,
+        mut reg: Registration,
+        s: u32,
+        n: u32,
+        bundle_id: u32,
+        flags: u16,
+        mods: &[FlowMod],
+    ) -> Result<(), OfError> {
         let describe = |xid: u32, e: &ErrorMsg| -> OfError {
             if xid > s && xid <= s + n {
                 let i = (xid - s - 1) as usize;
@@ -188,6 +266,35 @@ impl OfConnection {
         }
     }
 
+    /// The id the next bundle of this connection will get.
+    #[cfg(test)]
+    pub(in crate::ovs::openflow) fn peek_next_bundle_id(&self) -> u32 {
+        self.inner.next_bundle.lock().map(|b| *b).unwrap_or(1)
+    }
+
+    /// Commits bundle `bundle_id` as it stands on the switch: what a test uses to see whether
+    /// a bundle is still open there.
+    #[cfg(test)]
+    pub(in crate::ovs::openflow) async fn commit_bundle_as_is(&self, bundle_id: u32) -> Result<(), OfError> {
+        let flags = bundle_flags::ATOMIC | bundle_flags::ORDERED;
+        let mut reg = self.inner.register(1)?;
+        let commit = reg.start;
+        self.inner.send(messages::bundle_control(
+            commit,
+            bundle_id,
+            bundle_ctrl::COMMIT_REQUEST,
+            flags,
+        ))?;
+        let deadline = self.deadline();
+        loop {
+            match reg.next(deadline, "bundle commit reply").await? {
+                (h, Message::Error(e)) if h.xid == commit => return Err(rejected("bundle commit", &e, None)),
+                (h, Message::BundleControl { .. }) if h.xid == commit => return Ok(()),
+                _ => {}
+            }
+        }
+    }
+
     /// Sends a DISCARD for `bundle_id` and waits (briefly) for its answer.
     async fn discard_bundle(&self, bundle_id: u32, flags: u16) -> Result<(), OfError> {
         let mut reg = self.inner.register(1)?;
@@ -220,7 +327,9 @@ impl OfConnection {
         };
         let flags = bundle_flags::ATOMIC | bundle_flags::ORDERED;
         let bundle_id = self.next_bundle_id();
+        let cancelled = DiscardIfCancelled::new(self, bundle_id, flags);
         let result = self.stream_bundle(bundle_id, flags, first, chunks).await;
+        cancelled.finished();
         if let Err(e) = &result {
             if !matches!(e, OfError::Closed | OfError::Io(_)) {
                 // Whatever failed (a timeout, a refused chunk, the commit), the bundle must not
