@@ -7,6 +7,7 @@ pub mod flowset;
 pub mod fqdn_selector;
 pub mod merge_join;
 pub mod native;
+pub mod ordered;
 pub mod pipeline;
 pub mod priority;
 pub mod refuse;

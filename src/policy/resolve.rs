@@ -14,6 +14,7 @@ use crate::policy::controlplane::store::PolicyStore;
 use crate::policy::controlplane::validate::{
     self as cp, Action, Direction, MemberRef, Policy, PortMatch, Protocol, Rule, ServiceMatch,
 };
+use crate::policy::ordered;
 use crate::policy::refuse::{self, NotEnforced};
 use crate::policy::rule::{
     self, applied_to_ips, applied_to_ports, ip_block_cidrs, CompiledRuleInput, LocalInterface, Peer, RuleId,
@@ -161,7 +162,6 @@ impl ResolvedView {
         // Gathered, then entered at once (a fleet's first pass: 10,000 ids and 2,000 policies,
         // each inserted on its own into the ordered maps, were most of the pass's serial part).
         let mut changed_ids: Vec<RuleId> = Vec::new();
-        let fill_empty = self.per_policy.is_empty();
         let mut fresh: Vec<(String, PolicyResolution)> = Vec::new();
         // The rules the re-resolved policies held (kept alive, so their addresses stay theirs
         // until the merge below has skipped them): the rest of the sorted view stays as it is.
@@ -230,22 +230,13 @@ impl ResolvedView {
                     warnings: out.warnings,
                     not_enforced: out.not_enforced,
                 };
-                if fill_empty {
-                    fresh.push((name.clone(), resolution));
-                } else {
-                    self.per_policy.insert(name.clone(), resolution);
-                }
+                fresh.push((name.clone(), resolution));
             }
         }
-        if fill_empty {
-            // `names` is sorted and holds each name once: the map is built in one go.
-            self.per_policy = fresh.into_iter().collect();
-        }
-        if self.changed_ids.is_empty() {
-            self.changed_ids = changed_ids.into_iter().collect();
-        } else {
-            self.changed_ids.extend(changed_ids);
-        }
+        // Each name came once and left `per_policy` above, so entering them now is the same as
+        // entering each in the loop (in bulk when the map was empty: a fleet's first pass).
+        ordered::extend_map(&mut self.per_policy, fresh);
+        ordered::extend_set(&mut self.changed_ids, changed_ids);
         if changed {
             let merged = merge.then(|| self.merged_rules(&replaced, &names)).flatten();
             self.rules = match merged {

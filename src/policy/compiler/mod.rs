@@ -71,6 +71,7 @@ use std::sync::Arc;
 use crate::ovs::openflow::{Flow, FlowMod, FlowModCommand, Match};
 use crate::policy::flowset::FlowSet;
 use crate::policy::merge_join::{merge_join, Joined};
+use crate::policy::ordered;
 use crate::policy::pipeline::{self, Family};
 use crate::policy::priority::{Priority, PriorityError, TablePriorities};
 use crate::policy::rule::{CompiledRuleInput, Direction, PolicyRef, RuleAction, RuleId};
@@ -255,6 +256,7 @@ pub struct Compiler {
 struct PriorityUsers(BTreeSet<((u8, Priority), RuleId)>);
 
 impl PriorityUsers {
+    #[cfg(test)]
     fn insert(&mut self, key: (u8, Priority), id: RuleId) {
         self.0.insert((key, id));
     }
@@ -269,11 +271,9 @@ impl PriorityUsers {
             // a priority). Any other order still builds the same set.
             let mut all: Vec<((u8, Priority), RuleId)> = uses.collect();
             all.sort_by_key(|use_| use_.0);
-            self.0 = all.into_iter().collect();
+            ordered::extend_set(&mut self.0, all);
         } else {
-            for (key, id) in uses {
-                self.insert(key, id);
-            }
+            ordered::extend_set(&mut self.0, uses);
         }
     }
 

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::policy::merge_join::{merge_join, Joined};
+use crate::policy::ordered;
 use crate::policy::priority::{Priority, PriorityAssigner, PriorityError};
 use crate::policy::rule::{rule_table, CompiledRuleInput, RuleId};
 
@@ -393,8 +394,8 @@ impl Compiler {
         if let Some(set) = &mut self.conj_changes {
             set.extend(placed.iter().map(|(c, _)| *c));
         }
-        extend_map(&mut self.placed, placed);
-        extend_map(&mut self.live, live);
+        ordered::extend_map(&mut self.placed, placed);
+        ordered::extend_map(&mut self.live, live);
         groups.sort_unstable();
         for run in groups.chunk_by(|a, b| a.0 == b.0) {
             let ids = run.iter().map(|(_, c)| *c);
@@ -512,15 +513,5 @@ impl BulkPlaced {
         self.groups.push((group, c));
         self.placed.push((c, rule));
         self.live.push((c, info));
-    }
-}
-
-/// `items` into `map`, as many insertions in order would (the last of a key wins): an empty
-/// map is built from them at once (sorted once, then filled without a search per key).
-fn extend_map<K: Ord, V>(map: &mut BTreeMap<K, V>, items: Vec<(K, V)>) {
-    if map.is_empty() {
-        *map = items.into_iter().collect();
-    } else {
-        map.extend(items);
     }
 }
