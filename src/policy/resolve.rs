@@ -14,6 +14,7 @@ use crate::policy::controlplane::store::PolicyStore;
 use crate::policy::controlplane::validate::{
     self as cp, Action, Direction, MemberRef, Policy, PortMatch, Protocol, Rule, ServiceMatch,
 };
+use crate::policy::merge_join::{merge_join, Joined};
 use crate::policy::ordered;
 use crate::policy::refuse::{self, NotEnforced};
 use crate::policy::rule::{
@@ -201,25 +202,22 @@ impl ResolvedView {
             // Built into a fresh vector: collecting from `out.rules.into_iter()` would reuse
             // its buffer (sized for whole rules) to hold the pointers, and keep it.
             let mut rules: Vec<Arc<CompiledRuleInput>> = Vec::with_capacity(out.rules.len());
-            let changed_ids = &mut changed_ids;
-            rules.extend(
-                out.rules
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, r)| match old_rules.get(i) {
-                        Some(o) if **o == r => {
-                            kept += 1;
-                            Arc::clone(o)
-                        }
-                        old => {
-                            // Both ids may now name other rules than before.
-                            changed_ids.extend(old.map(|o| o.id.clone()));
-                            changed_ids.push(r.id.clone());
-                            Arc::new(r)
-                        }
-                    }),
-            );
-            changed_ids.extend(old_rules.iter().skip(rules.len()).map(|o| o.id.clone()));
+            // Old and new rules are both in id order: matched by id, a rule added or removed
+            // names only its own id, and the rules after it keep their allocations (rules
+            // sharing an id pair up in order).
+            for step in merge_join(old_rules.iter(), out.rules, |o, r| o.id.cmp(&r.id)) {
+                match step {
+                    Joined::Both(o, r) if **o == r => {
+                        kept += 1;
+                        rules.push(Arc::clone(o));
+                    }
+                    Joined::Both(_, r) | Joined::New(r) => {
+                        changed_ids.push(r.id.clone());
+                        rules.push(Arc::new(r));
+                    }
+                    Joined::Old(o) => changed_ids.push(o.id.clone()),
+                }
+            }
             changed |= kept != rules.len() || kept != old_rules.len();
             if merge {
                 replaced.extend(old_rules);
@@ -1431,5 +1429,62 @@ rules:
             );
             same_changes(&mut view, &mut last, &resolve(&store, &eth0));
         }
+    }
+
+    /// A rule added in front of others of its policy names only itself as changed: the rules
+    /// after it (an egress rule behind a new ingress one, a later ingress rule) keep their
+    /// allocations, so the compiler leaves their flows alone.
+    #[test]
+    fn a_rule_added_in_front_names_only_itself() {
+        let atg = "kind: AppliedToGroup\nmetadata: {name: atg}\n\
+                   groupMembers: [{externalEntity: {name: vm, namespace: vm-ns}}]\n";
+        let rule = |direction: &str, priority: i32, port: u16| {
+            format!(
+                "{{direction: {direction}, priority: {priority}, \
+                 services: [{{protocol: TCP, port: {port}}}], action: Drop}}"
+            )
+        };
+        let policy = |rules: &[String]| {
+            format!(
+                "kind: NetworkPolicy\nmetadata: {{name: p, uid: u}}\nappliedToGroups: [atg]\n\
+                 rules: [{}]\n",
+                rules.join(", ")
+            )
+        };
+        let eth0 = [iface("eth0", 3, &["10.0.0.1"], "vm")];
+        let before = policy(&[rule("In", 0, 80), rule("In", 2, 81), rule("Out", 0, 53)]);
+        let mut store = store(&format!("{atg}---\n{before}"));
+        let mut view = ResolvedView::new();
+        let mut last = (0, Arc::from(Vec::new()));
+        view.update(&store, &eth0, None);
+        same_changes(&mut view, &mut last, &resolve(&store, &eth0));
+        let old = view.rules.clone();
+        assert_eq!(old.len(), 3);
+
+        let after = policy(&[
+            rule("In", 0, 80),
+            rule("In", 1, 443),
+            rule("In", 2, 81),
+            rule("Out", 0, 53),
+        ]);
+        let one = super::tests::store(&format!("{atg}---\n{after}"));
+        let changes = store.upsert_policy(Arc::new(one.policy("p").expect("policy").clone()));
+        assert!(view.update(&store, &eth0, Some(&store.affected_policies(&changes))));
+        let added = RuleId {
+            policy_uid: "u".into(),
+            direction: crate::policy::rule::Direction::In,
+            index: 1,
+            services_key: String::new(),
+        };
+        let ids = view.take_changes().ids;
+        assert_eq!(*ids, BTreeSet::from([added.clone()]));
+        for r in old.iter() {
+            assert!(
+                view.rules.iter().any(|n| Arc::ptr_eq(n, r)),
+                "{:?} keeps its allocation",
+                r.id
+            );
+        }
+        assert_eq!(view.rules.len(), 4);
     }
 }
