@@ -76,6 +76,11 @@ impl Drop for DiscardIfCancelled {
     }
 }
 
+/// How many chunks of a streamed bundle may be sent and not yet acknowledged. Two keep OVS
+/// busy: with four, the whole-number fleet's stream (40,215 flow_mods in 35 chunks) took as long
+/// (258 to 276 ms against 228 to 295 with two), and only more memory was in flight.
+const CHUNKS_IN_FLIGHT: usize = 2;
+
 /// Names a flow_mod of a streamed bundle that OVS refused (`xid` of chunk `chunk`).
 fn describe_streamed(sent: &[SentChunk], total: usize, chunk: usize, xid: u32, e: &ErrorMsg) -> OfError {
     let Some(c) = sent.get(chunk) else {
@@ -318,7 +323,8 @@ impl OfConnection {
 
     /// [`Switch::bundle_chunks`]: one atomic bundle fed chunk by chunk. Each chunk is encoded
     /// and sent with a barrier behind it; before the next chunk is produced, the barrier of the
-    /// chunk before is awaited, so at most two encoded chunks are in flight (OVS keeps the
+    /// chunk [`CHUNKS_IN_FLIGHT`] − 1 before is awaited, so at most that many encoded chunks are
+    /// in flight (OVS keeps the
     /// bundle's messages itself). Errors OVS reports for an add stop the stream and discard the
     /// bundle; nothing changes on the switch unless the commit succeeds.
     pub(super) async fn run_bundle_chunks(&self, chunks: &mut FlowModChunks<'_>) -> Result<usize, OfError> {
@@ -412,8 +418,8 @@ impl OfConnection {
             // hand this chunk to the socket before the next chunk is built (synchronously), or
             // OVS could sit idle meanwhile when the previous chunk's barrier is already answered.
             tokio::task::yield_now().await;
-            if sent.len() >= 2 {
-                let idx = sent.len() - 2;
+            if sent.len() >= CHUNKS_IN_FLIGHT {
+                let idx = sent.len() - CHUNKS_IN_FLIGHT;
                 let wait = Instant::now();
                 self.ack_chunk(&mut sent, idx, &mut errors).await?;
                 waited += wait.elapsed();
