@@ -324,9 +324,8 @@ impl OfConnection {
     /// [`Switch::bundle_chunks`]: one atomic bundle fed chunk by chunk. Each chunk is encoded
     /// and sent with a barrier behind it; before the next chunk is produced, the barrier of the
     /// chunk [`CHUNKS_IN_FLIGHT`] − 1 before is awaited, so at most that many encoded chunks are
-    /// in flight (OVS keeps the
-    /// bundle's messages itself). Errors OVS reports for an add stop the stream and discard the
-    /// bundle; nothing changes on the switch unless the commit succeeds.
+    /// in flight (OVS keeps the bundle's messages itself). Errors OVS reports for an add stop the
+    /// stream and discard the bundle; nothing changes on the switch unless the commit succeeds.
     pub(super) async fn run_bundle_chunks(&self, chunks: &mut FlowModChunks<'_>) -> Result<usize, OfError> {
         let Some(first) = next_nonempty(chunks) else {
             return Ok(0);
