@@ -66,6 +66,11 @@ impl<I> DeletesLast<I> {
     /// Holds the chunk's deletes and drops the held deletes its other flow_mods supersede; the
     /// rest of the chunk.
     fn sift(&mut self, chunk: Vec<FlowMod>) -> Vec<FlowMod> {
+        if self.held.is_empty() && !chunk.iter().any(Self::holdable) {
+            // Nothing to hold and nothing held to supersede (a first load's chunks): the chunk
+            // as it is, without moving 1,000 flow_mods into a new vector.
+            return chunk;
+        }
         let mut pass = Vec::with_capacity(chunk.len());
         for fm in chunk {
             if Self::holdable(&fm) {

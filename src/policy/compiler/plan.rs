@@ -173,7 +173,11 @@ impl FlowDelta {
     /// The flow_mods from before to after, in chunks of about `max_rules` rules (ADDs, then
     /// this chunk's DELETE_STRICTs); deferred deletes come last.
     pub fn into_chunks(self, max_rules: usize) -> DeltaChunks {
+        // Only a flow of some group's `before` can be deferred: with none (rules only added, a
+        // fleet's first load), the identities wanted outside their group need no record.
+        let may_defer = self.groups.iter().any(|g| !g.before.is_empty());
         DeltaChunks {
+            may_defer,
             groups: self.groups.into_iter(),
             round: self.round,
             opts: self.opts,
@@ -194,8 +198,11 @@ pub struct DeltaChunks {
     max_rules: usize,
     /// Flows outside their group's (table, priority) no longer wanted by their chunk.
     deferred: Vec<Flow>,
-    /// Identities outside their group's (table, priority) that some chunk wants.
+    /// Identities outside their group's (table, priority) that some chunk wants (recorded only
+    /// when `may_defer`).
     outside_after: BTreeSet<FlowKey>,
+    /// Whether any group had flows before the change, so that a delete may be deferred.
+    may_defer: bool,
     counts: CountChanges,
     finished: bool,
 }
@@ -227,18 +234,19 @@ impl DeltaChunks {
                     if own(&o) {
                         deletes.push(FlowMod::delete_strict(o));
                     } else {
+                        debug_assert!(self.may_defer, "a deferred delete with no group before");
                         self.deferred.push(o);
                     }
                 }
                 Joined::New(n) => {
                     self.count(n.table, 1);
-                    if !own(&n) {
+                    if self.may_defer && !own(&n) {
                         self.outside_after.insert(n.key());
                     }
                     adds.push(FlowMod::add(n));
                 }
                 Joined::Both(o, n) => {
-                    if !own(&n) {
+                    if self.may_defer && !own(&n) {
                         self.outside_after.insert(n.key());
                     }
                     if !flowset::same_but_round(&o, &n) {
