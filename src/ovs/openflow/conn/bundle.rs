@@ -78,7 +78,8 @@ impl Drop for DiscardIfCancelled {
 
 /// How many chunks of a streamed bundle may be sent and not yet acknowledged. Two keep OVS
 /// busy: with four, the whole-number fleet's stream (40,215 flow_mods in 35 chunks) took as long
-/// (258 to 276 ms against 228 to 295 with two), and only more memory was in flight.
+/// (258 to 276 ms in four runs, against 228 to 256 in three with two), and only more memory was
+/// in flight.
 const CHUNKS_IN_FLIGHT: usize = 2;
 
 /// Names a flow_mod of a streamed bundle that OVS refused (`xid` of chunk `chunk`).
