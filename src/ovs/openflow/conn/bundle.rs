@@ -283,6 +283,15 @@ impl OfConnection {
     #[cfg(test)]
     pub(in crate::ovs::openflow) async fn commit_bundle_as_is(&self, bundle_id: u32) -> Result<(), OfError> {
         let flags = bundle_flags::ATOMIC | bundle_flags::ORDERED;
+        match self.commit_alone(bundle_id, flags).await? {
+            Some(e) => Err(rejected("bundle commit", &e, None)),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends the COMMIT of `bundle_id` on an xid of its own and waits for its answer: the
+    /// switch's refusal, if it refused.
+    async fn commit_alone(&self, bundle_id: u32, flags: u16) -> Result<Option<ErrorMsg>, OfError> {
         let mut reg = self.inner.register(1)?;
         let commit = reg.start;
         self.inner.send(messages::bundle_control(
@@ -293,9 +302,13 @@ impl OfConnection {
         ))?;
         let deadline = self.deadline();
         loop {
-            match reg.next(deadline, "bundle commit reply").await? {
-                (h, Message::Error(e)) if h.xid == commit => return Err(rejected("bundle commit", &e, None)),
-                (h, Message::BundleControl { .. }) if h.xid == commit => return Ok(()),
+            let (h, m) = reg.next(deadline, "bundle commit reply").await?;
+            match m {
+                Message::Error(e) if h.xid == commit => return Ok(Some(e)),
+                Message::BundleControl {
+                    ctrl: bundle_ctrl::COMMIT_REPLY,
+                    ..
+                } if h.xid == commit => return Ok(None),
                 _ => {}
             }
         }
@@ -452,30 +465,7 @@ impl OfConnection {
             });
         }
 
-        let mut commit_reg = self.inner.register(1)?;
-        let commit = commit_reg.start;
-        self.inner.send(messages::bundle_control(
-            commit,
-            bundle_id,
-            bundle_ctrl::COMMIT_REQUEST,
-            flags,
-        ))?;
-        let deadline = self.deadline();
-        let mut commit_error: Option<ErrorMsg> = None;
-        loop {
-            let (h, m) = commit_reg.next(deadline, "bundle commit reply").await?;
-            match m {
-                Message::Error(e) if h.xid == commit => {
-                    commit_error = Some(e);
-                    break;
-                }
-                Message::BundleControl {
-                    ctrl: bundle_ctrl::COMMIT_REPLY,
-                    ..
-                } if h.xid == commit => break,
-                _ => {}
-            }
-        }
+        let commit_error = self.commit_alone(bundle_id, flags).await?;
         let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1e3);
         tracing::debug!(
             chunks = sent.len(),
