@@ -48,15 +48,15 @@ impl Drop for DiscardIfCancelled {
             return;
         }
         // A closed connection took the bundle with it.
-        let Ok(mut reg) = self.inner.register(1) else {
+        let Ok(mut reg) = send_control(
+            &self.inner,
+            self.bundle_id,
+            bundle_ctrl::DISCARD_REQUEST,
+            self.flags,
+        ) else {
             return;
         };
         let discard = reg.start;
-        let request =
-            messages::bundle_control(discard, self.bundle_id, bundle_ctrl::DISCARD_REQUEST, self.flags);
-        if self.inner.send(request).is_err() {
-            return;
-        }
         tracing::debug!(
             bundle_id = self.bundle_id,
             "bundle request cancelled; discarding the bundle"
@@ -81,6 +81,19 @@ impl Drop for DiscardIfCancelled {
 /// (258 to 276 ms in four runs, against 228 to 256 in three with two), and only more memory was
 /// in flight.
 const CHUNKS_IN_FLIGHT: usize = 2;
+
+/// Sends the bundle control message `ctrl` for `bundle_id` on an xid of its own; its answer
+/// arrives on the returned registration.
+fn send_control(
+    inner: &std::sync::Arc<Inner>,
+    bundle_id: u32,
+    ctrl: u16,
+    flags: u16,
+) -> Result<Registration, OfError> {
+    let reg = inner.register(1)?;
+    inner.send(messages::bundle_control(reg.start, bundle_id, ctrl, flags))?;
+    Ok(reg)
+}
 
 /// Names a flow_mod of a streamed bundle that OVS refused (`xid` of chunk `chunk`).
 fn describe_streamed(sent: &[SentChunk], total: usize, chunk: usize, xid: u32, e: &ErrorMsg) -> OfError {
@@ -292,14 +305,8 @@ impl OfConnection {
     /// Sends the COMMIT of `bundle_id` on an xid of its own and waits for its answer: the
     /// switch's refusal, if it refused.
     async fn commit_alone(&self, bundle_id: u32, flags: u16) -> Result<Option<ErrorMsg>, OfError> {
-        let mut reg = self.inner.register(1)?;
+        let mut reg = send_control(&self.inner, bundle_id, bundle_ctrl::COMMIT_REQUEST, flags)?;
         let commit = reg.start;
-        self.inner.send(messages::bundle_control(
-            commit,
-            bundle_id,
-            bundle_ctrl::COMMIT_REQUEST,
-            flags,
-        ))?;
         let deadline = self.deadline();
         loop {
             let (h, m) = reg.next(deadline, "bundle commit reply").await?;
@@ -316,14 +323,8 @@ impl OfConnection {
 
     /// Sends a DISCARD for `bundle_id` and waits (briefly) for its answer.
     async fn discard_bundle(&self, bundle_id: u32, flags: u16) -> Result<(), OfError> {
-        let mut reg = self.inner.register(1)?;
+        let mut reg = send_control(&self.inner, bundle_id, bundle_ctrl::DISCARD_REQUEST, flags)?;
         let discard = reg.start;
-        self.inner.send(messages::bundle_control(
-            discard,
-            bundle_id,
-            bundle_ctrl::DISCARD_REQUEST,
-            flags,
-        ))?;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             match reg.next(deadline, "bundle discard").await {
