@@ -7,7 +7,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// `items` into `map`, as inserting them one by one in order would (the last of a key wins).
+/// `items` into `map`, as inserting them one by one in order would (the last of a key wins; for
+/// keys whose equal values are indistinguishable).
 pub fn extend_map<K: Ord, V>(map: &mut BTreeMap<K, V>, items: impl IntoIterator<Item = (K, V)>) {
     if map.is_empty() {
         *map = items.into_iter().collect();
@@ -16,7 +17,8 @@ pub fn extend_map<K: Ord, V>(map: &mut BTreeMap<K, V>, items: impl IntoIterator<
     }
 }
 
-/// `items` into `set`, as inserting them one by one would.
+/// `items` into `set`: the same set as inserting them one by one, for values whose equal ones are
+/// indistinguishable.
 pub fn extend_set<T: Ord>(set: &mut BTreeSet<T>, items: impl IntoIterator<Item = T>) {
     if set.is_empty() {
         *set = items.into_iter().collect();

@@ -1470,6 +1470,7 @@ rules:
         let one = super::tests::store(&format!("{atg}---\n{after}"));
         let changes = store.upsert_policy(Arc::new(one.policy("p").expect("policy").clone()));
         assert!(view.update(&store, &eth0, Some(&store.affected_policies(&changes))));
+        same(&view, &resolve(&store, &eth0));
         let added = RuleId {
             policy_uid: "u".into(),
             direction: crate::policy::rule::Direction::In,

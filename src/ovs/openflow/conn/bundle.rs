@@ -18,8 +18,8 @@ use super::{rejected, Inner, OfConnection, Registration};
 /// Discards a bundle whose caller was cancelled (its future dropped) between the bundle's open
 /// and its commit reply, while the connection lives on: OVS would otherwise keep the half-sent
 /// bundle, with every flow_mod sent so far, until its idle timeout. Disarmed once the bundle's
-/// request finished, however it ended (the error paths discard it themselves, and wait for the
-/// answer).
+/// request finished, however it ended (its error paths discard it themselves, and wait for the
+/// answer). A discard sent after the commit finds no bundle: the commit stands.
 struct DiscardIfCancelled {
     inner: std::sync::Arc<Inner>,
     bundle_id: u32,
@@ -63,9 +63,11 @@ impl Drop for DiscardIfCancelled {
         );
         // Keep the xid registered until the answer, so it is not logged as unsolicited (an
         // error answer means OVS had already dropped the bundle: nothing left to do).
+        let wait = self.inner.opts.request_timeout;
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                let deadline = Instant::now() + Duration::from_secs(10);
+                // As long as any request may wait: a switch busy with a large commit answers late.
+                let deadline = Instant::now() + wait;
                 while let Ok((h, _)) = reg.next(deadline, "bundle discard").await {
                     if h.xid == discard {
                         break;
@@ -203,6 +205,13 @@ impl OfConnection {
         let cancelled = DiscardIfCancelled::new(self, bundle_id, flags);
         let result = self.finish_bundle(reg, s, n, bundle_id, flags, mods).await;
         cancelled.finished();
+        if let Err(e) = &result {
+            if matches!(e, OfError::Timeout(_)) {
+                // A reply that never came (the refused-add path already discarded): the bundle
+                // must not stay open on a live connection, as for a streamed bundle.
+                let _ = self.discard_bundle(bundle_id, flags).await;
+            }
+        }
         result
     }
 
