@@ -692,6 +692,44 @@ async fn a_cancelled_bundle_is_discarded_on_the_switch() {
     assert_eq!(br.dump_flows(false).len(), before.len() + 1);
 }
 
+/// A bundle OVS refused a flow_mod of (at add time) is gone from the switch once the request
+/// returns, streamed or not, even though nobody waits for the discard's answer: the connection's
+/// next message, a commit of the same bundle id, finds no bundle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_bundle_is_discarded_on_the_switch() {
+    let lab = shared_lab();
+    let br = lab.add_bridge("OpenFlow10,OpenFlow15");
+    let sw = br.connect(ConnOptions::default()).await.expect("connect");
+    let before = br.dump_flows(false);
+    let flow = |i: u32| FlowMod::add(Flow::new(5, 10, Match::new().reg(1, i, None)).goto(6));
+    // goto_table to an earlier table: refused when added.
+    let refused = FlowMod::add(Flow::new(9, 1, Match::new().reg(2, 1, None)).goto(3));
+
+    let streamed = sw.peek_next_bundle_id();
+    let mut chunks = [
+        (0..100).map(flow).collect::<Vec<_>>(),
+        vec![flow(100), refused.clone()],
+    ]
+    .into_iter();
+    let e = timed("streamed", sw.bundle_chunks(&mut chunks))
+        .await
+        .expect_err("a refused flow_mod fails the streamed bundle");
+    assert!(e.to_string().contains("OFPBIC_BAD_TABLE_ID"), "{e}");
+    let atomic = sw.peek_next_bundle_id();
+    let e = timed("atomic", sw.bundle(vec![flow(200), refused]))
+        .await
+        .expect_err("a refused flow_mod fails the atomic bundle");
+    assert!(e.to_string().contains("OFPBIC_BAD_TABLE_ID"), "{e}");
+    assert_ne!(streamed, atomic);
+    for id in [streamed, atomic] {
+        let e = timed("commit", sw.commit_bundle_as_is(id))
+            .await
+            .expect_err("the refused bundle must be gone");
+        assert!(e.to_string().contains("OFPBFC_BAD_ID"), "bundle {id}: {e}");
+    }
+    assert_eq!(br.dump_flows(false), before);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_thousand_flows_in_one_bundle() {
     let lab = shared_lab();

@@ -1,7 +1,8 @@
 //! Bundles over the connection: one atomic bundle of flow_mods (open, add, commit, with the
 //! refused flow named), and a streamed bundle whose flow_mods arrive in chunks, each chunk
-//! acknowledged by a barrier so an error names the flow_mod at fault. A bundle whose request is
-//! cancelled half-way (its future dropped, the connection still up) is discarded on the switch.
+//! acknowledged by a barrier so an error names the flow_mod at fault. A bundle whose request
+//! fails, or is cancelled half-way (its future dropped), while the connection stays up is
+//! discarded on the switch.
 
 use std::time::Duration;
 
@@ -15,21 +16,22 @@ use crate::ovs::openflow::{FlowModChunks, OfError};
 
 use super::{rejected, Inner, OfConnection, Registration};
 
-/// Discards a bundle whose caller was cancelled (its future dropped) between the bundle's open
-/// and its commit reply, while the connection lives on: OVS would otherwise keep the half-sent
-/// bundle, with every flow_mod sent so far, until its idle timeout. Disarmed once the bundle's
-/// request finished, however it ended (its error paths discard it themselves, and wait for the
-/// answer). A discard sent after the commit finds no bundle: the commit stands.
-struct DiscardIfCancelled {
+/// Discards a bundle unless disarmed: armed from the bundle's open until its request ends. A
+/// request that fails on a live connection (a refused add, a timeout, a failed commit) leaves it
+/// armed, and so does one whose caller is cancelled (its future dropped) half-way: OVS would
+/// otherwise keep the half-sent bundle, with every flow_mod sent so far, until its idle timeout.
+/// A discard that finds no bundle (OVS dropped it after a failed commit, or committed it just
+/// before a cancel) is answered with an error and changes nothing: the commit stands.
+struct DiscardUnlessDisarmed {
     inner: std::sync::Arc<Inner>,
     bundle_id: u32,
     flags: u16,
     armed: bool,
 }
 
-impl DiscardIfCancelled {
+impl DiscardUnlessDisarmed {
     fn new(conn: &OfConnection, bundle_id: u32, flags: u16) -> Self {
-        DiscardIfCancelled {
+        DiscardUnlessDisarmed {
             inner: conn.inner.clone(),
             bundle_id,
             flags,
@@ -37,44 +39,41 @@ impl DiscardIfCancelled {
         }
     }
 
-    fn finished(mut self) {
+    fn disarm(mut self) {
         self.armed = false;
     }
 }
 
-impl Drop for DiscardIfCancelled {
+impl Drop for DiscardUnlessDisarmed {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
+        if self.armed {
+            discard_in_background(&self.inner, self.bundle_id, self.flags);
         }
-        // A closed connection took the bundle with it.
-        let Ok(mut reg) = send_control(
-            &self.inner,
-            self.bundle_id,
-            bundle_ctrl::DISCARD_REQUEST,
-            self.flags,
-        ) else {
-            return;
-        };
-        let discard = reg.start;
-        tracing::debug!(
-            bundle_id = self.bundle_id,
-            "bundle request cancelled; discarding the bundle"
-        );
-        // Keep the xid registered until the answer, so it is not logged as unsolicited (an
-        // error answer means OVS had already dropped the bundle: nothing left to do).
-        let wait = self.inner.opts.request_timeout;
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                // As long as any request may wait: a switch busy with a large commit answers late.
-                let deadline = Instant::now() + wait;
-                while let Ok((h, _)) = reg.next(deadline, "bundle discard").await {
-                    if h.xid == discard {
-                        break;
-                    }
+    }
+}
+
+/// Sends a DISCARD for `bundle_id` and returns at once: nobody waits for it (OVS handles a
+/// connection's messages in order, so a later bundle on this connection comes after it). The
+/// xid stays registered until the answer, for as long as any request may wait (a switch busy
+/// with a large commit answers late), so the answer is not logged as unsolicited. A closed
+/// connection took the bundle with it: nothing to send.
+fn discard_in_background(inner: &std::sync::Arc<Inner>, bundle_id: u32, flags: u16) {
+    let Ok(mut reg) = send_control(inner, bundle_id, bundle_ctrl::DISCARD_REQUEST, flags) else {
+        return;
+    };
+    let discard = reg.start;
+    tracing::debug!(bundle_id, "bundle failed or cancelled; discarding it");
+    let wait = inner.opts.request_timeout;
+    // Without a runtime (the process shutting down), the registration simply ends here.
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            let deadline = Instant::now() + wait;
+            while let Ok((h, _)) = reg.next(deadline, "bundle discard").await {
+                if h.xid == discard {
+                    break;
                 }
-            });
-        }
+            }
+        });
     }
 }
 
@@ -202,15 +201,28 @@ impl OfConnection {
         }
         w.bytes(&messages::barrier_request(s + n + 1));
         self.inner.send(w.into_vec())?;
-        let cancelled = DiscardIfCancelled::new(self, bundle_id, flags);
-        let result = self.finish_bundle(reg, s, n, bundle_id, flags, mods).await;
-        cancelled.finished();
-        if let Err(e) = &result {
-            if matches!(e, OfError::Timeout(_)) {
-                // A reply that never came (the refused-add path already discarded): the bundle
-                // must not stay open on a live connection, as for a streamed bundle.
-                let _ = self.discard_bundle(bundle_id, flags).await;
-            }
+        self.discarded_unless_ok(
+            bundle_id,
+            flags,
+            self.finish_bundle(reg, s, n, bundle_id, flags, mods),
+        )
+        .await
+    }
+
+    /// Runs `body`, the request of bundle `bundle_id` from its open on, and discards the bundle
+    /// on the switch unless the request succeeded or the connection is gone: whatever failed (a
+    /// refused add, a timeout, the commit) or if the caller is cancelled meanwhile, the bundle
+    /// must not stay open on a live connection.
+    async fn discarded_unless_ok<T>(
+        &self,
+        bundle_id: u32,
+        flags: u16,
+        body: impl std::future::Future<Output = Result<T, OfError>>,
+    ) -> Result<T, OfError> {
+        let guard = DiscardUnlessDisarmed::new(self, bundle_id, flags);
+        let result = body.await;
+        if matches!(result, Ok(_) | Err(OfError::Closed | OfError::Io(_))) {
+            guard.disarm();
         }
         result
     }
@@ -253,10 +265,7 @@ impl OfConnection {
             .collect_until_barrier(&mut reg, s + n + 1, "bundle add replies")
             .await?;
         if let Some((xid, e)) = errors.first() {
-            // Something in the bundle was refused: throw the whole bundle away.
-            if let Err(OfError::Closed) = self.discard_bundle(bundle_id, flags).await {
-                return Err(OfError::Closed);
-            }
+            // Something in the bundle was refused: the whole bundle is thrown away.
             return Err(describe(*xid, e));
         }
 
@@ -330,21 +339,6 @@ impl OfConnection {
         }
     }
 
-    /// Sends a DISCARD for `bundle_id` and waits (briefly) for its answer.
-    async fn discard_bundle(&self, bundle_id: u32, flags: u16) -> Result<(), OfError> {
-        let mut reg = send_control(&self.inner, bundle_id, bundle_ctrl::DISCARD_REQUEST, flags)?;
-        let discard = reg.start;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match reg.next(deadline, "bundle discard").await {
-                Ok((h, _)) if h.xid == discard => return Ok(()),
-                Ok(_) => {}
-                Err(OfError::Closed) => return Err(OfError::Closed),
-                Err(_) => return Ok(()),
-            }
-        }
-    }
-
     /// [`Switch::bundle_chunks`]: one atomic bundle fed chunk by chunk. Each chunk is encoded
     /// and sent with a barrier behind it; before the next chunk is produced, the barrier of the
     /// chunk [`CHUNKS_IN_FLIGHT`] − 1 before is awaited, so at most that many encoded chunks are
@@ -356,18 +350,12 @@ impl OfConnection {
         };
         let flags = bundle_flags::ATOMIC | bundle_flags::ORDERED;
         let bundle_id = self.next_bundle_id();
-        let cancelled = DiscardIfCancelled::new(self, bundle_id, flags);
-        let result = self.stream_bundle(bundle_id, flags, first, chunks).await;
-        cancelled.finished();
-        if let Err(e) = &result {
-            if !matches!(e, OfError::Closed | OfError::Io(_)) {
-                // Whatever failed (a timeout, a refused chunk, the commit), the bundle must not
-                // stay open on a live connection: discard it (a no-op if OVS already dropped or
-                // committed it; that answer is an error, ignored).
-                let _ = self.discard_bundle(bundle_id, flags).await;
-            }
-        }
-        result
+        self.discarded_unless_ok(
+            bundle_id,
+            flags,
+            self.stream_bundle(bundle_id, flags, first, chunks),
+        )
+        .await
     }
 
     /// The body of [`Self::run_bundle_chunks`], from the bundle's open to its commit.
@@ -410,14 +398,12 @@ impl OfConnection {
                 if let Err(e) =
                     messages::write_bundle_add_flow_mod(&mut w, s + i as u32, bundle_id, flags, fm)
                 {
-                    // Nothing of this bundle is committed: throw it away.
+                    // Nothing of this bundle is committed: it is thrown away.
                     let what = format!(
                         "flow_mod {} ({})",
                         command_name(fm),
                         render_flow(&fm.flow, &NameMap::new())
                     );
-                    drop(reg);
-                    self.discard_bundle(bundle_id, flags).await?;
                     return Err(OfError::Encode {
                         what,
                         why: e.to_string(),
@@ -467,7 +453,6 @@ impl OfConnection {
             }
         }
         if open_error.is_some() || !errors.is_empty() {
-            self.discard_bundle(bundle_id, flags).await?;
             return Err(match (open_error, errors.first()) {
                 (Some(e), _) => rejected("bundle open", &e, None),
                 (None, Some((chunk, xid, e))) => describe_streamed(&sent, total, *chunk, *xid, e),
