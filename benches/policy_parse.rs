@@ -13,9 +13,13 @@
 //!    written in with its fast reader; the bench fails if any fleet file falls back to the YAML
 //!    library);
 //! 3. the value to the wire type (`ControlplaneObject::from_value`);
-//! 4. validation into the typed policy (`ControlplaneObject::validate`).
+//! 4. validation into the typed policy (`ControlplaneObject::validate`);
 //!
-//! Then steps 2 to 4 on every core (at most 4, as the loader spreads them), the same objects as
+//! and the loader's own path for the plain subset, which skips the value: the fast reader's tree
+//! within the limits (2t, with the pre-scan the loader runs once per file), then the wire type
+//! decoded straight from the tree (3t).
+//!
+//! Then steps 2t, 3t and 4 on every core (at most 4, as the loader spreads them), the same objects as
 //! JSON (what `.json` policy files cost), and what the YAML library alone costs for step 2 (the
 //! texts through `serde_norway` into `serde_json::Value`, with no limits and no loader steps).
 //! Last, the loader's whole first pass (`PolicyDirSource`: read, parse on all cores, snapshot)
@@ -27,7 +31,7 @@
 use std::time::{Duration, Instant};
 
 use antrea_vm_agent::config::InputLimits;
-use antrea_vm_agent::policy::controlplane::{ControlplaneObject, Validate as _};
+use antrea_vm_agent::policy::controlplane::{ControlplaneObject, Kind, Validate as _};
 use antrea_vm_agent::sources::bounded::{parse_values, prescan};
 use antrea_vm_agent::sources::yaml_subset;
 use serde_json::Value;
@@ -67,6 +71,17 @@ fn parse(text: &str, limits: &InputLimits) -> Vec<Value> {
     parse_values(text, false, limits).expect("a fleet file parses")
 }
 
+/// Steps 2t and 3t: the loader's path for a fleet file (one NetworkPolicy).
+fn parse_tree(text: &str, limits: &InputLimits) -> ControlplaneObject {
+    prescan(text, limits).expect("within the limits");
+    let parsed = yaml_subset::parse_nodes(text, limits.max_elements, limits.max_nesting_depth)
+        .expect("the fast reader reads a fleet file");
+    let [tree] = parsed.nodes.as_slice() else {
+        panic!("one document per fleet file")
+    };
+    ControlplaneObject::from_deserializer(Kind::NetworkPolicy, tree).expect("decodes from the tree")
+}
+
 fn fleet(label: &str, fleet: Fleet, policies: usize) {
     let limits = InputLimits::default();
     let texts: Vec<String> = (0..policies).map(|i| fleet_policy(i, fleet)).collect();
@@ -99,7 +114,20 @@ fn fleet(label: &str, fleet: Fleet, policies: usize) {
     });
     let decode = decode_and_copy.saturating_sub(copy);
     let validate = timed(&objects, |o| o.validate().expect("valid"));
-    // Steps 2 to 4 on every core (at most 4), each thread taking the next file, as the policy
+    for (text, object) in texts.iter().zip(&objects) {
+        assert_eq!(
+            &parse_tree(text, &limits),
+            object,
+            "the tree decodes as the value"
+        );
+    }
+    let to_tree = timed(&texts, |t| {
+        prescan(t, &limits).expect("within the limits");
+        yaml_subset::parse_nodes(t, limits.max_elements, limits.max_nesting_depth).is_some()
+    });
+    let by_tree = timed(&texts, |t| parse_tree(t, &limits));
+    let from_tree = by_tree.saturating_sub(to_tree);
+    // Steps 2t, 3t and 4 on every core (at most 4), each thread taking the next file, as the policy
     // directory's loader does.
     let threads = std::thread::available_parallelism().map_or(1, usize::from).min(4);
     let parallel = median(|| {
@@ -110,10 +138,8 @@ fn fleet(label: &str, fleet: Fleet, policies: usize) {
                     scope.spawn(|| loop {
                         let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some(text) = texts.get(at) else { break };
-                        for v in parse(text, &limits) {
-                            let o = ControlplaneObject::from_value(v).expect("decodes");
-                            std::hint::black_box(o.validate().expect("valid"));
-                        }
+                        let o = parse_tree(text, &limits);
+                        std::hint::black_box(o.validate().expect("valid"));
                     });
                 }
             });
@@ -134,6 +160,7 @@ fn fleet(label: &str, fleet: Fleet, policies: usize) {
     let ms = common::ms;
     let rate = |d: Duration| bytes as f64 / 1e6 / d.as_secs_f64();
     let total = to_value + decode + validate;
+    let total_tree = by_tree + validate;
     println!(
         "{label}: {policies} files, {:.2} MB of YAML; median of {ROUNDS} rounds, one thread",
         bytes as f64 / 1e6
@@ -152,9 +179,20 @@ fn fleet(label: &str, fleet: Fleet, policies: usize) {
         rate(total)
     );
     println!(
-        "  2 to 4 on {threads} threads        {:>8.1} ms  ({:.2}x one thread)",
+        "  2t. YAML -> tree (limits)  {:>8.1} ms  (includes step 1)",
+        ms(to_tree)
+    );
+    println!("  3t. tree -> wire type      {:>8.1} ms", ms(from_tree));
+    println!(
+        "  2t, 3t and 4 (the loader)  {:>8.1} ms  ({:.1} MB/s; {:.2}x faster than 2 to 4)",
+        ms(total_tree),
+        rate(total_tree),
+        total.as_secs_f64() / total_tree.as_secs_f64()
+    );
+    println!(
+        "  2t, 3t and 4 on {threads} threads  {:>8.1} ms  ({:.2}x one thread)",
         ms(parallel),
-        total.as_secs_f64() / parallel.as_secs_f64()
+        total_tree.as_secs_f64() / parallel.as_secs_f64()
     );
     println!(
         "  the same objects as JSON ({:.2} MB), 2 to 4 {:>8.1} ms  ({:.2}x faster than YAML)",

@@ -21,6 +21,7 @@ use std::path::Path;
 use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
+use super::yaml_subset::Node;
 use crate::config::InputLimits;
 
 /// What reading a path found.
@@ -273,22 +274,43 @@ fn parse_yaml_with_library(text: &str, budget: &Budget) -> Result<Vec<Value>, In
     Ok(out)
 }
 
+/// A YAML document's values as read: the fast reader's trees, or the YAML library's values.
+#[derive(Debug)]
+pub enum PieceValues<'t> {
+    Trees(Vec<Node<'t>>),
+    Values(Vec<Value>),
+}
+
+impl PieceValues<'_> {
+    /// The values, as the YAML library gives them either way.
+    pub fn into_values(self) -> Vec<Value> {
+        match self {
+            PieceValues::Trees(trees) => trees.into_iter().map(Node::into_value).collect(),
+            PieceValues::Values(values) => values,
+        }
+    }
+}
+
 /// Parses one YAML document's text (a piece of a file cut by [`split_yaml_documents`]; the file
 /// as a whole passed [`prescan`]) within `max_elements`; returns its values (none or one) and the
-/// elements they spent, so the pieces of one file share the file's budget.
-pub fn parse_yaml_piece(
-    text: &str,
+/// elements they spent, so the pieces of one file share the file's budget. A text within the
+/// fast reader's subset gives its trees ([`super::yaml_subset`]), any other the library's values.
+pub fn parse_yaml_piece<'t>(
+    text: &'t str,
     max_elements: usize,
     limits: &InputLimits,
-) -> Result<(Vec<Value>, usize), InputError> {
+) -> Result<(PieceValues<'t>, usize), InputError> {
+    if let Some(parsed) = super::yaml_subset::parse_nodes(text, max_elements, limits.max_nesting_depth) {
+        return Ok((PieceValues::Trees(parsed.nodes), parsed.elements));
+    }
     let budget = Budget {
         elements: Cell::new(0),
         max_elements,
         max_depth: limits.max_nesting_depth,
         exceeded: Cell::new(None),
     };
-    let out = parse_yaml_stream(text, &budget)?;
-    Ok((out, budget.elements.get()))
+    let out = parse_yaml_with_library(text, &budget)?;
+    Ok((PieceValues::Values(out), budget.elements.get()))
 }
 
 /// [`parse_yaml_piece`] by the YAML library alone: what the fast reader is compared with.
@@ -489,7 +511,7 @@ mod tests {
             let mut parts = Vec::new();
             for piece in pieces {
                 let (values, _) = parse_yaml_piece(piece, limits.max_elements, &limits).expect("piece");
-                parts.extend(values.into_iter().filter(|v| !v.is_null()));
+                parts.extend(values.into_values().into_iter().filter(|v| !v.is_null()));
             }
             assert_eq!(parts, whole, "{text:?}");
         }

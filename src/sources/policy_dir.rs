@@ -33,13 +33,14 @@ use serde_json::Value;
 use tracing::debug;
 
 use super::bounded::{
-    parse_values, parse_yaml_piece, prescan, read_regular_file, split_yaml_documents, FileRead,
+    parse_values, parse_yaml_piece, prescan, read_regular_file, split_yaml_documents, FileRead, PieceValues,
 };
 use super::dir_watch::DirWatch;
 use super::file_stat::{FileStat, ReadStamp};
 use super::native_policies::{
     native_key, native_raw_key, read_node_text, ChangedFile, LocalController, LocalNode, NativeKey,
 };
+use super::yaml_subset::Node;
 use crate::config::InputLimits;
 use crate::policy::controlplane::{ControlplaneObject, Group, Kind, Policy, ValidObject};
 use crate::policy::native::{decode as decode_native, is_native, NativeObject};
@@ -562,6 +563,98 @@ fn parse_documents(path: &Path, text: &str, limits: &InputLimits) -> Result<Vec<
     Ok(out)
 }
 
+/// An object of a file as read: a value, or the fast reader's tree (a control-plane object is
+/// decoded straight from it; anything else becomes the value the library would have read).
+enum DocValue<'t> {
+    Value(Value),
+    Tree(Node<'t>),
+}
+
+impl DocValue<'_> {
+    fn into_value(self) -> Value {
+        match self {
+            DocValue::Value(value) => value,
+            DocValue::Tree(tree) => tree.into_value(),
+        }
+    }
+}
+
+/// [`flatten`] on the fast reader's trees, with the same meaning.
+fn flatten_tree<'t>(doc: Node<'t>, out: &mut Vec<DocValue<'t>>) {
+    match doc {
+        Node::Null => {}
+        Node::Seq(items) => items.into_iter().for_each(|i| flatten_tree(i, out)),
+        Node::Map(mut entries) if doc_kind_is_list(&entries) => {
+            match entries
+                .iter()
+                .position(|(k, v)| k == "items" && matches!(v, Node::Seq(_)))
+            {
+                Some(at) => flatten_tree(entries.swap_remove(at).1, out),
+                None => out.push(DocValue::Tree(Node::Map(entries))),
+            }
+        }
+        other => out.push(DocValue::Tree(other)),
+    }
+}
+
+/// Whether a mapping's `kind` is a string ending in `List`.
+fn doc_kind_is_list(entries: &[(std::borrow::Cow<'_, str>, Node<'_>)]) -> bool {
+    entries
+        .iter()
+        .find(|(k, _)| k == "kind")
+        .and_then(|(_, v)| v.as_str())
+        .is_some_and(|k| k.ends_with("List"))
+}
+
+/// An object of a file, decoded as far as its kind: an Antrea-native one (for the local
+/// controller), or a control-plane one with the key it tells (to keep its last good version).
+// One exists at a time, and is taken apart at once: boxing the larger variant would only add an
+// allocation per object.
+#[allow(clippy::large_enum_variant)]
+enum Decoded {
+    Native(Value),
+    Controlplane {
+        key: Option<ObjectKey>,
+        object: Result<ControlplaneObject, String>,
+    },
+}
+
+/// Decodes `doc`: a control-plane object read by the fast reader straight from its tree, anything
+/// else from its value.
+fn decode_object(doc: DocValue<'_>) -> Decoded {
+    if let DocValue::Tree(tree) = &doc {
+        if let Some(object) = decode_controlplane_tree(tree) {
+            let name = &object.metadata().name;
+            return Decoded::Controlplane {
+                key: (!name.is_empty()).then(|| (object.kind(), name.clone())),
+                object: Ok(object),
+            };
+        }
+    }
+    let doc = doc.into_value();
+    if is_native(&doc) {
+        return Decoded::Native(doc);
+    }
+    Decoded::Controlplane {
+        key: raw_key(&doc),
+        object: ControlplaneObject::from_value(doc).map_err(|e| e.to_string()),
+    }
+}
+
+/// A control-plane object decoded straight from the fast reader's tree: `None` unless the tree
+/// holds one that [`ControlplaneObject::from_value`] accepts (its kind known, its `apiVersion`
+/// absent or the control plane's), and decodes the same; every other tree is decoded as a value,
+/// which also gives the errors.
+fn decode_controlplane_tree(tree: &Node<'_>) -> Option<ControlplaneObject> {
+    let kind = Kind::parse(tree.get("kind")?.as_str()?)?;
+    match tree.get("apiVersion") {
+        None => {}
+        Some(v) if v.as_str() == Some(crate::policy::controlplane::API_VERSION) => {}
+        Some(_) => return None,
+    }
+    ControlplaneObject::from_deserializer(kind, tree).ok()
+}
+
 /// Arrays and `...List` objects flattened into their items; empty documents dropped.
 pub(crate) fn flatten(doc: Value, out: &mut Vec<Value>) {
     match doc {
@@ -646,11 +739,11 @@ fn text_fingerprint(text: &str) -> TextFingerprint {
 }
 
 /// One object of a file, as its load sees it.
-enum Doc {
+enum Doc<'t> {
     /// Parsed now; `piece` when it is its YAML document's only object (what a later load may
     /// take over), with the elements the document spent.
     Parsed {
-        value: Value,
+        value: DocValue<'t>,
         piece: Option<(PieceKey, usize)>,
     },
     /// Its document's text is the one that gave the object at `slot` last time.
@@ -661,16 +754,19 @@ enum Doc {
 /// document did not change (`previous`, with the lengths of the lists its slots index). Parsed
 /// whole, as before, whenever the text cannot be cut into documents exactly or a piece fails:
 /// errors read the same either way.
-fn documents(
+fn documents<'t>(
     path: &Path,
-    text: &str,
+    text: &'t str,
     limits: &InputLimits,
     previous: (&Pieces, usize, usize),
-) -> Result<Vec<Doc>, String> {
+) -> Result<Vec<Doc<'t>>, String> {
     let whole = || {
         parse_documents(path, text, limits).map(|docs| {
             docs.into_iter()
-                .map(|value| Doc::Parsed { value, piece: None })
+                .map(|value| Doc::Parsed {
+                    value: DocValue::Value(value),
+                    piece: None,
+                })
                 .collect()
         })
     };
@@ -707,8 +803,19 @@ fn documents(
         };
         spent += used;
         let mut items = Vec::new();
-        for value in values {
-            flatten(value, &mut items);
+        match values {
+            PieceValues::Trees(trees) => {
+                for tree in trees {
+                    flatten_tree(tree, &mut items);
+                }
+            }
+            PieceValues::Values(values) => {
+                let mut flat = Vec::new();
+                for value in values {
+                    flatten(value, &mut flat);
+                }
+                items.extend(flat.into_iter().map(DocValue::Value));
+            }
         }
         let single = items.len() == 1;
         out.extend(items.into_iter().map(|value| Doc::Parsed {
@@ -1037,46 +1144,46 @@ fn load_file(
             }
             Doc::Parsed { value, piece } => (value, piece),
         };
-        if is_native(&doc) {
-            let key = native_raw_key(&doc);
-            match decode_native(doc) {
-                Ok(object) => {
-                    if let Some((key, elements)) = piece {
-                        let slot = Slot::Native(native_out.len());
-                        pieces.insert(key, Piece { elements, slot });
+        let (key, decoded) = match decode_object(doc) {
+            Decoded::Controlplane { key, object } => (key, object),
+            Decoded::Native(doc) => {
+                let key = native_raw_key(&doc);
+                match decode_native(doc) {
+                    Ok(object) => {
+                        if let Some((key, elements)) = piece {
+                            let slot = Slot::Native(native_out.len());
+                            pieces.insert(key, Piece { elements, slot });
+                        }
+                        native_out.push(object)
                     }
-                    native_out.push(object)
+                    Err(msg) => {
+                        let previous = key.and_then(|k| old_native.iter().find(|o| native_key(o) == k));
+                        report_bad_object(errors, &mut unreported, path, i, &msg, previous.is_some());
+                        native_out.extend(previous.cloned());
+                    }
                 }
-                Err(msg) => {
-                    let previous = key.and_then(|k| old_native.iter().find(|o| native_key(o) == k));
-                    report_bad_object(errors, &mut unreported, path, i, &msg, previous.is_some());
-                    native_out.extend(previous.cloned());
-                }
+                continue;
             }
-            continue;
-        }
-        let key = raw_key(&doc);
+        };
         let clean_before = errors.len();
-        let loaded = ControlplaneObject::from_value(doc)
-            .map_err(|e| e.to_string())
-            .and_then(|obj| match obj.kind() {
-                Kind::AddressGroupPatch | Kind::AppliedToGroupPatch => Err(format!(
-                    "{} {:?}: patches cannot be loaded from files (write the whole group)",
-                    obj.kind(),
-                    obj.metadata().name
-                )),
-                _ => {
-                    // A member left out of its group is reported; the group still loads.
-                    for note in crate::policy::controlplane::validate::dropped_members(&obj) {
-                        errors.push(format!(
-                            "policy file {}: object {}: {note}",
-                            path.display(),
-                            i + 1
-                        ));
-                    }
-                    obj.validate().map_err(|e| e.to_string())
+        let loaded = decoded.and_then(|obj| match obj.kind() {
+            Kind::AddressGroupPatch | Kind::AppliedToGroupPatch => Err(format!(
+                "{} {:?}: patches cannot be loaded from files (write the whole group)",
+                obj.kind(),
+                obj.metadata().name
+            )),
+            _ => {
+                // A member left out of its group is reported; the group still loads.
+                for note in crate::policy::controlplane::validate::dropped_members(&obj) {
+                    errors.push(format!(
+                        "policy file {}: object {}: {note}",
+                        path.display(),
+                        i + 1
+                    ));
                 }
-            });
+                obj.validate().map_err(|e| e.to_string())
+            }
+        });
         match loaded {
             Ok(object) => {
                 // Without a note on a dropped member: taking it over later reports nothing.

@@ -472,26 +472,24 @@ impl ControlplaneObject {
                 })
             }
         }
-        let invalid = |e: serde_json::Error| DecodeError::Invalid {
+        Self::from_deserializer(kind, value).map_err(|e| DecodeError::Invalid {
             kind,
-            name: name.clone(),
+            name,
             message: e.to_string(),
-        };
+        })
+    }
+
+    /// The object of `kind` that `de` holds: what [`Self::from_value`] decodes once it has read
+    /// the kind and checked the `apiVersion` (a caller holding the object in another form checks
+    /// those the same way first).
+    pub fn from_deserializer<'de, D: Deserializer<'de>>(kind: Kind, de: D) -> Result<Self, D::Error> {
         Ok(match kind {
-            Kind::NetworkPolicy => {
-                ControlplaneObject::NetworkPolicy(Box::new(serde_json::from_value(value).map_err(invalid)?))
-            }
-            Kind::AddressGroup => {
-                ControlplaneObject::AddressGroup(serde_json::from_value(value).map_err(invalid)?)
-            }
-            Kind::AppliedToGroup => {
-                ControlplaneObject::AppliedToGroup(serde_json::from_value(value).map_err(invalid)?)
-            }
-            Kind::AddressGroupPatch => {
-                ControlplaneObject::AddressGroupPatch(serde_json::from_value(value).map_err(invalid)?)
-            }
+            Kind::NetworkPolicy => ControlplaneObject::NetworkPolicy(Box::new(Deserialize::deserialize(de)?)),
+            Kind::AddressGroup => ControlplaneObject::AddressGroup(Deserialize::deserialize(de)?),
+            Kind::AppliedToGroup => ControlplaneObject::AppliedToGroup(Deserialize::deserialize(de)?),
+            Kind::AddressGroupPatch => ControlplaneObject::AddressGroupPatch(Deserialize::deserialize(de)?),
             Kind::AppliedToGroupPatch => {
-                ControlplaneObject::AppliedToGroupPatch(serde_json::from_value(value).map_err(invalid)?)
+                ControlplaneObject::AppliedToGroupPatch(Deserialize::deserialize(de)?)
             }
         })
     }

@@ -1,7 +1,8 @@
-//! A fast reader for the plain subset of YAML that policy files are written in, straight into
-//! `serde_json::Value`s: the YAML library builds every event of a document before a value is
-//! made and reads some 10 MB/s, a quarter of a large fleet's realization; this reads the same
-//! subset at JSON speed.
+//! A fast reader for the plain subset of YAML that policy files are written in, into a tree of
+//! [`Node`]s borrowing the text (turned into `serde_json::Value`s, or deserialized into typed
+//! objects straight from the tree by [`de`]): the YAML library builds every event of a document
+//! before a value is made and reads some 10 MB/s, a quarter of a large fleet's realization; this
+//! reads the same subset at JSON speed.
 //!
 //! It is only a shortcut, never a second meaning. It accepts
 //! - documents cut by marker-only `---` lines (as [`split_yaml_documents`] cuts them);
@@ -18,9 +19,16 @@
 //! also gives any error. The unit tests compare both readers on the same texts, including
 //! thousands of randomly damaged ones: wherever this one answers, the answers are equal.
 
-use serde_json::{Map, Number, Value};
+use std::borrow::Cow;
+
+use serde_json::{Number, Value};
 
 use super::bounded::split_yaml_documents;
+
+pub mod de;
+mod node;
+
+pub use node::Node;
 
 /// Values deeper than this are left to the YAML library (which stops at 128 levels).
 const DEPTH_CAP: usize = 100;
@@ -37,9 +45,25 @@ pub struct Parsed {
     pub elements: usize,
 }
 
+/// The trees of a stream's documents and the elements they spent, as [`Parsed`] counts them.
+#[derive(Debug, PartialEq)]
+pub struct ParsedNodes<'t> {
+    pub nodes: Vec<Node<'t>>,
+    pub elements: usize,
+}
+
 /// Reads `text` if it is within the subset: at most `max_elements` values, none deeper than
 /// `max_depth` (the root is depth 0). `None`: outside the subset or past a limit.
 pub fn parse_stream(text: &str, max_elements: usize, max_depth: usize) -> Option<Parsed> {
+    let ParsedNodes { nodes, elements } = parse_nodes(text, max_elements, max_depth)?;
+    Some(Parsed {
+        values: nodes.into_iter().map(Node::into_value).collect(),
+        elements,
+    })
+}
+
+/// [`parse_stream`]'s trees, before they become values.
+pub fn parse_nodes(text: &str, max_elements: usize, max_depth: usize) -> Option<ParsedNodes<'_>> {
     if !text.bytes().all(|b| b == b'\n' || (b' '..=b'~').contains(&b)) {
         return None;
     }
@@ -53,7 +77,7 @@ pub fn parse_stream(text: &str, max_elements: usize, max_depth: usize) -> Option
         // An empty stream: the library reads one null document.
         return None;
     }
-    let mut values = Vec::new();
+    let mut nodes = Vec::new();
     for piece in pieces {
         let body = match piece.strip_prefix("---") {
             // The marker line holds nothing else (the cut guarantees it).
@@ -70,10 +94,10 @@ pub fn parse_stream(text: &str, max_elements: usize, max_depth: usize) -> Option
         if pos != lines.len() {
             return None;
         }
-        values.push(value);
+        nodes.push(value);
     }
-    Some(Parsed {
-        values,
+    Some(ParsedNodes {
+        nodes,
         elements: reader.elements,
     })
 }
@@ -116,13 +140,13 @@ impl Reader {
 
     /// The block node starting at `lines[*pos]`, inside a block indented `parent` (`None`: the
     /// document's root).
-    fn block_node(
+    fn block_node<'t>(
         &mut self,
-        lines: &mut [Line<'_>],
+        lines: &mut [Line<'t>],
         pos: &mut usize,
         parent: Option<usize>,
         depth: usize,
-    ) -> Option<Value> {
+    ) -> Option<Node<'t>> {
         let line = lines[*pos];
         if parent.is_some_and(|p| line.indent <= p) {
             return None;
@@ -145,15 +169,15 @@ impl Reader {
         Some(value)
     }
 
-    fn block_mapping(
+    fn block_mapping<'t>(
         &mut self,
-        lines: &mut [Line<'_>],
+        lines: &mut [Line<'t>],
         pos: &mut usize,
         indent: usize,
         depth: usize,
-    ) -> Option<Value> {
+    ) -> Option<Node<'t>> {
         self.spend(depth)?;
-        let mut map = Map::new();
+        let mut map = Vec::new();
         while let Some(&line) = lines.get(*pos) {
             if line.indent < indent {
                 break;
@@ -175,7 +199,7 @@ impl Reader {
                     }
                     _ => {
                         self.spend(depth + 1)?;
-                        Value::Null
+                        Node::Null
                     }
                 }
             } else {
@@ -183,20 +207,18 @@ impl Reader {
                 *pos += 1;
                 value
             };
-            if map.insert(key, value).is_some() {
-                return None;
-            }
+            map.push((key, value));
         }
-        Some(Value::Object(map))
+        node::mapping(map)
     }
 
-    fn block_sequence(
+    fn block_sequence<'t>(
         &mut self,
-        lines: &mut [Line<'_>],
+        lines: &mut [Line<'t>],
         pos: &mut usize,
         indent: usize,
         depth: usize,
-    ) -> Option<Value> {
+    ) -> Option<Node<'t>> {
         self.spend(depth)?;
         let mut items = Vec::new();
         while let Some(&line) = lines.get(*pos) {
@@ -216,7 +238,7 @@ impl Reader {
                     }
                     _ => {
                         self.spend(depth + 1)?;
-                        items.push(Value::Null);
+                        items.push(Node::Null);
                     }
                 }
                 continue;
@@ -229,11 +251,11 @@ impl Reader {
             };
             items.push(self.block_node(lines, pos, Some(indent), depth + 1)?);
         }
-        Some(Value::Array(items))
+        Some(Node::Seq(items))
     }
 
     /// A value that starts and ends on this line, then spaces and maybe a comment.
-    fn inline_value(&mut self, text: &str, depth: usize) -> Option<Value> {
+    fn inline_value<'t>(&mut self, text: &'t str, depth: usize) -> Option<Node<'t>> {
         let bytes = text.as_bytes();
         let mut at = 0;
         let value = match bytes.first()? {
@@ -249,7 +271,7 @@ impl Reader {
     }
 
     /// A flow node at `bytes[*at]` (spaces before it skipped), leaving `*at` after it.
-    fn flow_node(&mut self, bytes: &[u8], at: &mut usize, depth: usize) -> Option<Value> {
+    fn flow_node<'t>(&mut self, bytes: &'t [u8], at: &mut usize, depth: usize) -> Option<Node<'t>> {
         skip_spaces(bytes, at);
         match *bytes.get(*at)? {
             b'[' => {
@@ -264,31 +286,29 @@ impl Reader {
                         }
                     }
                 }
-                Some(Value::Array(items))
+                Some(Node::Seq(items))
             }
             b'{' => {
                 self.spend(depth)?;
                 *at += 1;
-                let mut map = Map::new();
+                let mut map = Vec::new();
                 if !closes_at_once(bytes, at, b'}') {
                     loop {
                         skip_spaces(bytes, at);
                         let key = flow_key(bytes, at)?;
                         let value = self.flow_node(bytes, at, depth + 1)?;
-                        if map.insert(key, value).is_some() {
-                            return None;
-                        }
+                        map.push((key, value));
                         if flow_end(bytes, at, b'}')? {
                             break;
                         }
                     }
                 }
-                Some(Value::Object(map))
+                node::mapping(map)
             }
             b'"' | b'\'' => {
                 let text = quoted(bytes, at)?;
                 self.spend(depth)?;
-                Some(Value::String(text))
+                Some(Node::Str(text))
             }
             _ => {
                 let start = *at;
@@ -339,7 +359,7 @@ fn flow_end(bytes: &[u8], at: &mut usize, close: u8) -> Option<bool> {
 }
 
 /// A flow mapping's key and the `: ` after it.
-fn flow_key(bytes: &[u8], at: &mut usize) -> Option<String> {
+fn flow_key<'t>(bytes: &'t [u8], at: &mut usize) -> Option<Cow<'t, str>> {
     let start = *at;
     let key = match *bytes.get(*at)? {
         b'"' | b'\'' => quoted(bytes, at)?,
@@ -351,7 +371,7 @@ fn flow_key(bytes: &[u8], at: &mut usize) -> Option<String> {
             if !starts_key(key) {
                 return None;
             }
-            key.to_owned()
+            Cow::Borrowed(key)
         }
     };
     if bytes.get(*at) != Some(&b':') || bytes.get(*at + 1) != Some(&b' ') || *at - start > KEY_CAP {
@@ -380,7 +400,7 @@ fn is_sequence_item(text: &str) -> bool {
 }
 
 /// The key of a `key: value` or `key:` line and the text after the colon.
-fn mapping_key(text: &str) -> Option<(String, &str)> {
+fn mapping_key(text: &str) -> Option<(Cow<'_, str>, &str)> {
     let bytes = text.as_bytes();
     let mut at = 0;
     let key = match *bytes.first()? {
@@ -391,7 +411,7 @@ fn mapping_key(text: &str) -> Option<(String, &str)> {
             if !starts_key(key) {
                 return None;
             }
-            key.to_owned()
+            Cow::Borrowed(key)
         }
     };
     let rest = text[at..].strip_prefix(':')?;
@@ -471,7 +491,7 @@ fn block_plain(text: &str) -> Option<&str> {
 }
 
 /// A quoted scalar at `bytes[*at]` that closes on its line; `*at` ends after the closing quote.
-fn quoted(bytes: &[u8], at: &mut usize) -> Option<String> {
+fn quoted<'t>(bytes: &'t [u8], at: &mut usize) -> Option<Cow<'t, str>> {
     let quote = *bytes.get(*at)?;
     let mut out = Vec::new();
     let mut i = *at + 1;
@@ -503,20 +523,20 @@ fn quoted(bytes: &[u8], at: &mut usize) -> Option<String> {
         }
     }
     *at = i;
-    String::from_utf8(out).ok()
+    String::from_utf8(out).ok().map(Cow::Owned)
 }
 
 /// A plain scalar's value, typed as `serde_norway` types it when deserializing into any value:
 /// null, a boolean, a decimal integer, a finite float, else the text. `None` for the forms left
 /// to the library (other radixes, `.inf`/`.nan`, integers past 64 bits).
-fn plain_value(scalar: &str) -> Option<Value> {
+fn plain_value(scalar: &str) -> Option<Node<'_>> {
     match scalar {
-        "~" | "null" | "Null" | "NULL" => return Some(Value::Null),
-        "true" | "True" | "TRUE" => return Some(Value::Bool(true)),
-        "false" | "False" | "FALSE" => return Some(Value::Bool(false)),
+        "~" | "null" | "Null" | "NULL" => return Some(Node::Null),
+        "true" | "True" | "TRUE" => return Some(Node::Bool(true)),
+        "false" | "False" | "FALSE" => return Some(Node::Bool(false)),
         _ => {}
     }
-    let text = || Some(Value::String(scalar.to_owned()));
+    let text = || Some(Node::Str(Cow::Borrowed(scalar)));
     let bytes = scalar.as_bytes();
     // Past the words above, what starts with a letter is text: the float parser's own words
     // (inf, infinity, nan) are not finite, which the library reads as text too.
@@ -546,19 +566,21 @@ fn plain_value(scalar: &str) -> Option<Value> {
             return None;
         }
         return if scalar.starts_with('-') {
-            scalar.parse::<i64>().ok().map(Value::from)
+            scalar.parse::<i64>().ok().map(|n| Node::Number(n.into()))
         } else {
-            digits.parse::<u64>().ok().map(Value::from)
+            digits.parse::<u64>().ok().map(|n| Node::Number(n.into()))
         };
     }
     if unsigned.starts_with(['+', '-']) && scalar.starts_with('+') {
         return text();
     }
     match unsigned.parse::<f64>() {
-        Ok(float) if float.is_finite() => Some(Number::from_f64(float).map_or(Value::Null, Value::Number)),
+        Ok(float) if float.is_finite() => Some(Number::from_f64(float).map_or(Node::Null, Node::Number)),
         _ => text(),
     }
 }
 
+#[cfg(test)]
+mod de_tests;
 #[cfg(test)]
 mod tests;

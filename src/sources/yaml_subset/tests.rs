@@ -411,7 +411,7 @@ fn edge_layouts_read_the_same_or_are_left_to_the_library() {
 }
 
 /// A random document of the policy files' shapes, written in random styles.
-fn document() -> impl Strategy<Value = String> {
+pub(super) fn document() -> impl Strategy<Value = String> {
     let scalar = prop_oneof![
         "[a-zA-Z][a-zA-Z0-9.-]{0,6}",
         "-?[0-9]{1,4}(\\.[0-9]{1,3})?",
