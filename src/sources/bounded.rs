@@ -245,20 +245,20 @@ pub fn parse_values(text: &str, json: bool, limits: &InputLimits) -> Result<Vec<
         de.end().map_err(|e| parse_error(e.to_string()))?;
         Ok(vec![value])
     } else {
-        parse_yaml_stream(text, &budget)
+        parse_yaml_stream(text, &budget).map(PieceValues::into_values)
     }
 }
 
 /// The values of YAML `text`'s documents, spending from `budget`: read by the fast reader of
-/// the plain subset ([`super::yaml_subset`]) when the text is within it, else by the YAML
-/// library (the same values either way; the library gives the errors).
-fn parse_yaml_stream(text: &str, budget: &Budget) -> Result<Vec<Value>, InputError> {
+/// the plain subset ([`super::yaml_subset`]) when the text is within it (its trees), else by the
+/// YAML library (the same values either way; the library gives the errors).
+fn parse_yaml_stream<'t>(text: &'t str, budget: &Budget) -> Result<PieceValues<'t>, InputError> {
     let room = budget.max_elements.saturating_sub(budget.elements.get());
-    if let Some(parsed) = super::yaml_subset::parse_stream(text, room, budget.max_depth) {
+    if let Some(parsed) = super::yaml_subset::parse_nodes(text, room, budget.max_depth) {
         budget.elements.set(budget.elements.get() + parsed.elements);
-        return Ok(parsed.values);
+        return Ok(PieceValues::Trees(parsed.nodes));
     }
-    parse_yaml_with_library(text, budget)
+    parse_yaml_with_library(text, budget).map(PieceValues::Values)
 }
 
 /// The values of YAML `text`'s documents as the YAML library reads them, spending from `budget`.
@@ -300,17 +300,14 @@ pub fn parse_yaml_piece<'t>(
     max_elements: usize,
     limits: &InputLimits,
 ) -> Result<(PieceValues<'t>, usize), InputError> {
-    if let Some(parsed) = super::yaml_subset::parse_nodes(text, max_elements, limits.max_nesting_depth) {
-        return Ok((PieceValues::Trees(parsed.nodes), parsed.elements));
-    }
     let budget = Budget {
         elements: Cell::new(0),
         max_elements,
         max_depth: limits.max_nesting_depth,
         exceeded: Cell::new(None),
     };
-    let out = parse_yaml_with_library(text, &budget)?;
-    Ok((PieceValues::Values(out), budget.elements.get()))
+    let out = parse_yaml_stream(text, &budget)?;
+    Ok((out, budget.elements.get()))
 }
 
 /// [`parse_yaml_piece`] by the YAML library alone: what the fast reader is compared with.

@@ -314,6 +314,16 @@ async fn timed<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
 }
 
 /// Every flow on the switch, read with our own flow-stats decoder, normalized.
+/// No bundle of `ids` is open on the switch: committing it finds no such bundle.
+async fn assert_bundles_gone(sw: &OfConnection, ids: impl IntoIterator<Item = u32>) {
+    for id in ids {
+        let e = timed("commit", sw.commit_bundle_as_is(id))
+            .await
+            .expect_err("the bundle must be gone");
+        assert!(e.to_string().contains("OFPBFC_BAD_ID"), "bundle {id}: {e}");
+    }
+}
+
 async fn decoded_flows(sw: &OfConnection, filter: FlowFilter) -> BTreeSet<Flow> {
     timed("dump flows", sw.dump_flows(filter))
         .await
@@ -678,12 +688,7 @@ async fn a_cancelled_bundle_is_discarded_on_the_switch() {
         assert!(futures::poll!(request.as_mut()).is_pending());
     }
     assert_ne!(streamed, atomic);
-    for id in [streamed, atomic] {
-        let e = timed("commit", sw.commit_bundle_as_is(id))
-            .await
-            .expect_err("the cancelled bundle must be gone");
-        assert!(e.to_string().contains("OFPBFC_BAD_ID"), "bundle {id}: {e}");
-    }
+    assert_bundles_gone(&sw, [streamed, atomic]).await;
     assert_eq!(br.dump_flows(false), before);
     // The connection goes on.
     timed("bundle", sw.bundle(vec![flow(7)]))
@@ -721,12 +726,7 @@ async fn a_refused_bundle_is_discarded_on_the_switch() {
         .expect_err("a refused flow_mod fails the atomic bundle");
     assert!(e.to_string().contains("OFPBIC_BAD_TABLE_ID"), "{e}");
     assert_ne!(streamed, atomic);
-    for id in [streamed, atomic] {
-        let e = timed("commit", sw.commit_bundle_as_is(id))
-            .await
-            .expect_err("the refused bundle must be gone");
-        assert!(e.to_string().contains("OFPBFC_BAD_ID"), "bundle {id}: {e}");
-    }
+    assert_bundles_gone(&sw, [streamed, atomic]).await;
     assert_eq!(br.dump_flows(false), before);
 }
 

@@ -1038,3 +1038,77 @@ fn nix_mkfifo(path: &Path) {
         .expect("mkfifo runs");
     assert!(status.success(), "mkfifo {}", path.display());
 }
+
+/// The same objects as YAML files (decoded from the fast reader's tree where it can) and as JSON
+/// files (always from the value) load to the same snapshot with the same errors: lists and
+/// top-level sequences flattened, an Antrea-native object left to the local controller, a wrong
+/// `apiVersion`, a field of the wrong type, an unknown kind.
+#[test]
+fn yaml_trees_load_as_json_values_do() {
+    let yaml: Vec<(&str, String)> = vec![
+        ("a.yaml", NP.to_owned()),
+        ("atg.yaml", ATG.to_owned()),
+        ("annp.yaml", ANNP.to_owned()),
+        ("inventory.yaml", FRONT.to_owned()),
+        (
+            "list.yaml",
+            "kind: AddressGroupList\nitems:\n- {kind: AddressGroup, metadata: {name: g2}}\n\
+             - kind: AddressGroup\n  metadata: {name: g3}\n"
+                .to_owned(),
+        ),
+        (
+            "seq.yaml",
+            "- {kind: AddressGroup, metadata: {name: g4}}\n\
+             - {apiVersion: controlplane.antrea.io/v1beta2, kind: AppliedToGroup, metadata: {name: a1}}\n"
+                .to_owned(),
+        ),
+        (
+            "version.yaml",
+            "kind: AddressGroup\napiVersion: v1\nmetadata: {name: x}\n".to_owned(),
+        ),
+        (
+            "type.yaml",
+            "kind: NetworkPolicy\nmetadata: {name: typed}\npriority: high\n".to_owned(),
+        ),
+        ("pod.yaml", "kind: Pod\nmetadata: {name: p}\n".to_owned()),
+    ];
+    for (name, text) in &yaml {
+        assert!(
+            crate::sources::yaml_subset::parse_nodes(text, 1_000_000, 64).is_some(),
+            "{name} is read by the fast reader"
+        );
+    }
+    let json: Vec<(String, String)> = yaml
+        .iter()
+        .map(|(name, text)| {
+            let docs: Vec<Value> = parse_values(text, false, &InputLimits::default()).expect("YAML");
+            let value = match <[Value; 1]>::try_from(docs) {
+                Ok([one]) => one,
+                Err(docs) => Value::Array(docs),
+            };
+            (name.replace(".yaml", ".json"), value.to_string())
+        })
+        .collect();
+    let load = |list: Vec<(&str, &str)>| {
+        let mut l = Loader::default();
+        db_node(&mut l);
+        build(&mut l, &list)
+    };
+    let from_yaml = load(yaml.iter().map(|(n, t)| (*n, t.as_str())).collect());
+    let from_json = load(json.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect());
+    assert_eq!(names(&from_yaml), names(&from_json));
+    assert_eq!(from_yaml.network_policies, from_json.network_policies);
+    assert_eq!(from_yaml.address_groups, from_json.address_groups);
+    assert_eq!(from_yaml.applied_to_groups, from_json.applied_to_groups);
+    let errors_of_json: Vec<String> = from_json
+        .errors
+        .iter()
+        .map(|e| e.replace(".json", ".yaml"))
+        .collect();
+    assert_eq!(from_yaml.errors, errors_of_json);
+    assert_eq!(from_yaml.errors.len(), 3, "{:#?}", from_yaml.errors);
+    let (policies, groups, applied) = names(&from_yaml);
+    assert_eq!(policies.len(), 2, "{policies:?}");
+    assert_eq!(groups.len(), 4, "{groups:?}");
+    assert_eq!(applied.len(), 3, "{applied:?}");
+}

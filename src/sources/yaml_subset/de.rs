@@ -2,21 +2,43 @@
 //! (building the value and walking it again cost a large fleet's load a third of its parse).
 //!
 //! Only a shortcut, never a second meaning: the tree is deserialized as `serde_json` deserializes
-//! the equal `Value` (scalars, sequences and mappings reach the visitor the same way; options,
-//! enums and newtypes too), except that a mapping's entries come in the document's order rather
-//! than sorted by key, which no derived or hand-written `Deserialize` of the wire types depends
-//! on (no key appears twice). Forms `Value` would accept through a special path (a map key read
-//! as a number or a boolean) fail here; the caller then decodes the `Value`, which also gives
-//! the error every failure reports.
+//! the equal `Value` (scalars, sequences and mappings reach the visitor the same way, each typed
+//! request checks the type as `serde_json` does; options and newtypes too), except that a
+//! mapping's entries come in the document's order rather than sorted by key, which no derived or
+//! hand-written `Deserialize` of the wire types depends on (no key appears twice). Forms `Value`
+//! would accept through a special path (an enum, none of which the wire types have; a map key
+//! read as a number or a boolean) fail here; the caller then decodes the `Value`, which also
+//! gives the error every failure reports.
 
-use serde::de::{
-    self, DeserializeSeed, EnumAccess, Error as _, IntoDeserializer, MapAccess, SeqAccess, VariantAccess,
-    Visitor,
-};
+use serde::de::{self, DeserializeSeed, Error as _, MapAccess, SeqAccess, Visitor};
 use serde::forward_to_deserialize_any;
 use serde_json::Error;
 
 use super::Node;
+
+/// Methods that deserialize as another one does.
+macro_rules! forward_typed {
+    ($to:ident: $($name:ident)*) => {
+        $(fn $name<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+            self.$to(visitor)
+        })*
+    };
+}
+
+impl Node<'_> {
+    /// The error `serde_json` gives when a value of another type than `expected` is found.
+    fn invalid(&self, expected: &dyn de::Expected) -> Error {
+        let unexpected = match self {
+            Node::Null => de::Unexpected::Unit,
+            Node::Bool(b) => de::Unexpected::Bool(*b),
+            Node::Number(_) => de::Unexpected::Other("number"),
+            Node::Str(s) => de::Unexpected::Str(s),
+            Node::Seq(_) => de::Unexpected::Seq,
+            Node::Map(_) => de::Unexpected::Map,
+        };
+        Error::invalid_type(unexpected, expected)
+    }
+}
 
 impl<'de, 'n, 't> de::Deserializer<'de> for &'n Node<'t> {
     type Error = Error;
@@ -70,41 +92,106 @@ impl<'de, 'n, 't> de::Deserializer<'de> for &'n Node<'t> {
         visitor.visit_newtype_struct(self)
     }
 
+    /// No wire type is an enum: left to the value's decoding.
     fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        _: &'static [&'static str],
+        _: V,
+    ) -> Result<V::Value, Error> {
+        Err(Error::custom(format_args!("enum {name}: decoded from the value")))
+    }
+
+    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self {
+            Node::Bool(b) => visitor.visit_bool(*b),
+            _ => Err(self.invalid(&visitor)),
+        }
+    }
+
+    fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self {
+            Node::Str(s) => visitor.visit_str(s),
+            _ => Err(self.invalid(&visitor)),
+        }
+    }
+
+    fn deserialize_bytes<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self {
+            Node::Str(_) | Node::Seq(_) => self.deserialize_any(visitor),
+            _ => Err(self.invalid(&visitor)),
+        }
+    }
+
+    fn deserialize_unit<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self {
+            Node::Null => visitor.visit_unit(),
+            _ => Err(self.invalid(&visitor)),
+        }
+    }
+
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self {
+            Node::Seq(_) => self.deserialize_any(visitor),
+            _ => Err(self.invalid(&visitor)),
+        }
+    }
+
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self {
+            Node::Map(_) => self.deserialize_any(visitor),
+            _ => Err(self.invalid(&visitor)),
+        }
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
         self,
         _: &'static str,
         _: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
         match self {
-            Node::Str(variant) => visitor.visit_enum(Variant {
-                name: variant,
-                value: None,
-            }),
-            Node::Map(entries) => match entries.as_slice() {
-                [(variant, value)] => visitor.visit_enum(Variant {
-                    name: variant,
-                    value: Some(value),
-                }),
-                _ => Err(Error::invalid_value(
-                    de::Unexpected::Map,
-                    &"map with a single key",
-                )),
-            },
-            _ => Err(Error::invalid_type(
-                de::Unexpected::Other("not a string or map"),
-                &"string or map",
-            )),
+            Node::Seq(_) | Node::Map(_) => self.deserialize_any(visitor),
+            _ => Err(self.invalid(&visitor)),
         }
+    }
+
+    fn deserialize_u64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self {
+            Node::Number(n) => de::Deserializer::deserialize_any(n.clone(), visitor),
+            _ => Err(self.invalid(&visitor)),
+        }
+    }
+
+    forward_typed! {deserialize_u64: deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64
+    deserialize_i128 deserialize_u8 deserialize_u16 deserialize_u32 deserialize_u128 deserialize_f32
+    deserialize_f64}
+    forward_typed! {deserialize_str: deserialize_char deserialize_string deserialize_identifier}
+    forward_typed! {deserialize_bytes: deserialize_byte_buf}
+
+    fn deserialize_unit_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        self.deserialize_unit(visitor)
+    }
+
+    fn deserialize_tuple<V: Visitor<'de>>(self, _: usize, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_seq(visitor)
+    }
+
+    fn deserialize_tuple_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        _: usize,
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        self.deserialize_seq(visitor)
     }
 
     fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         visitor.visit_unit()
-    }
-
-    forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf unit
-        unit_struct seq tuple tuple_struct map struct identifier
     }
 }
 
@@ -167,66 +254,5 @@ impl<'de> de::Deserializer<'de> for Key<'_> {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option
         unit unit_struct newtype_struct seq tuple tuple_struct map struct enum identifier
         ignored_any
-    }
-}
-
-/// An enum's variant: its name, and its value when written as a one-entry mapping.
-struct Variant<'n, 't> {
-    name: &'n str,
-    value: Option<&'n Node<'t>>,
-}
-
-impl<'de, 'n, 't> EnumAccess<'de> for Variant<'n, 't> {
-    type Error = Error;
-    type Variant = VariantValue<'n, 't>;
-
-    fn variant_seed<V: DeserializeSeed<'de>>(self, seed: V) -> Result<(V::Value, Self::Variant), Error> {
-        let name: de::value::StrDeserializer<'_, Error> = self.name.into_deserializer();
-        Ok((seed.deserialize(name)?, VariantValue(self.value)))
-    }
-}
-
-/// What follows an enum's variant name: its value, if any.
-struct VariantValue<'n, 't>(Option<&'n Node<'t>>);
-
-impl<'de> VariantAccess<'de> for VariantValue<'_, '_> {
-    type Error = Error;
-
-    fn unit_variant(self) -> Result<(), Error> {
-        match self.0 {
-            None | Some(Node::Null) => Ok(()),
-            Some(_) => Err(Error::invalid_type(de::Unexpected::Map, &"unit variant")),
-        }
-    }
-
-    fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value, Error> {
-        match self.0 {
-            Some(value) => seed.deserialize(value),
-            None => Err(Error::invalid_type(
-                de::Unexpected::UnitVariant,
-                &"newtype variant",
-            )),
-        }
-    }
-
-    fn tuple_variant<V: Visitor<'de>>(self, _: usize, visitor: V) -> Result<V::Value, Error> {
-        match self.0 {
-            Some(value @ Node::Seq(_)) => de::Deserializer::deserialize_any(value, visitor),
-            _ => Err(Error::invalid_type(de::Unexpected::UnitVariant, &"tuple variant")),
-        }
-    }
-
-    fn struct_variant<V: Visitor<'de>>(
-        self,
-        _: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, Error> {
-        match self.0 {
-            Some(value @ Node::Map(_)) => de::Deserializer::deserialize_any(value, visitor),
-            _ => Err(Error::invalid_type(
-                de::Unexpected::UnitVariant,
-                &"struct variant",
-            )),
-        }
     }
 }

@@ -8,7 +8,7 @@ use proptest::test_runner::TestRunner;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::tests::document;
+use super::tests::{bench_fleet_policy, document};
 use super::{parse_nodes, Node};
 use crate::policy::controlplane::{ControlplaneObject, Kind};
 use crate::sources::mutations::mutation;
@@ -37,7 +37,10 @@ fn decode_compared(tree: &Node<'_>) -> Option<ControlplaneObject> {
     assert_eq!(Value::deserialize(tree).expect("any tree is a value"), value);
     let named = tree.get("kind").and_then(Node::as_str).and_then(Kind::parse);
     let mut decoded = None;
-    for kind in named.into_iter().chain(ALL_KINDS) {
+    for kind in named
+        .into_iter()
+        .chain(ALL_KINDS.into_iter().filter(|k| Some(*k) != named))
+    {
         let Ok(from_tree) = ControlplaneObject::from_deserializer(kind, tree) else {
             continue;
         };
@@ -75,23 +78,7 @@ fn reference_texts() -> Vec<String> {
 /// Policies in the shapes the benches and the documentation write: flow style, block style,
 /// named and numbered ports, ICMP, FQDN, L7, ipBlock exceptions, whole and fractional priorities.
 fn policy_texts() -> Vec<String> {
-    let mut texts = Vec::new();
-    for i in 0..40 {
-        let priority = [1.0, 2.0, 5.5, 1.0 + f64::from(i) * 0.007][i as usize % 4];
-        texts.push(format!(
-            "apiVersion: controlplane.antrea.io/v1beta2
-kind: NetworkPolicy
-metadata: {{name: uid-fleet-{i}, uid: uid-fleet-{i}}}
-sourceRef: {{type: AntreaClusterNetworkPolicy, name: fleet-{i}, uid: uid-fleet-{i}}}
-appliedToGroups: [atg-vm1]
-priority: {priority}
-tierPriority: 250
-rules:
-- {{direction: In, from: {{ipBlocks: [{{cidr: 10.0.{i}.0/24}}, {{cidr: 192.168.0.0/16}}]}}, services: [{{protocol: TCP, port: 22}}, {{protocol: TCP, port: 8000, endPort: 8081}}], action: Allow, priority: 0}}
-- {{direction: Out, to: {{ipBlocks: [{{cidr: 10.1.{i}.0/24}}, {{cidr: \"fd00::/8\"}}]}}, services: [{{protocol: TCP, port: 22}}], action: Reject, priority: 1}}
-"
-        ));
-    }
+    let mut texts: Vec<String> = (0..40).map(|i| bench_fleet_policy(i).1).collect();
     texts.push(
         "kind: NetworkPolicy
 metadata:
@@ -203,4 +190,98 @@ fn random_trees_decode_as_their_values() {
         read += usize::from(decode_both(&doc).is_some());
     }
     assert!(read >= 500, "{read} of 1000");
+}
+
+/// `T` from `tree`, wherever that succeeds, equals `T` from the tree's value; `true` when it
+/// succeeded.
+fn same_as_value<T>(tree: &Node<'_>) -> bool
+where
+    T: for<'de> Deserialize<'de> + PartialEq + std::fmt::Debug,
+{
+    let Ok(from_tree) = T::deserialize(tree) else {
+        return false;
+    };
+    let value = tree.clone().into_value();
+    match T::deserialize(value.clone()) {
+        Ok(from_value) => assert_eq!(
+            from_tree,
+            from_value,
+            "{} from {value}",
+            std::any::type_name::<T>()
+        ),
+        Err(e) => panic!(
+            "{} from the tree of {value}: {from_tree:?}; from the value: {e}",
+            std::any::type_name::<T>()
+        ),
+    }
+    true
+}
+
+/// Every kind of tree asked for as every type the wire types are made of: a typed request
+/// checks the type as `serde_json` does (a number asked for as text fails, as it does from the
+/// value), and what succeeds decodes as from the value.
+#[test]
+fn every_kind_of_tree_decodes_into_every_type_as_its_value_does() {
+    use antrea_controlplane::ip::{IpAddress, IpNetWire};
+    use antrea_controlplane::types::{IntOrString, ObjectMeta};
+    use std::borrow::Cow;
+    use std::collections::BTreeMap;
+    let text = |s: &'static str| Node::Str(Cow::Borrowed(s));
+    let trees = [
+        Node::Null,
+        Node::Bool(true),
+        Node::Number(80u64.into()),
+        Node::Number((-3i64).into()),
+        Node::Number(serde_json::Number::from_f64(2.5).expect("finite")),
+        text("80"),
+        text("http"),
+        text("10.0.0.0/8"),
+        text("10.1.2.3"),
+        Node::Seq(vec![]),
+        Node::Seq(vec![text("a"), text("b")]),
+        Node::Seq(vec![Node::Number(1u64.into())]),
+        Node::Map(vec![]),
+        Node::Map(vec![
+            (Cow::Borrowed("a"), text("b")),
+            (Cow::Borrowed("c"), text("d")),
+        ]),
+        Node::Map(vec![
+            (Cow::Borrowed("prefixLength"), Node::Number(8u64.into())),
+            (Cow::Borrowed("ip"), text("CgAAAA==")),
+        ]),
+        Node::Map(vec![
+            (Cow::Borrowed("name"), text("n")),
+            (Cow::Borrowed("zone"), Node::Seq(vec![Node::Null])),
+            (Cow::Borrowed("generation"), Node::Number(2u64.into())),
+        ]),
+    ];
+    let mut decoded = 0;
+    for tree in &trees {
+        decoded += [
+            same_as_value::<String>(tree),
+            same_as_value::<bool>(tree),
+            same_as_value::<i32>(tree),
+            same_as_value::<u16>(tree),
+            same_as_value::<f64>(tree),
+            same_as_value::<()>(tree),
+            same_as_value::<Vec<String>>(tree),
+            same_as_value::<Vec<u8>>(tree),
+            same_as_value::<(String, String)>(tree),
+            same_as_value::<BTreeMap<String, String>>(tree),
+            same_as_value::<Option<String>>(tree),
+            same_as_value::<Option<i32>>(tree),
+            same_as_value::<IpAddress>(tree),
+            same_as_value::<IpNetWire>(tree),
+            same_as_value::<IntOrString>(tree),
+            same_as_value::<ObjectMeta>(tree),
+            same_as_value::<Value>(tree),
+        ]
+        .into_iter()
+        .filter(|ok| *ok)
+        .count();
+    }
+    // Text asked for as a number fails from the tree as from the value.
+    assert!(!same_as_value::<i32>(&text("80")));
+    assert!(!same_as_value::<String>(&Node::Number(80u64.into())));
+    assert!(decoded >= 40, "{decoded} decodes");
 }

@@ -90,13 +90,11 @@ items: [1, 2.5, x y, -3, +4]
     assert_eq!(values[1]["items"], json!([1, 2.5, "x y", -3, 4]));
 }
 
-/// Every fleet policy the benches write, both kinds of priority.
-#[test]
-fn the_bench_fleets_are_read_fast() {
-    for i in 0..300 {
-        let priority = [1.0, 2.0, 5.5, 1.0 + f64::from(i) * 0.007][i as usize % 4];
-        let text = format!(
-            "apiVersion: controlplane.antrea.io/v1beta2
+/// Fleet policy `i` as the benches write it, with its priority (whole-number or fractional).
+pub(super) fn bench_fleet_policy(i: u32) -> (f64, String) {
+    let priority = [1.0, 2.0, 5.5, 1.0 + f64::from(i) * 0.007][i as usize % 4];
+    let text = format!(
+        "apiVersion: controlplane.antrea.io/v1beta2
 kind: NetworkPolicy
 metadata: {{name: uid-fleet-{i}, uid: uid-fleet-{i}}}
 sourceRef: {{type: AntreaClusterNetworkPolicy, name: fleet-{i}, uid: uid-fleet-{i}}}
@@ -107,7 +105,15 @@ rules:
 - {{direction: In, from: {{ipBlocks: [{{cidr: 10.0.{i}.0/24}}, {{cidr: 192.168.0.0/16}}]}}, services: [{{protocol: TCP, port: 22}}, {{protocol: TCP, port: 8000, endPort: 8081}}], action: Allow, priority: 0}}
 - {{direction: Out, to: {{ipBlocks: [{{cidr: 10.1.{i}.0/24}}, {{cidr: \"fd00::/8\"}}]}}, services: [{{protocol: TCP, port: 22}}], action: Reject, priority: 1}}
 "
-        );
+    );
+    (priority, text)
+}
+
+/// Every fleet policy the benches write, both kinds of priority.
+#[test]
+fn the_bench_fleets_are_read_fast() {
+    for i in 0..300 {
+        let (priority, text) = bench_fleet_policy(i);
         let values = fast(&text);
         assert_eq!(values[0]["priority"].as_f64(), Some(priority), "{text}");
     }

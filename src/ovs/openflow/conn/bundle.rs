@@ -16,7 +16,8 @@ use crate::ovs::openflow::{FlowModChunks, OfError};
 
 use super::{rejected, Inner, OfConnection, Registration};
 
-/// Discards a bundle unless disarmed: armed from the bundle's open until its request ends. A
+/// Discards a bundle unless disarmed: armed from before the bundle's open until its request
+/// ends (a DISCARD that arrives before any OPEN finds no bundle, and changes nothing). A
 /// request that fails on a live connection (a refused add, a timeout, a failed commit) leaves it
 /// armed, and so does one whose caller is cancelled (its future dropped) half-way: OVS would
 /// otherwise keep the half-sent bundle, with every flow_mod sent so far, until its idle timeout.
@@ -201,7 +202,7 @@ impl OfConnection {
         }
         w.bytes(&messages::barrier_request(s + n + 1));
         self.inner.send(w.into_vec())?;
-        self.discarded_unless_ok(
+        self.discard_unless_ok(
             bundle_id,
             flags,
             self.finish_bundle(reg, s, n, bundle_id, flags, mods),
@@ -213,7 +214,7 @@ impl OfConnection {
     /// on the switch unless the request succeeded or the connection is gone: whatever failed (a
     /// refused add, a timeout, the commit) or if the caller is cancelled meanwhile, the bundle
     /// must not stay open on a live connection.
-    async fn discarded_unless_ok<T>(
+    async fn discard_unless_ok<T>(
         &self,
         bundle_id: u32,
         flags: u16,
@@ -350,7 +351,7 @@ impl OfConnection {
         };
         let flags = bundle_flags::ATOMIC | bundle_flags::ORDERED;
         let bundle_id = self.next_bundle_id();
-        self.discarded_unless_ok(
+        self.discard_unless_ok(
             bundle_id,
             flags,
             self.stream_bundle(bundle_id, flags, first, chunks),
@@ -452,12 +453,11 @@ impl OfConnection {
                 }
             }
         }
-        if open_error.is_some() || !errors.is_empty() {
-            return Err(match (open_error, errors.first()) {
-                (Some(e), _) => rejected("bundle open", &e, None),
-                (None, Some((chunk, xid, e))) => describe_streamed(&sent, total, *chunk, *xid, e),
-                (None, None) => OfError::Closed,
-            });
+        if let Some(e) = open_error {
+            return Err(rejected("bundle open", &e, None));
+        }
+        if let Some((chunk, xid, e)) = errors.first() {
+            return Err(describe_streamed(&sent, total, *chunk, *xid, e));
         }
 
         let commit_error = self.commit_alone(bundle_id, flags).await?;
