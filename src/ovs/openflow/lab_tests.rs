@@ -313,7 +313,6 @@ async fn timed<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("timed out: {what}"))
 }
 
-/// Every flow on the switch, read with our own flow-stats decoder, normalized.
 /// No bundle of `ids` is open on the switch: committing it finds no such bundle.
 async fn assert_bundles_gone(sw: &OfConnection, ids: impl IntoIterator<Item = u32>) {
     for id in ids {
@@ -324,6 +323,7 @@ async fn assert_bundles_gone(sw: &OfConnection, ids: impl IntoIterator<Item = u3
     }
 }
 
+/// Every flow on the switch, read with our own flow-stats decoder, normalized.
 async fn decoded_flows(sw: &OfConnection, filter: FlowFilter) -> BTreeSet<Flow> {
     timed("dump flows", sw.dump_flows(filter))
         .await

@@ -7,7 +7,7 @@
 //! mapping's entries come in the document's order rather than sorted by key, which no derived or
 //! hand-written `Deserialize` of the wire types depends on (no key appears twice). Forms `Value`
 //! would accept through a special path (an enum, none of which the wire types have; a map key
-//! read as a number or a boolean) fail here; the caller then decodes the `Value`, which also
+//! read as anything but text) fail here; the caller then decodes the `Value`, which also
 //! gives the error every failure reports.
 
 use serde::de::{self, DeserializeSeed, Error as _, MapAccess, SeqAccess, Visitor};
@@ -31,7 +31,11 @@ impl Node<'_> {
         let unexpected = match self {
             Node::Null => de::Unexpected::Unit,
             Node::Bool(b) => de::Unexpected::Bool(*b),
-            Node::Number(_) => de::Unexpected::Other("number"),
+            Node::Number(n) => match (n.as_u64(), n.as_i64()) {
+                (Some(u), _) => de::Unexpected::Unsigned(u),
+                (None, Some(i)) => de::Unexpected::Signed(i),
+                (None, None) => de::Unexpected::Float(n.as_f64().unwrap_or(f64::NAN)),
+            },
             Node::Str(s) => de::Unexpected::Str(s),
             Node::Seq(_) => de::Unexpected::Seq,
             Node::Map(_) => de::Unexpected::Map,
@@ -239,8 +243,9 @@ impl<'de> MapAccess<'de> for Entries<'_, '_> {
     }
 }
 
-/// A mapping's key: text, whatever type is asked for (a key read as anything else fails, and
-/// the caller decodes the `Value` instead).
+/// A mapping's key: text, whatever type is asked for (a key read as anything but text, which
+/// `serde_json` reads as a number, a boolean, an option, a newtype or an enum, fails, and the
+/// caller decodes the `Value` instead).
 struct Key<'n>(&'n str);
 
 impl<'de> de::Deserializer<'de> for Key<'_> {

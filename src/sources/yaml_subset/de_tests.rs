@@ -217,17 +217,12 @@ where
     true
 }
 
-/// Every kind of tree asked for as every type the wire types are made of: a typed request
-/// checks the type as `serde_json` does (a number asked for as text fails, as it does from the
-/// value), and what succeeds decodes as from the value.
-#[test]
-fn every_kind_of_tree_decodes_into_every_type_as_its_value_does() {
-    use antrea_controlplane::ip::{IpAddress, IpNetWire};
-    use antrea_controlplane::types::{IntOrString, ObjectMeta};
+/// A tree of every kind: null, a boolean, numbers of each sign and a float, texts (a number's, a
+/// name's, a CIDR's, an address's), sequences and mappings, empty or not.
+fn sample_trees() -> Vec<Node<'static>> {
     use std::borrow::Cow;
-    use std::collections::BTreeMap;
     let text = |s: &'static str| Node::Str(Cow::Borrowed(s));
-    let trees = [
+    vec![
         Node::Null,
         Node::Bool(true),
         Node::Number(80u64.into()),
@@ -254,7 +249,18 @@ fn every_kind_of_tree_decodes_into_every_type_as_its_value_does() {
             (Cow::Borrowed("zone"), Node::Seq(vec![Node::Null])),
             (Cow::Borrowed("generation"), Node::Number(2u64.into())),
         ]),
-    ];
+    ]
+}
+
+/// Every kind of tree asked for as every type the wire types are made of: what succeeds decodes
+/// as from the value (the requests themselves are held to the value's by
+/// `every_request_on_every_tree_is_answered_as_the_value_answers_it`).
+#[test]
+fn every_kind_of_tree_decodes_into_every_type_as_its_value_does() {
+    use antrea_controlplane::ip::{IpAddress, IpNetWire};
+    use antrea_controlplane::types::{IntOrString, ObjectMeta};
+    use std::collections::BTreeMap;
+    let trees = sample_trees();
     let mut decoded = 0;
     for tree in &trees {
         decoded += [
@@ -280,8 +286,161 @@ fn every_kind_of_tree_decodes_into_every_type_as_its_value_does() {
         .filter(|ok| *ok)
         .count();
     }
-    // Text asked for as a number fails from the tree as from the value.
-    assert!(!same_as_value::<i32>(&text("80")));
-    assert!(!same_as_value::<String>(&Node::Number(80u64.into())));
     assert!(decoded >= 40, "{decoded} decodes");
+}
+
+/// What a visitor was called with: text of any kind is one (`'de` is never borrowed), and a
+/// mapping's entries are sorted by key (the value's are).
+#[derive(Debug, PartialEq)]
+enum Visit {
+    Bool(bool),
+    U64(u64),
+    I64(i64),
+    F64(u64),
+    Str(String),
+    Unit,
+    None,
+    Some(Box<Visit>),
+    Newtype(Box<Visit>),
+    Seq(Vec<Visit>),
+    Map(Vec<(Visit, Visit)>),
+    Enum,
+}
+
+/// A visitor that takes whatever it is given and records it.
+struct Probe;
+
+impl<'de> Deserialize<'de> for Visit {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Visit, D::Error> {
+        d.deserialize_any(Probe)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Probe {
+    type Value = Visit;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("anything")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Visit, E> {
+        Ok(Visit::Bool(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Visit, E> {
+        Ok(Visit::U64(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Visit, E> {
+        Ok(Visit::I64(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Visit, E> {
+        Ok(Visit::F64(v.to_bits()))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Visit, E> {
+        Ok(Visit::Str(v.to_owned()))
+    }
+    fn visit_unit<E>(self) -> Result<Visit, E> {
+        Ok(Visit::Unit)
+    }
+    fn visit_none<E>(self) -> Result<Visit, E> {
+        Ok(Visit::None)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Visit, D::Error> {
+        Ok(Visit::Some(Box::new(Visit::deserialize(d)?)))
+    }
+    fn visit_newtype_struct<D: serde::Deserializer<'de>>(self, d: D) -> Result<Visit, D::Error> {
+        Ok(Visit::Newtype(Box::new(Visit::deserialize(d)?)))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Visit, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = a.next_element::<Visit>()? {
+            items.push(item);
+        }
+        Ok(Visit::Seq(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Visit, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(entry) = a.next_entry::<Visit, Visit>()? {
+            entries.push(entry);
+        }
+        entries.sort_by_key(|(k, _)| format!("{k:?}"));
+        Ok(Visit::Map(entries))
+    }
+    fn visit_enum<A: serde::de::EnumAccess<'de>>(self, _: A) -> Result<Visit, A::Error> {
+        Ok(Visit::Enum)
+    }
+}
+
+/// Every request a `Deserialize` can make, with a visitor that accepts anything, on every kind
+/// of tree: wherever the tree answers, the value answers with the same visit. This is what holds
+/// the typed requests to `serde_json`'s type checks (a text asked for as a number, or a number
+/// as text, must fail from the tree, since it fails from the value).
+#[test]
+fn every_request_on_every_tree_is_answered_as_the_value_answers_it() {
+    use serde::Deserializer as _;
+    let mut answered = 0;
+    let mut refused = 0;
+    for tree in &sample_trees() {
+        let value = tree.clone().into_value();
+        macro_rules! probe {
+            ($($method:ident($($arg:expr),*);)*) => {$(
+                match tree.$method($($arg,)* Probe) {
+                    Ok(from_tree) => {
+                        match value.clone().$method($($arg,)* Probe) {
+                            Ok(from_value) => assert_eq!(from_tree, from_value, "{} of {value}", stringify!($method)),
+                            Err(e) => panic!("{} of {value}: {from_tree:?} from the tree; from the value: {e}", stringify!($method)),
+                        }
+                        answered += 1;
+                    }
+                    Err(_) => refused += 1,
+                }
+            )*};
+        }
+        probe! {
+            deserialize_any(); deserialize_bool(); deserialize_i8(); deserialize_i16();
+            deserialize_i32(); deserialize_i64(); deserialize_i128(); deserialize_u8();
+            deserialize_u16(); deserialize_u32(); deserialize_u64(); deserialize_u128();
+            deserialize_f32(); deserialize_f64(); deserialize_char(); deserialize_str();
+            deserialize_string(); deserialize_bytes(); deserialize_byte_buf(); deserialize_option();
+            deserialize_unit(); deserialize_unit_struct("S"); deserialize_newtype_struct("S");
+            deserialize_seq(); deserialize_tuple(2); deserialize_tuple_struct("S", 2);
+            deserialize_map(); deserialize_struct("S", &["a"]); deserialize_enum("E", &["A"]);
+            deserialize_identifier(); deserialize_ignored_any();
+        }
+    }
+    // Both happen: the checks are not vacuous either way.
+    assert!(
+        answered >= 100 && refused >= 100,
+        "{answered} answered, {refused} refused"
+    );
+    // A text asked for as a number, and a number asked for as text: refused by both.
+    let text = Node::Str(std::borrow::Cow::Borrowed("80"));
+    assert!(serde::Deserializer::deserialize_u16(&text, Probe).is_err());
+    assert!(serde_json::Value::from("80").deserialize_u16(Probe).is_err());
+    let number = Node::Number(80u64.into());
+    assert!(serde::Deserializer::deserialize_str(&number, Probe).is_err());
+    assert!(serde_json::Value::from(80u64).deserialize_str(Probe).is_err());
+}
+
+/// Derived types beyond the wire types': a struct read from a sequence or a mapping decodes as
+/// from the value; an enum is left to the value (it always fails from the tree).
+#[test]
+fn derived_structs_decode_as_from_the_value_and_enums_are_left_to_it() {
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Pair {
+        a: Option<String>,
+        #[serde(default)]
+        b: Vec<i32>,
+    }
+    #[derive(Debug, Deserialize, PartialEq)]
+    enum Choice {
+        A,
+        B(i32),
+    }
+    let mut decoded = 0;
+    for tree in &sample_trees() {
+        decoded += usize::from(same_as_value::<Pair>(tree));
+        assert!(Choice::deserialize(tree).is_err(), "{tree:?}");
+    }
+    assert!(decoded >= 2, "{decoded}");
+    let choice = Node::Str(std::borrow::Cow::Borrowed("A"));
+    assert!(Choice::deserialize(&choice).is_err());
+    assert_eq!(Choice::deserialize(choice.into_value()).ok(), Some(Choice::A));
 }

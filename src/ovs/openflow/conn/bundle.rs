@@ -16,8 +16,9 @@ use crate::ovs::openflow::{FlowModChunks, OfError};
 
 use super::{rejected, Inner, OfConnection, Registration};
 
-/// Discards a bundle unless disarmed: armed from before the bundle's open until its request
-/// ends (a DISCARD that arrives before any OPEN finds no bundle, and changes nothing). A
+/// Discards a bundle unless disarmed: armed no later than the bundle's open is queued (before
+/// it, for a streamed bundle: a DISCARD that arrives before any OPEN finds no bundle, and
+/// changes nothing) until its request ends. A
 /// request that fails on a live connection (a refused add, a timeout, a failed commit) leaves it
 /// armed, and so does one whose caller is cancelled (its future dropped) half-way: OVS would
 /// otherwise keep the half-sent bundle, with every flow_mod sent so far, until its idle timeout.
