@@ -18,10 +18,10 @@ use super::{rejected, Inner, OfConnection, Registration};
 
 /// Discards a bundle unless disarmed: armed no later than the bundle's open is queued (before
 /// it, for a streamed bundle: a DISCARD that arrives before any OPEN finds no bundle, and
-/// changes nothing) until its request ends. A
-/// request that fails on a live connection (a refused add, a timeout, a failed commit) leaves it
-/// armed, and so does one whose caller is cancelled (its future dropped) half-way: OVS would
-/// otherwise keep the half-sent bundle, with every flow_mod sent so far, until its idle timeout.
+/// changes nothing) until its request ends. A request that fails on a live connection (a
+/// refused add, a timeout, a failed commit) leaves it armed, and so does one whose caller is
+/// cancelled (its future dropped) half-way: OVS would otherwise keep the half-sent bundle, with
+/// every flow_mod sent so far, until its idle timeout.
 /// A discard that finds no bundle (OVS dropped it after a failed commit, or committed it just
 /// before a cancel) is answered with an error and changes nothing: the commit stands.
 struct DiscardUnlessDisarmed {
