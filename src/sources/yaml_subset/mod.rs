@@ -21,7 +21,7 @@
 
 use std::borrow::Cow;
 
-use serde_json::{Number, Value};
+use serde_json::Number;
 
 use super::bounded::split_yaml_documents;
 
@@ -37,23 +37,24 @@ const DEPTH_CAP: usize = 100;
 /// that starts 1,024 characters or more before its colon.
 const KEY_CAP: usize = 1_000;
 
-/// The values of a stream's documents and the elements they spent (each value counts one, as
+/// The trees of a stream's documents and the elements they spent (each value counts one, as
 /// [`super::bounded`]'s budget counts them).
-#[derive(Debug, PartialEq)]
-pub struct Parsed {
-    pub values: Vec<Value>,
-    pub elements: usize,
-}
-
-/// The trees of a stream's documents and the elements they spent, as [`Parsed`] counts them.
 #[derive(Debug, PartialEq)]
 pub struct ParsedNodes<'t> {
     pub nodes: Vec<Node<'t>>,
     pub elements: usize,
 }
 
-/// Reads `text` if it is within the subset: at most `max_elements` values, none deeper than
-/// `max_depth` (the root is depth 0). `None`: outside the subset or past a limit.
+/// [`parse_nodes`] with the trees turned into values: what the tests compare with the YAML
+/// library.
+#[cfg(test)]
+#[derive(Debug, PartialEq)]
+pub struct Parsed {
+    pub values: Vec<serde_json::Value>,
+    pub elements: usize,
+}
+
+#[cfg(test)]
 pub fn parse_stream(text: &str, max_elements: usize, max_depth: usize) -> Option<Parsed> {
     let ParsedNodes { nodes, elements } = parse_nodes(text, max_elements, max_depth)?;
     Some(Parsed {
@@ -62,7 +63,8 @@ pub fn parse_stream(text: &str, max_elements: usize, max_depth: usize) -> Option
     })
 }
 
-/// [`parse_stream`]'s trees, before they become values.
+/// Reads `text` if it is within the subset: at most `max_elements` values, none deeper than
+/// `max_depth` (the root is depth 0), as trees. `None`: outside the subset or past a limit.
 pub fn parse_nodes(text: &str, max_elements: usize, max_depth: usize) -> Option<ParsedNodes<'_>> {
     if !text.bytes().all(|b| b == b'\n' || (b' '..=b'~').contains(&b)) {
         return None;
