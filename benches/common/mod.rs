@@ -46,7 +46,7 @@ pub fn fleet_rules(n: usize) -> Vec<CompiledRuleInput> {
             let uid = format!("uid-{}", i / 5);
             CompiledRuleInput {
                 id: RuleId {
-                    policy_uid: uid.clone(),
+                    policy_uid: uid.as_str().into(),
                     direction,
                     index: (i % 5) as i32,
                     services_key: String::new(),

@@ -364,6 +364,7 @@ fn resolve_policy(
         }
     };
     let max_rule_priority = policy.rules.iter().map(|r| r.priority).max().unwrap_or(0);
+    let policy_uid: Arc<str> = Arc::from(reference.uid.as_str());
     for (i, rule) in policy.rules.iter().enumerate() {
         let what = || {
             format!(
@@ -394,7 +395,7 @@ fn resolve_policy(
         };
         let template = CompiledRuleInput {
             id: RuleId {
-                policy_uid: reference.uid.clone(),
+                policy_uid: Arc::clone(&policy_uid),
                 direction,
                 index: rule_priority,
                 services_key: String::new(),

@@ -10,6 +10,7 @@
 //! told apart by [`RuleId::services_key`].
 
 use std::net::IpAddr;
+use std::sync::{Arc, OnceLock};
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
@@ -74,11 +75,20 @@ pub struct PolicyRef {
     pub uid: String,
 }
 
+/// The empty policy uid, below every other: where a search starts (shared, so starting one
+/// allocates nothing).
+pub fn no_policy_uid() -> Arc<str> {
+    static EMPTY: OnceLock<Arc<str>> = OnceLock::new();
+    Arc::clone(EMPTY.get_or_init(|| Arc::from("")))
+}
+
 /// A rule's identity. The conjunction id allocator keys on it, so a rule keeps its conjunction
 /// id (and therefore its flows) while it exists, whatever else about it changes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RuleId {
-    pub policy_uid: String,
+    /// Shared by the rules of a policy: a rule id is cloned wherever rules are keyed (the
+    /// resolved view, the priority users, the conjunction ids), without a copy of the uid.
+    pub policy_uid: Arc<str>,
     /// Ingress and egress rules are numbered separately inside a policy.
     pub direction: Direction,
     /// The rule's index in the policy's ingress or egress list.

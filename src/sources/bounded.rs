@@ -4,7 +4,9 @@
 //!
 //! - [`read_regular_file`] reads only regular files (after following symlinks): it stats first,
 //!   opens with `O_NONBLOCK` (a FIFO swapped in meanwhile cannot block the open or the read),
-//!   checks the opened file again, and never reads more than the size limit.
+//!   checks the opened file again, and never reads more than the size limit. [`read_checked`]
+//!   skips the stat for a file the directory listing names as a regular file (opened without
+//!   following symlinks) and gives the opened file's metadata.
 //! - [`parse_values`] parses YAML documents or JSON into `serde_json::Value`s after a linear
 //!   pre-scan of the flow nesting depth (the YAML parser is quadratic in deep flow collections:
 //!   60,000 nested `{a: ` take tens of seconds), counting every element while it builds the values
@@ -72,9 +74,39 @@ fn file_kind(t: std::fs::FileType) -> &'static str {
 
 /// Reads `path` if it is a regular file (symlinks followed) of at most `max_bytes`.
 pub fn read_regular_file(path: &Path, max_bytes: u64) -> Result<FileRead, InputError> {
+    read_checked(path, max_bytes, Listed::Unknown).map(|(read, _)| read)
+}
+
+/// What the directory listing said about a file about to be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listed {
+    /// A regular file itself (not a symlink): it is opened without a stat first.
+    RegularFile,
+    /// Anything else, or not listed: stat first, so that nothing but a regular file is opened.
+    Unknown,
+}
+
+/// [`read_regular_file`], with the metadata of the file read, taken from the opened file before
+/// reading it (for a regular file). A file the listing named as a regular file is opened without
+/// a stat first, and without following a symlink (`O_NOFOLLOW`): replaced since the listing by
+/// a FIFO or a device node, it is opened (never blocking: `O_NONBLOCK`, `O_NOCTTY`), found to be
+/// no regular file and not read; by a symlink (to a device, say), it is not opened at all. Any
+/// failure to open it that way (a symlink, a socket, a file gone) is answered as for a file the
+/// listing did not know: the stat first.
+pub fn read_checked(
+    path: &Path,
+    max_bytes: u64,
+    listed: Listed,
+) -> Result<(FileRead, Option<std::fs::Metadata>), InputError> {
+    if listed == Listed::RegularFile {
+        return match open_nonblocking(path, libc::O_NOFOLLOW) {
+            Ok(file) => read_opened(file, max_bytes),
+            Err(_) => read_checked(path, max_bytes, Listed::Unknown),
+        };
+    }
     let io = |e: std::io::Error| InputError::Io(e.to_string());
     match std::fs::metadata(path) {
-        Ok(m) if !m.is_file() => return Ok(FileRead::NotRegular(file_kind(m.file_type()))),
+        Ok(m) if !m.is_file() => return Ok((FileRead::NotRegular(file_kind(m.file_type())), None)),
         Ok(m) if m.len() > max_bytes => {
             return Err(InputError::TooLarge {
                 size: m.len(),
@@ -82,31 +114,44 @@ pub fn read_regular_file(path: &Path, max_bytes: u64) -> Result<FileRead, InputE
             })
         }
         Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            // A symlink whose target is gone is there, but unusable: say so.
-            return Ok(match std::fs::symlink_metadata(path) {
-                Ok(m) if m.file_type().is_symlink() => FileRead::NotRegular("a dangling symlink"),
-                _ => FileRead::Missing,
-            });
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((missing_or_dangling(path), None)),
         Err(e) => return Err(io(e)),
     }
     // Replaced between the stat and the open? O_NONBLOCK keeps a FIFO from blocking, and the
     // opened file is checked again.
-    let file = match std::fs::OpenOptions::new()
+    match open_nonblocking(path, 0) {
+        Ok(file) => read_opened(file, max_bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((missing_or_dangling(path), None)),
+        Err(e) => Err(io(e)),
+    }
+}
+
+/// Opens `path` for reading, never blocking on a FIFO nor taking a terminal, with `flags` more.
+fn open_nonblocking(path: &Path, flags: i32) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | flags)
         .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(FileRead::Missing),
-        Err(e) => return Err(io(e)),
-    };
+}
+
+/// The text of an opened file, if it is a regular file of at most `max_bytes`, with its
+/// metadata (taken before the read).
+fn read_opened(
+    file: std::fs::File,
+    max_bytes: u64,
+) -> Result<(FileRead, Option<std::fs::Metadata>), InputError> {
+    let io = |e: std::io::Error| InputError::Io(e.to_string());
     let meta = file.metadata().map_err(io)?;
     if !meta.is_file() {
-        return Ok(FileRead::NotRegular(file_kind(meta.file_type())));
+        return Ok((FileRead::NotRegular(file_kind(meta.file_type())), None));
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len().min(max_bytes)).unwrap_or(0));
+    if meta.len() > max_bytes {
+        return Err(InputError::TooLarge {
+            size: meta.len(),
+            max: max_bytes,
+        });
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
     file.take(max_bytes.saturating_add(1))
         .read_to_end(&mut bytes)
         .map_err(io)?;
@@ -115,9 +160,17 @@ pub fn read_regular_file(path: &Path, max_bytes: u64) -> Result<FileRead, InputE
         // It grew while being read.
         return Err(InputError::TooLarge { size, max: max_bytes });
     }
-    String::from_utf8(bytes)
-        .map(FileRead::Text)
-        .map_err(|_| InputError::NotUtf8)
+    let text = String::from_utf8(bytes).map_err(|_| InputError::NotUtf8)?;
+    Ok((FileRead::Text(text), Some(meta)))
+}
+
+/// What a path that cannot be found is: gone, or a symlink whose target is gone (there, but
+/// unusable: said so).
+fn missing_or_dangling(path: &Path) -> FileRead {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => FileRead::NotRegular("a dangling symlink"),
+        _ => FileRead::Missing,
+    }
 }
 
 /// A linear pre-scan of a YAML or JSON text, before any parser runs: the flow nesting (`[`, `{`)
@@ -798,5 +851,82 @@ mod tests {
         );
         std::fs::write(&file, [0xff, 0xfe]).expect("write");
         assert_eq!(read_regular_file(&file, 100), Err(InputError::NotUtf8));
+    }
+
+    /// A file listed as a regular file is opened without a stat first: whatever replaced it
+    /// since the listing is still found out on the opened file, and never blocks the read.
+    #[test]
+    fn files_listed_as_regular_are_checked_once_opened() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("a.yaml");
+        std::fs::write(&file, "a: 1\n").expect("write");
+        // What was read, and whether the metadata came with it.
+        let checked = |path: &Path, max: u64, how: Listed| {
+            read_checked(path, max, how).map(|(read, meta)| (read, meta.is_some()))
+        };
+        let listed = |path: &Path, max: u64| checked(path, max, Listed::RegularFile);
+        let (read, meta) = read_checked(&file, 100, Listed::RegularFile).expect("a regular file");
+        assert_eq!(read, FileRead::Text("a: 1\n".into()));
+        // The metadata of the file read, as a stat of its path gives it: what tells later that
+        // the file is unchanged.
+        let meta = meta.expect("the opened file's metadata");
+        assert_eq!(
+            Some(crate::sources::file_stat::FileStat::from_metadata(&meta)),
+            crate::sources::file_stat::FileStat::of(&file)
+        );
+        assert_eq!(listed(&file, 3), Err(InputError::TooLarge { size: 5, max: 3 }));
+        // Replaced since the listing by a FIFO, a directory, a device; removed; left dangling.
+        let fifo = dir.path().join("fifo.yaml");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        assert_eq!(listed(&fifo, 100), Ok((FileRead::NotRegular("a FIFO"), false)));
+        assert_eq!(
+            listed(dir.path(), 100),
+            Ok((FileRead::NotRegular("a directory"), false))
+        );
+        assert_eq!(
+            listed(Path::new("/dev/null"), 100),
+            Ok((FileRead::NotRegular("a character device"), false))
+        );
+        assert_eq!(
+            listed(&dir.path().join("nope"), 100),
+            Ok((FileRead::Missing, false))
+        );
+        let dangling = dir.path().join("dangling.yaml");
+        std::os::unix::fs::symlink(dir.path().join("gone"), &dangling).expect("symlink");
+        assert_eq!(
+            listed(&dangling, 100),
+            Ok((FileRead::NotRegular("a dangling symlink"), false))
+        );
+        // A symlink is not followed by the open: stat'ed first, to a device it is not opened,
+        // to a regular file it is read.
+        let to_device = dir.path().join("device.yaml");
+        std::os::unix::fs::symlink("/dev/null", &to_device).expect("symlink");
+        assert_eq!(
+            listed(&to_device, 100),
+            Ok((FileRead::NotRegular("a character device"), false))
+        );
+        let to_file = dir.path().join("link.yaml");
+        std::os::unix::fs::symlink(&file, &to_file).expect("symlink");
+        assert_eq!(listed(&to_file, 100), Ok((FileRead::Text("a: 1\n".into()), true)));
+        // A socket cannot be opened: said to be one, as for a file the listing did not know.
+        let socket = dir.path().join("socket.yaml");
+        let _bound = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+        assert_eq!(
+            listed(&socket, 100),
+            Ok((FileRead::NotRegular("a socket"), false))
+        );
+        // Unknown to the listing: the same answers, the stat first.
+        assert_eq!(
+            checked(&fifo, 100, Listed::Unknown),
+            Ok((FileRead::NotRegular("a FIFO"), false))
+        );
+        assert_eq!(
+            checked(&file, 100, Listed::Unknown),
+            Ok((FileRead::Text("a: 1\n".into()), true))
+        );
     }
 }

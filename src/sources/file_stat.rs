@@ -29,14 +29,19 @@ impl FileStat {
     /// The metadata of `path` (symlinks followed), when it is a regular file.
     pub fn of(path: &Path) -> Option<FileStat> {
         let m = std::fs::metadata(path).ok().filter(std::fs::Metadata::is_file)?;
+        Some(FileStat::from_metadata(&m))
+    }
+
+    /// What `m`, a regular file's metadata, tells.
+    pub fn from_metadata(m: &std::fs::Metadata) -> FileStat {
         let ns = |secs: i64, nsecs: i64| i128::from(secs) * 1_000_000_000 + i128::from(nsecs);
-        Some(FileStat {
+        FileStat {
             dev: m.dev(),
             ino: m.ino(),
             len: m.size(),
             mtime_ns: ns(m.mtime(), m.mtime_nsec()),
             ctime_ns: ns(m.ctime(), m.ctime_nsec()),
-        })
+        }
     }
 }
 
@@ -49,10 +54,18 @@ pub struct ReadStamp {
 
 impl ReadStamp {
     /// Takes the clock, then the metadata: call right before reading the file (metadata taken
-    /// after the read could belong to a write the read did not see).
+    /// after the read could belong to a write the read did not see). The policy directory's
+    /// reads take the metadata from the opened file instead ([`ReadStamp::new`]): the file read.
+    #[cfg(test)]
     pub fn before_read(path: &Path) -> Option<ReadStamp> {
         let read_at = SystemTime::now();
         FileStat::of(path).map(|stat| ReadStamp { stat, read_at })
+    }
+
+    /// The stamp of a read that started at `read_at` (the clock taken before the metadata) and
+    /// saw `stat` (taken before the read: from the opened file, say).
+    pub fn new(read_at: SystemTime, stat: FileStat) -> ReadStamp {
+        ReadStamp { stat, read_at }
     }
 
     /// Whether the file, whose metadata is `now`, is proven unchanged since this read.

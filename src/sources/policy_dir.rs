@@ -33,7 +33,8 @@ use serde_json::Value;
 use tracing::debug;
 
 use super::bounded::{
-    parse_values, parse_yaml_piece, prescan, read_regular_file, split_yaml_documents, FileRead, PieceValues,
+    parse_values, parse_yaml_piece, prescan, read_checked, split_yaml_documents, FileRead, Listed,
+    PieceValues,
 };
 use super::dir_watch::DirWatch;
 use super::file_stat::{FileStat, ReadStamp};
@@ -481,10 +482,15 @@ fn read_content_blocking(
             Ok(entry) => {
                 let name = entry.file_name();
                 if name.to_str().is_some_and(is_policy_file) {
-                    let quiet = named.as_ref().is_some_and(|named| {
-                        !named.contains(&name) && entry.file_type().is_ok_and(|t| t.is_file())
-                    });
-                    paths.push((entry.path(), quiet));
+                    // The entry's type costs no system call where the filesystem lists it.
+                    let listed = if entry.file_type().is_ok_and(|t| t.is_file()) {
+                        Listed::RegularFile
+                    } else {
+                        Listed::Unknown
+                    };
+                    let quiet = listed == Listed::RegularFile
+                        && named.as_ref().is_some_and(|named| !named.contains(&name));
+                    paths.push((entry.path(), listed, quiet));
                 }
             }
             Err(e) => return DirContent::Unreadable(e.to_string()),
@@ -492,7 +498,7 @@ fn read_content_blocking(
     }
     // All in `dir`: their order as paths is the order of their names' bytes, far cheaper to
     // compare than paths (component by component) when thousands are sorted on every pass.
-    paths.sort_unstable_by(|(a, _), (b, _)| {
+    paths.sort_unstable_by(|(a, ..), (b, ..)| {
         a.as_os_str()
             .as_encoded_bytes()
             .cmp(b.as_os_str().as_encoded_bytes())
@@ -501,23 +507,23 @@ fn read_content_blocking(
     let mut held = held.into_iter().flatten().peekable();
     let work: Vec<_> = paths
         .into_iter()
-        .map(|(path, quiet)| {
+        .map(|(path, listed, quiet)| {
             while held.next_if(|(p, _)| **p < path).is_some() {}
             let known = held
                 .next_if(|(p, _)| **p == path)
                 .and_then(|(_, f)| Some((f.text?, f.stamp?)));
-            (path, quiet, known)
+            (path, listed, quiet, known)
         })
         .collect();
     // Then the stats and reads, on every core when there are many (a file inotify proves
     // unchanged costs nothing and does not count).
     let to_look_at = work
         .iter()
-        .filter(|(_, quiet, known)| !(*quiet && known.is_some()))
+        .filter(|(_, _, quiet, known)| !(*quiet && known.is_some()))
         .count();
     let worth_threads = to_look_at >= parallel::PARALLEL_READS_FROM;
-    let files = parallel::map_on_threads(work, worth_threads, |(path, quiet, known)| {
-        read_policy_file(path, quiet, known, max_bytes)
+    let files = parallel::map_on_threads(work, worth_threads, |(path, listed, quiet, known)| {
+        read_policy_file(path, listed, quiet, known, max_bytes)
     });
     DirContent::Files(files.into_iter().flatten().collect())
 }
@@ -527,6 +533,7 @@ fn read_content_blocking(
 /// unchanged since. A file proven unchanged is not read again.
 fn read_policy_file(
     path: PathBuf,
+    listed: Listed,
     quiet: bool,
     known: Option<(TextFingerprint, ReadStamp)>,
     max_bytes: u64,
@@ -536,16 +543,17 @@ fn read_policy_file(
             return Some((path, Ok(FileText::unchanged(fingerprint, stamp))));
         }
     }
-    let stamp = ReadStamp::before_read(&path);
-    match read_regular_file(&path, max_bytes) {
-        Ok(FileRead::Text(text)) => {
+    // The clock before the metadata, the metadata (of the opened file) before the read.
+    let read_at = std::time::SystemTime::now();
+    match read_checked(&path, max_bytes, listed) {
+        Ok((FileRead::Text(text), meta)) => {
             let mut file = FileText::new(text);
-            file.stamp = stamp;
+            file.stamp = meta.map(|m| ReadStamp::new(read_at, FileStat::from_metadata(&m)));
             Some((path, Ok(file)))
         }
         // Removed meanwhile: simply gone.
-        Ok(FileRead::Missing) => None,
-        Ok(FileRead::NotRegular(what)) => {
+        Ok((FileRead::Missing, _)) => None,
+        Ok((FileRead::NotRegular(what), _)) => {
             Some((path, Err(format!("skipped: it is {what}, not a regular file"))))
         }
         Err(e) => Some((path, Err(e.to_string()))),

@@ -185,7 +185,7 @@ pub fn rule_stats_for<R: Borrow<CompiledRuleInput>>(
     rules: &[R],
 ) -> RuleStatsSnapshot {
     fn uid<R: Borrow<CompiledRuleInput>>(r: &R) -> &str {
-        r.borrow().id.policy_uid.as_str()
+        r.borrow().id.policy_uid.as_ref()
     }
     let index: Option<HashMap<&str, i32>> = if rules.is_sorted_by(|a, b| uid(a) <= uid(b)) {
         None
@@ -207,7 +207,7 @@ pub fn rule_stats_for<R: Borrow<CompiledRuleInput>>(
     // Asked in policy uid order: remember the last policy's answer.
     let mut last: Option<(&str, Option<i32>)> = None;
     rule_stats_from_flows(flows, conjunctions, |info| {
-        let want = info.rule_id.policy_uid.as_str();
+        let want = info.rule_id.policy_uid.as_ref();
         match last {
             Some((u, tier)) if u == want => tier,
             _ => {
@@ -321,7 +321,7 @@ impl FlowInstaller {
         }
         let mut by_policy: HashMap<&str, Vec<String>> = HashMap::new();
         for (id, why) in &self.not_installed {
-            by_policy.entry(id.policy_uid.as_str()).or_default().push(format!(
+            by_policy.entry(id.policy_uid.as_ref()).or_default().push(format!(
                 "rules[{}] ({:?}): not installed ({why}): it has no flows, so it allows nothing and drops nothing",
                 id.index, id.direction
             ));

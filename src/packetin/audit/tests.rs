@@ -45,7 +45,7 @@ fn info(
     ConjunctionInfo {
         conj_id,
         rule_id: RuleId {
-            policy_uid: format!("uid-{name}"),
+            policy_uid: format!("uid-{name}").into(),
             direction: Direction::In,
             index: 0,
             services_key: String::new(),

@@ -289,7 +289,7 @@ impl PriorityUsers {
     /// The rules using `key`, in id order.
     fn of(&self, key: (u8, Priority)) -> impl Iterator<Item = &RuleId> {
         let smallest = RuleId {
-            policy_uid: String::new(),
+            policy_uid: crate::policy::rule::no_policy_uid(),
             direction: Direction::In,
             index: i32::MIN,
             services_key: String::new(),

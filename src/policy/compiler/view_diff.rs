@@ -268,7 +268,7 @@ mod tests {
                 _ => {
                     let k = next(1000) as usize;
                     let mut r = (*base[k % base.len()]).clone();
-                    r.id.policy_uid = format!("uid-walk-{k}");
+                    r.id.policy_uid = format!("uid-walk-{k}").into();
                     r.policy = anp(&format!("walk-{k}"));
                     r.policy_priority = next(12) as f64 / 2.0;
                     view.push(Arc::new(r));

@@ -89,7 +89,7 @@ fn rule(
 ) -> CompiledRuleInput {
     CompiledRuleInput {
         id: RuleId {
-            policy_uid: format!("uid-{policy}"),
+            policy_uid: format!("uid-{policy}").into(),
             direction,
             index,
             services_key: String::new(),

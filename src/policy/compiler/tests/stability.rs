@@ -533,7 +533,7 @@ fn incremental_updates_equal_full_compilation() {
             _ => {
                 let k = next(100) as usize;
                 let mut r = many_rules(60)[k % 60].clone();
-                r.id.policy_uid = format!("uid-walk-{k}");
+                r.id.policy_uid = format!("uid-walk-{k}").into();
                 r.policy = anp(&format!("walk-{k}"));
                 r.policy_priority = next(12) as f64 / 2.0;
                 current.push(r);
