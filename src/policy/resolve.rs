@@ -23,13 +23,13 @@ use crate::policy::rule::{
 };
 
 /// From this many policies to resolve in one pass on, they are resolved on up to
-/// [`ResolvedView::with_threads`] threads ([`crate::parallel::map_on_threads`]); a policy
+/// [`ResolvedView::with_threads`] threads ([`crate::parallel::for_each_ordered`]); a policy
 /// resolves in about 10 µs, a thread costs tens.
 const PARALLEL_RESOLVE_FROM: usize = 256;
 
-/// The policies of a pass are resolved this many at a time, each batch merged into the view
-/// before the next is resolved: at most this many fresh resolutions exist at once besides the
-/// view (a full pass of 10,000 policies would otherwise hold a second copy of every rule).
+/// At most this many policies of a pass are resolved ahead of their merge into the view: at most
+/// this many fresh resolutions exist at once besides the view (a full pass of 10,000 policies
+/// would otherwise hold a second copy of every rule).
 const RESOLVE_BATCH: usize = 256;
 
 /// The rules that apply on this node, what could not be used (one line per problem, naming
@@ -175,62 +175,68 @@ impl ResolvedView {
         } else {
             1
         };
-        let batches = names.chunks(RESOLVE_BATCH).map(|batch| {
-            let outs = crate::parallel::map_on_threads(batch.iter().collect(), threads, |name: &String| {
-                let mut out = Resolved::default();
-                if let Some(policy) = store.policy(name) {
-                    resolve_policy(store, policy, &local, &mut out);
-                }
-                // Each policy's rules in id order (stable: rules sharing an id keep theirs), on
-                // the worker. Policies come in name order, which is their uids' order as the
-                // controller names them: the merged view below then mostly arrives sorted, and
-                // sorting 10,000 rule ids (string comparisons) costs little more than a walk.
-                out.rules.sort_by(|a, b| a.id.cmp(&b.id));
-                out
-            });
-            batch.iter().zip(outs)
-        });
-        for (name, out) in batches.flatten() {
-            let old = self.per_policy.remove(name);
-            let PolicyResolution {
-                rules: old_rules,
-                warnings: old_warnings,
-                ..
-            } = old.unwrap_or_default();
-            warnings_changed |= old_warnings != out.warnings;
-            let mut kept = 0;
-            // Built into a fresh vector: collecting from `out.rules.into_iter()` would reuse
-            // its buffer (sized for whole rules) to hold the pointers, and keep it.
-            let mut rules: Vec<Arc<CompiledRuleInput>> = Vec::with_capacity(out.rules.len());
-            // Old and new rules are both in id order: matched by id, a rule added or removed
-            // names only its own id, and the rules after it keep their allocations (rules
-            // sharing an id pair up in order).
-            for step in merge_join(old_rules.iter(), out.rules, |o, r| o.id.cmp(&r.id)) {
-                match step {
-                    Joined::Both(o, r) if **o == r => {
-                        kept += 1;
-                        rules.push(Arc::clone(o));
+        let resolve_one = |name: &String| {
+            let mut out = Resolved::default();
+            if let Some(policy) = store.policy(name) {
+                resolve_policy(store, policy, &local, &mut out);
+            }
+            // Each policy's rules in id order (stable: rules sharing an id keep theirs), on the
+            // worker. Policies come in name order, which is their uids' order as the controller
+            // names them: the merged view below then mostly arrives sorted, and sorting 10,000
+            // rule ids (string comparisons) costs little more than a walk.
+            out.rules.sort_by(|a, b| a.id.cmp(&b.id));
+            out
+        };
+        // Merged here, in name order, while the other threads resolve the next policies (at most
+        // RESOLVE_BATCH of them ahead).
+        crate::parallel::for_each_ordered(
+            names.iter().collect(),
+            threads,
+            RESOLVE_BATCH,
+            resolve_one,
+            |at, out: Resolved| {
+                let name = &names[at];
+                let old = self.per_policy.remove(name);
+                let PolicyResolution {
+                    rules: old_rules,
+                    warnings: old_warnings,
+                    ..
+                } = old.unwrap_or_default();
+                warnings_changed |= old_warnings != out.warnings;
+                let mut kept = 0;
+                // Built into a fresh vector: collecting from `out.rules.into_iter()` would reuse
+                // its buffer (sized for whole rules) to hold the pointers, and keep it.
+                let mut rules: Vec<Arc<CompiledRuleInput>> = Vec::with_capacity(out.rules.len());
+                // Old and new rules are both in id order: matched by id, a rule added or removed
+                // names only its own id, and the rules after it keep their allocations (rules
+                // sharing an id pair up in order).
+                for step in merge_join(old_rules.iter(), out.rules, |o, r| o.id.cmp(&r.id)) {
+                    match step {
+                        Joined::Both(o, r) if **o == r => {
+                            kept += 1;
+                            rules.push(Arc::clone(o));
+                        }
+                        Joined::Both(_, r) | Joined::New(r) => {
+                            changed_ids.push(r.id.clone());
+                            rules.push(Arc::new(r));
+                        }
+                        Joined::Old(o) => changed_ids.push(o.id.clone()),
                     }
-                    Joined::Both(_, r) | Joined::New(r) => {
-                        changed_ids.push(r.id.clone());
-                        rules.push(Arc::new(r));
-                    }
-                    Joined::Old(o) => changed_ids.push(o.id.clone()),
                 }
-            }
-            changed |= kept != rules.len() || kept != old_rules.len();
-            if merge {
-                replaced.extend(old_rules);
-            }
-            if !rules.is_empty() || !out.warnings.is_empty() || !out.not_enforced.is_empty() {
-                let resolution = PolicyResolution {
-                    rules,
-                    warnings: out.warnings,
-                    not_enforced: out.not_enforced,
-                };
-                fresh.push((name.clone(), resolution));
-            }
-        }
+                changed |= kept != rules.len() || kept != old_rules.len();
+                if merge {
+                    replaced.extend(old_rules);
+                }
+                if !rules.is_empty() || !out.warnings.is_empty() || !out.not_enforced.is_empty() {
+                    let resolution = PolicyResolution {
+                        rules,
+                        warnings: out.warnings,
+                        not_enforced: out.not_enforced,
+                    };
+                    fresh.push((name.clone(), resolution));
+                }
+            },
+        );
         // Each name came once and left `per_policy` above, so entering them now is the same as
         // entering each in the loop (in bulk when the map was empty: a fleet's first pass).
         ordered::extend_map(&mut self.per_policy, fresh);
