@@ -28,9 +28,9 @@ use crate::policy::rule::{
 const PARALLEL_RESOLVE_FROM: usize = 256;
 
 /// At most this many policies of a pass are resolved ahead of their merge into the view: at most
-/// this many fresh resolutions exist at once besides the view (a full pass of 10,000 policies
-/// would otherwise hold a second copy of every rule).
-const RESOLVE_BATCH: usize = 256;
+/// this many fresh resolutions (and the one being merged) exist at once besides the view (a full
+/// pass of 10,000 policies would otherwise hold a second copy of every rule).
+const RESOLVE_AHEAD: usize = 256;
 
 /// The rules that apply on this node, what could not be used (one line per problem, naming
 /// the policy and rule), and the rules installed fail-closed instead of as written.
@@ -188,11 +188,11 @@ impl ResolvedView {
             out
         };
         // Merged here, in name order, while the other threads resolve the next policies (at most
-        // RESOLVE_BATCH of them ahead).
+        // RESOLVE_AHEAD of them ahead).
         crate::parallel::for_each_ordered(
             names.iter().collect(),
             threads,
-            RESOLVE_BATCH,
+            RESOLVE_AHEAD,
             resolve_one,
             |at, out: Resolved| {
                 let name = &names[at];
@@ -1250,7 +1250,7 @@ rules:
     #[test]
     fn a_large_pass_on_several_threads_equals_one_thread() {
         let mut text = OBJECTS.to_string();
-        for i in 0..(PARALLEL_RESOLVE_FROM + RESOLVE_BATCH / 2) {
+        for i in 0..(PARALLEL_RESOLVE_FROM + RESOLVE_AHEAD / 2) {
             text.push_str(&format!(
                 "---\nkind: NetworkPolicy\nmetadata: {{name: many-{i}, uid: many-{i}}}\n\
                  appliedToGroups: [atg-vm1]\npriority: {}\n\
