@@ -811,6 +811,17 @@ mod tests {
         ));
     }
 
+    /// A FIFO named `fifo.yaml` in `dir`.
+    fn make_fifo(dir: &Path) -> std::path::PathBuf {
+        let fifo = dir.join("fifo.yaml");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        fifo
+    }
+
     #[test]
     fn only_regular_files_are_read_and_never_block() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -838,12 +849,7 @@ mod tests {
             read_regular_file(dir.path(), 100),
             Ok(FileRead::NotRegular("a directory"))
         );
-        let fifo = dir.path().join("fifo.yaml");
-        let made = std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .expect("mkfifo");
-        assert!(made.success());
+        let fifo = make_fifo(dir.path());
         assert_eq!(read_regular_file(&fifo, 100), Ok(FileRead::NotRegular("a FIFO")));
         assert_eq!(
             read_regular_file(Path::new("/dev/null"), 100),
@@ -876,12 +882,7 @@ mod tests {
         );
         assert_eq!(listed(&file, 3), Err(InputError::TooLarge { size: 5, max: 3 }));
         // Replaced since the listing by a FIFO, a directory, a device; removed; left dangling.
-        let fifo = dir.path().join("fifo.yaml");
-        let made = std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .expect("mkfifo");
-        assert!(made.success());
+        let fifo = make_fifo(dir.path());
         assert_eq!(listed(&fifo, 100), Ok((FileRead::NotRegular("a FIFO"), false)));
         assert_eq!(
             listed(dir.path(), 100),
