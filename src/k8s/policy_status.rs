@@ -3,8 +3,14 @@
 //! realization posted in the current sync epoch, which posts are in flight, and when a failed post
 //! may be retried (exponential back-off from `retry_min`, capped at 300 s). The reporter actor
 //! does the I/O and feeds the results back.
+//!
+//! A policy never has two posts out at once. The controller keeps the last status it receives
+//! per (policy, node), and two concurrent posts may arrive in either order: an older generation
+//! posted just before a newer one could land last and stay, while the agent believes the newer
+//! one reported. So a newer generation waits for the older post to finish, as Antrea's agent
+//! does with its per-policy work queue.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -62,7 +68,6 @@ struct Pending {
     epoch: u64,
     failures: u32,
     not_before: Instant,
-    in_flight: bool,
 }
 
 /// Counters for reports.
@@ -89,7 +94,9 @@ pub struct StatusPoster {
     posted: HashMap<String, (i64, Option<String>)>,
     /// uid → what still has to be posted.
     pending: BTreeMap<String, Pending>,
-    in_flight: usize,
+    /// The uids with a post out (at most one each, and at most [`MAX_IN_FLIGHT`] in all). A
+    /// pending entry whose uid is here is either that post or a newer one waiting for it.
+    posting: HashSet<String>,
     posts_ok: u64,
     posts_failed: u64,
 }
@@ -101,7 +108,7 @@ impl StatusPoster {
             epoch: None,
             posted: HashMap::new(),
             pending: BTreeMap::new(),
-            in_flight: 0,
+            posting: HashSet::new(),
             posts_ok: 0,
             posts_failed: 0,
         }
@@ -149,26 +156,24 @@ impl StatusPoster {
                         epoch: sync_epoch,
                         failures: 0,
                         not_before: now,
-                        in_flight: false,
                     },
                 );
             }
         }
     }
 
-    /// The posts to start now (due, not in flight, within [`MAX_IN_FLIGHT`]); they are marked in
-    /// flight.
+    /// The posts to start now (due, no post of the same policy out, within [`MAX_IN_FLIGHT`]);
+    /// they are marked in flight.
     pub fn due(&mut self, now: Instant) -> Vec<Post> {
         let mut out = Vec::new();
-        for p in self.pending.values_mut() {
-            if self.in_flight >= MAX_IN_FLIGHT {
+        for (uid, p) in &self.pending {
+            if self.posting.len() >= MAX_IN_FLIGHT {
                 break;
             }
-            if p.in_flight || p.not_before > now {
+            if p.not_before > now || self.posting.contains(uid) {
                 continue;
             }
-            p.in_flight = true;
-            self.in_flight += 1;
+            self.posting.insert(uid.clone());
             out.push(Post {
                 name: p.policy.name.clone(),
                 uid: p.policy.uid.clone(),
@@ -183,7 +188,7 @@ impl StatusPoster {
     /// Records the result of a post started by [`Self::due`]. Returns the back-off delay after a
     /// failure (when the same post is still wanted), so the caller can wake up for the retry.
     pub fn finished(&mut self, post: &Post, ok: bool, now: Instant) -> Option<Duration> {
-        self.in_flight = self.in_flight.saturating_sub(1);
+        self.posting.remove(&post.uid);
         if ok {
             self.posts_ok += 1;
         } else {
@@ -211,18 +216,18 @@ impl StatusPoster {
         };
         if let Some(q) = self.pending.get_mut(&post.uid) {
             q.failures += 1;
-            q.in_flight = false;
             q.not_before = now + backoff;
         }
         Some(backoff)
     }
 
-    /// The earliest moment a waiting (not in flight) post becomes due.
+    /// The earliest moment a waiting post becomes due (one waiting for its policy's post to
+    /// finish becomes due when that post finishes, or at its own time if later).
     pub fn next_due(&self) -> Option<Instant> {
         self.pending
-            .values()
-            .filter(|p| !p.in_flight)
-            .map(|p| p.not_before)
+            .iter()
+            .filter(|(uid, _)| !self.posting.contains(*uid))
+            .map(|(_, p)| p.not_before)
             .min()
     }
 
@@ -231,7 +236,7 @@ impl StatusPoster {
             epoch: self.epoch,
             posted: self.posted.len(),
             pending: self.pending.len(),
-            in_flight: self.in_flight,
+            in_flight: self.posting.len(),
             posts_ok: self.posts_ok,
             posts_failed: self.posts_failed,
         }
@@ -332,6 +337,36 @@ mod tests {
         assert!(s.due(now).is_empty());
         s.realized(&[policy("a", 2, true)], 1, now);
         assert_eq!(uids(&s.due(now)), vec![("a", 2)]);
+    }
+
+    #[test]
+    fn a_newer_generation_waits_for_the_older_post_so_the_last_to_arrive_is_the_newest() {
+        let now = Instant::now();
+        let mut s = StatusPoster::new(Duration::from_secs(5));
+        s.realized(&[policy("a", 1, true), policy("b", 1, true)], 1, now);
+        let first = s.due(now);
+        assert_eq!(uids(&first), vec![("a", 1), ("b", 1)]);
+        // A new epoch and a new generation of `a` while both posts are out (as after a
+        // reconnect that may hide a controller restart).
+        s.realized(&[policy("a", 2, true), policy("b", 1, true)], 2, now);
+        assert!(
+            s.due(now).is_empty(),
+            "no second post of a policy while one is out"
+        );
+        assert_eq!(s.next_due(), None, "nothing can start before a post finishes");
+        assert_eq!(s.summary().in_flight, 2);
+        // The older post of `a` succeeds: it counts for nothing, and generation 2 goes out.
+        assert_eq!(s.finished(&first[0], true, now), None);
+        assert_eq!(s.summary().posted, 0);
+        let second = s.due(now);
+        assert_eq!(uids(&second), vec![("a", 2)]);
+        // The older post of `b` fails: the new epoch's post of the same generation goes out now,
+        // with no back-off (the failure was the old epoch's).
+        assert_eq!(s.finished(&first[1], false, now), None);
+        assert_eq!(uids(&s.due(now)), vec![("b", 1)]);
+        assert_eq!(s.finished(&second[0], true, now), None);
+        assert_eq!(s.summary().posted, 1);
+        assert_eq!(s.summary().in_flight, 1);
     }
 
     #[test]
