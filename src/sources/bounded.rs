@@ -173,6 +173,19 @@ fn missing_or_dangling(path: &Path) -> FileRead {
     }
 }
 
+/// The bytes [`prescan`] treats as plain content: everything but line ends, spaces, quotes,
+/// brackets and the indicators `#`, `,`, `:`, `-`, `?` (bytes of non-ASCII characters included).
+const ORDINARY: [bool; 256] = {
+    let mut table = [true; 256];
+    let special = b"\n \t\r#\"'[]{},:-?";
+    let mut i = 0;
+    while i < special.len() {
+        table[special[i] as usize] = false;
+        i += 1;
+    }
+    table
+};
+
 /// A linear pre-scan of a YAML or JSON text, before any parser runs: the flow nesting (`[`, `{`)
 /// may not go past `limits.max_nesting_depth` (stopping at the first line that does), and the
 /// text may not hold more than `limits.max_elements` values by a cheap count (commas inside flow
@@ -198,6 +211,18 @@ pub fn prescan(text: &str, limits: &InputLimits) -> Result<(), InputError> {
     let mut after_space = true;
     while let Some(&c) = bytes.get(at) {
         at += 1;
+        if ORDINARY[usize::from(c)] {
+            // A run of bytes that only say "content, no node starts here" (most of a policy
+            // file: names, numbers, addresses), skipped at once.
+            at += bytes[at..]
+                .iter()
+                .take_while(|&&b| ORDINARY[usize::from(b)])
+                .count();
+            node_start = false;
+            line_has_content = true;
+            after_space = false;
+            continue;
+        }
         match c {
             b'\n' => {
                 line += 1;
@@ -729,7 +754,8 @@ mod tests {
             pieces in proptest::collection::vec(
                 proptest::sample::select(vec![
                     "[", "]", "{", "}", ",", ":", ": ", "-", "?", "#", "\"", "'", "\\", "\n",
-                    " ", "\t", "\r", "a", "é", "€", "😀", "\u{a0}", "x: ", "- [",
+                    " ", "\t", "\r", "a", "é", "€", "😀", "\u{a0}", "x: ", "- [", "abc",
+                    "10.0.0.0/8", "ü-x",
                 ]),
                 0..120,
             ),

@@ -761,10 +761,11 @@ enum Doc<'t> {
 /// The objects of a file's text, each parsed, or taken over from the last load when its YAML
 /// document did not change (`previous`, with the lengths of the lists its slots index). Parsed
 /// whole, as before, whenever the text cannot be cut into documents exactly or a piece fails:
-/// errors read the same either way.
+/// errors read the same either way. `text` comes with its fingerprint when the read took it,
+/// which is then the key of a document that is the whole text (most files hold one).
 fn documents<'t>(
     path: &Path,
-    text: &'t str,
+    (text, fingerprint): (&'t str, Option<TextFingerprint>),
     limits: &InputLimits,
     previous: (&Pieces, usize, usize),
 ) -> Result<Vec<Doc<'t>>, String> {
@@ -791,7 +792,17 @@ fn documents<'t>(
     let mut out = Vec::new();
     let mut spent = 0usize;
     for piece_text in cut {
-        let key = text_fingerprint(piece_text);
+        let key = match fingerprint {
+            Some(whole) if piece_text.len() == text.len() => {
+                debug_assert_eq!(
+                    whole,
+                    text_fingerprint(text),
+                    "the read's fingerprint is the text's"
+                );
+                whole
+            }
+            _ => text_fingerprint(piece_text),
+        };
         let held = old_pieces.get(&key).filter(|p| match p.slot {
             Slot::Native(at) => at < old_native,
             Slot::Controlplane(at) => at < old_objects,
@@ -1111,11 +1122,12 @@ fn load_file(
         errors.push(format!("policy file {}: {why}{kept}", path.display()));
         old
     };
-    let text = match text {
-        Ok(file) => &file.text,
+    let (text, fingerprint) = match text {
+        Ok(file) => (&file.text, file.read.then_some(file.fingerprint)),
         Err(e) => return keep_all(e.clone(), errors, old),
     };
-    let docs = match documents(path, text, limits, (&old.2, old.0.len(), old.1.len())) {
+    let previous = (&old.2, old.0.len(), old.1.len());
+    let docs = match documents(path, (text, fingerprint), limits, previous) {
         Ok(docs) => docs,
         Err(e) => return keep_all(e, errors, old),
     };
