@@ -7,8 +7,10 @@
 //! A policy never has two posts out at once. The controller keeps the last status it receives
 //! per (policy, node), and two concurrent posts may arrive in either order: an older generation
 //! posted just before a newer one could land last and stay, while the agent believes the newer
-//! one reported. So a newer generation waits for the older post to finish, as Antrea's agent
-//! does with its per-policy work queue.
+//! one reported. So a newer generation waits for the older post to be answered or given up (a
+//! transport error, the client's 60 s request timeout), as Antrea's agent does with its
+//! per-policy work queue. The order is certain only for answered posts: a request given up may
+//! still reach the controller later, in Antrea as here.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -367,6 +369,25 @@ mod tests {
         assert_eq!(s.finished(&second[0], true, now), None);
         assert_eq!(s.summary().posted, 1);
         assert_eq!(s.summary().in_flight, 1);
+    }
+
+    #[test]
+    fn a_post_waiting_for_its_policy_takes_no_slot() {
+        let now = Instant::now();
+        let mut s = StatusPoster::new(Duration::from_secs(5));
+        s.realized(&[policy("a", 1, true)], 1, now);
+        let first = s.due(now);
+        assert_eq!(uids(&first), vec![("a", 1)]);
+        let mut next = vec![policy("a", 2, true)];
+        next.extend((0..MAX_IN_FLIGHT).map(|i| policy(&format!("p{i}"), 1, true)));
+        s.realized(&next, 1, now);
+        // `a` waits for its post; the slots left go to the others.
+        let posts = s.due(now);
+        assert_eq!(posts.len(), MAX_IN_FLIGHT - 1);
+        assert!(posts.iter().all(|p| p.uid != "a"));
+        assert_eq!(s.summary().in_flight, MAX_IN_FLIGHT);
+        s.finished(&first[0], true, now);
+        assert_eq!(uids(&s.due(now)), vec![("a", 2)]);
     }
 
     #[test]
