@@ -17,7 +17,8 @@ use antrea_vm_agent::messages::status_detail::ExternalNodeState;
 use antrea_vm_agent::messages::{
     ActorDetail, ActorKind, ExternalNodeChanged, Resync, RulesChanged, StatusQuery,
 };
-use antrea_vm_agent::sources::SourceEvent;
+use antrea_vm_agent::policy::controlplane::{ControlplaneObject, Kind, ValidObject, Validate as _};
+use antrea_vm_agent::sources::{PolicySource, PolicyUpdate, SourceEvent};
 
 mod fake_world;
 
@@ -161,4 +162,120 @@ async fn a_probe_on_the_policy_caches_output_sees_the_rules() {
         async move { count(&seen) == 2 }
     })
     .await;
+}
+
+/// A policy source the test feeds by hand (one subscription).
+struct HandFed(Mutex<Option<futures::channel::mpsc::UnboundedReceiver<PolicyUpdate>>>);
+
+impl PolicySource for HandFed {
+    fn subscribe(&self) -> futures::stream::BoxStream<'static, PolicyUpdate> {
+        use futures::StreamExt;
+        match self.0.lock().expect("source lock").take() {
+            Some(updates) => updates.boxed(),
+            None => futures::stream::pending().boxed(),
+        }
+    }
+    fn describe(&self) -> String {
+        "hand-fed source".into()
+    }
+}
+
+fn valid(object: serde_json::Value) -> ValidObject {
+    ControlplaneObject::from_value(object)
+        .expect("decodes")
+        .validate()
+        .expect("valid")
+}
+
+/// An Antrea-native policy applied to vm1's entity, allowing TCP 22 in from anywhere.
+fn policy_at(generation: i64) -> ValidObject {
+    valid(serde_json::json!({
+        "kind": "NetworkPolicy", "apiVersion": "controlplane.antrea.io/v1beta2",
+        "metadata": {"name": "uid-web", "uid": "uid-web", "generation": generation},
+        "rules": [{"direction": "In", "from": {}, "to": {},
+                   "services": [{"protocol": "TCP", "port": 22}], "action": "Allow"}],
+        "appliedToGroups": ["atg-vm1"], "priority": 9000, "tierPriority": 250,
+        "sourceRef": {"type": "AntreaNetworkPolicy", "namespace": "vm-ns", "name": "web", "uid": "uid-web"}
+    }))
+}
+
+/// After a broken watch the controller may have restarted: the watch says so, then resyncs, with
+/// the other watches' resyncs possibly in between. The cache publishes the NetworkPolicy resync
+/// in a new sync epoch, and never the old policies in it (the reporter would post their statuses
+/// again, stale by the time they land).
+#[actix_rt::test]
+async fn a_suspected_controller_restart_is_published_with_the_resync_not_before_it() {
+    let (feed, updates) = futures::channel::mpsc::unbounded();
+    let (rules, seen) = probe::<RulesChanged>();
+    let source: Arc<dyn PolicySource> = Arc::new(HandFed(Mutex::new(Some(updates))));
+    let cache = PolicyCache::new(
+        PolicyCacheDeps {
+            policy_source: Some(source),
+        },
+        PolicyCacheOutputs {
+            rules_changed: Some(rules.recipient()),
+        },
+        Lifeline::detached(ActorKind::PolicyCache),
+    )
+    .start();
+    let atg = valid(serde_json::json!({
+        "kind": "AppliedToGroup", "apiVersion": "controlplane.antrea.io/v1beta2",
+        "metadata": {"name": "atg-vm1"},
+        "groupMembers": [{"externalEntity": {"name": "vm1-3e616", "namespace": "vm-ns"}}]
+    }));
+    let send = |u: PolicyUpdate| feed.unbounded_send(u).expect("the cache listens");
+    send(PolicyUpdate::Replace {
+        kind: Kind::NetworkPolicy,
+        objects: vec![policy_at(1)],
+    });
+    send(PolicyUpdate::Replace {
+        kind: Kind::AddressGroup,
+        objects: vec![],
+    });
+    send(PolicyUpdate::Replace {
+        kind: Kind::AppliedToGroup,
+        objects: vec![atg.clone()],
+    });
+    cache.do_send(fake_world::eth0_attached(&["10.0.0.2"]));
+    let published = |generation: i64| {
+        let seen = seen.clone();
+        move || {
+            let seen = seen.clone();
+            async move {
+                seen.lock()
+                    .expect("probe lock")
+                    .iter()
+                    .any(|r| r.policies.iter().any(|p| p.generation == generation))
+            }
+        }
+    };
+    eventually("generation 1 published", published(1)).await;
+    let first_epoch = seen.lock().expect("probe lock").last().expect("one").sync_epoch;
+
+    // The other watches' resyncs may come between the notice and the NetworkPolicy resync.
+    send(PolicyUpdate::ServerMayHaveRestarted);
+    send(PolicyUpdate::Replace {
+        kind: Kind::AppliedToGroup,
+        objects: vec![atg.clone()],
+    });
+    send(PolicyUpdate::Replace {
+        kind: Kind::AddressGroup,
+        objects: vec![],
+    });
+    send(PolicyUpdate::Replace {
+        kind: Kind::NetworkPolicy,
+        objects: vec![policy_at(2)],
+    });
+    eventually("generation 2 published", published(2)).await;
+    let seen = seen.lock().expect("probe lock").clone();
+    let after: Vec<(u64, Vec<i64>)> = seen
+        .iter()
+        .filter(|r| r.sync_epoch != first_epoch)
+        .map(|r| (r.sync_epoch, r.policies.iter().map(|p| p.generation).collect()))
+        .collect();
+    assert!(!after.is_empty(), "the resync is published in a new epoch");
+    assert!(
+        after.iter().all(|(_, generations)| generations == &vec![2]),
+        "only generation 2 in the new epoch: {after:?}"
+    );
 }

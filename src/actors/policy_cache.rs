@@ -65,6 +65,10 @@ pub struct PolicyCache {
     connections: BTreeMap<Kind, bool>,
     /// Bumped on every full resync of the policies (see `PoliciesRealized`).
     sync_epoch: u64,
+    /// The source said the server may have restarted: its next NetworkPolicy resync starts a new
+    /// sync epoch. Not at once: the other watches' items may come in between, and publishing them
+    /// in the new epoch would report the old policies' statuses again, stale by the time they land.
+    restart_suspected: bool,
     /// The epoch and policy generations last published, so a resync or a generation bump that
     /// leaves the rules unchanged is still published (and its statuses re-posted).
     published: Option<Published>,
@@ -89,6 +93,7 @@ impl PolicyCache {
             synced_kinds: BTreeSet::new(),
             connections: BTreeMap::new(),
             sync_epoch: next_sync_epoch(),
+            restart_suspected: false,
             published: None,
             interfaces: None,
             resolved: None,
@@ -213,6 +218,7 @@ impl PolicyCache {
         self.note(changes);
         self.synced_kinds.extend(SYNCED_KINDS);
         self.sync_epoch = next_sync_epoch();
+        self.restart_suspected = false;
     }
 
     /// Applies one update to the store.
@@ -235,6 +241,9 @@ impl PolicyCache {
                     Kind::NetworkPolicy => {
                         let changes = self.store.replace_policies(policies);
                         self.note(changes);
+                        if std::mem::take(&mut self.restart_suspected) {
+                            self.sync_epoch = next_sync_epoch();
+                        }
                     }
                     Kind::AddressGroup => {
                         let changes = self.store.replace_address_groups(groups);
@@ -273,7 +282,7 @@ impl PolicyCache {
             }
             PolicyUpdate::ServerMayHaveRestarted => {
                 info!("antrea-controller may have restarted: realization statuses will be reported again");
-                self.sync_epoch = next_sync_epoch();
+                self.restart_suspected = true;
             }
             PolicyUpdate::Error(e) => {
                 warn!("{e}");

@@ -73,6 +73,8 @@ pub enum PolicyUpdate {
     /// The server may have lost what the agent reported to it (the watch broke or could not be
     /// opened, so the server may have restarted meanwhile): realization statuses are reported
     /// again. A watch the server closed cleanly and that reopened at once does not say this.
+    /// Sent right before the NetworkPolicy watch's `Replace`, which then starts the new sync
+    /// epoch (the other kinds' items may come in between).
     ServerMayHaveRestarted,
 }
 
