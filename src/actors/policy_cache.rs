@@ -63,7 +63,8 @@ pub struct PolicyCache {
     synced_kinds: BTreeSet<Kind>,
     /// Watch connection state per kind (`None` for a source without connections).
     connections: BTreeMap<Kind, bool>,
-    /// Bumped on every full resync of the policies (see `PoliciesRealized`).
+    /// Bumped on every full snapshot, and on the NetworkPolicy resync after a suspected server
+    /// restart (see `PoliciesRealized`).
     sync_epoch: u64,
     /// The source said the server may have restarted: its next NetworkPolicy resync starts a new
     /// sync epoch. Not at once: the other watches' items may come in between, and publishing them

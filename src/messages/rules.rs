@@ -22,7 +22,8 @@ pub struct RulesChanged {
     /// Every NetworkPolicy in the cache that has at least one rule effective on this node (so its
     /// status can be reported once these rules are in the switch), sorted by name.
     pub policies: Vec<PolicyGeneration>,
-    /// Increases on every full resync of the policy source (see [`super::PoliciesRealized`]).
+    /// Changes on every full snapshot of the policy source and on the NetworkPolicy resync after
+    /// a suspected server restart (see [`super::PoliciesRealized`]).
     pub sync_epoch: u64,
     /// The OpenFlow ports of the interfaces these rules were resolved against
     /// ([`super::InterfacesChanged::ofports`]). The flow installer installs nothing while its own

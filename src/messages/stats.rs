@@ -8,8 +8,8 @@ pub use crate::policy::report::{PolicyGeneration, RuleStats, RuleStatsSnapshot};
 
 /// Flow installer → reporter: the rules published with `sync_epoch` are now in the switch, so
 /// these policies (at these generations) are realized on this node. `sync_epoch` changes on every
-/// full resync of the policy source, after which every status is re-posted (a restarted controller
-/// forgot them).
+/// full snapshot of the policy source and on the NetworkPolicy resync after a suspected server
+/// restart, after which every status is re-posted (a restarted controller forgot them).
 #[derive(Clone, Debug, PartialEq, Message)]
 #[rtype(result = "()")]
 pub struct PoliciesRealized {
