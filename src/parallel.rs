@@ -1,9 +1,14 @@
 //! Running independent pieces of one large pass on the machine's spare cores: a list of items,
 //! one function applied to each, the results handed back in the order given. Used where a pass
 //! over thousands of independent items (policy files read and parsed, policies resolved) would
-//! otherwise leave a core idle while the agent has nothing else to do.
+//! otherwise leave a core idle while the agent has nothing else to do. While a pass runs, its
+//! threads are kept on different CPUs ([`SpreadPass`]): a kernel that packs threads onto few
+//! vCPUs would otherwise run them one after the other.
 
 use std::sync::Mutex;
+
+use nix::sched::{sched_getaffinity, sched_getcpu, sched_setaffinity, CpuSet};
+use nix::unistd::Pid;
 
 /// At most this many threads work at once (the calling thread included).
 pub const MAX_THREADS: usize = 4;
@@ -47,10 +52,23 @@ where
         done
     };
     let mut slots: Vec<Option<R>> = std::iter::repeat_with(|| None).take(count).collect();
+    let spread = SpreadPass::begin();
     std::thread::scope(|scope| {
         let helpers: Vec<_> = (1..threads)
-            .filter_map(|_| std::thread::Builder::new().spawn_scoped(scope, drain).ok())
+            .filter_map(|_| {
+                std::thread::Builder::new()
+                    .spawn_scoped(scope, || {
+                        if let Some(spread) = &spread {
+                            spread.place_helper();
+                        }
+                        drain()
+                    })
+                    .ok()
+            })
             .collect();
+        if let (Some(spread), false) = (&spread, helpers.is_empty()) {
+            spread.hold_caller();
+        }
         let mut all = drain();
         for helper in helpers {
             match helper.join() {
@@ -107,6 +125,7 @@ pub fn for_each_ordered<T, R>(
         }),
         changed: std::sync::Condvar::new(),
     };
+    let spread = SpreadPass::begin();
     std::thread::scope(|scope| {
         // Whatever way the calling thread leaves (a panic in `work` or `consume` included), the
         // helpers stop: none waits for room in the window forever.
@@ -118,6 +137,9 @@ pub fn for_each_ordered<T, R>(
             .filter_map(|_| {
                 std::thread::Builder::new()
                     .spawn_scoped(scope, || {
+                        if let Some(spread) = &spread {
+                            spread.place_helper();
+                        }
                         // A helper that runs out of items leaves the others to finish theirs.
                         let _stop = StopOnDrop {
                             pipeline: &shared,
@@ -131,6 +153,9 @@ pub fn for_each_ordered<T, R>(
                     .ok()
             })
             .collect();
+        if let (Some(spread), false) = (&spread, helpers.is_empty()) {
+            spread.hold_caller();
+        }
         let mut consumed = 0;
         while consumed < total {
             match shared.next_step(consumed, window) {
@@ -154,6 +179,60 @@ pub fn for_each_ordered<T, R>(
             }
         }
     });
+}
+
+/// One pass's threads kept on different CPUs while it runs: the calling thread stays on the CPU
+/// it runs on, its helpers run on any other it may use. Why: some hypervisors' guest kernels
+/// pack threads onto as few vCPUs as they can, to keep the others halted. On the 2-vCPU lab
+/// machine, the scheduler's traces showed a new helper placed on its caller's vCPU and left
+/// there, and a caller moved onto its helper's, each time for the whole of a 10 to 30 ms pass
+/// while the other vCPU idled: the pass took as long as on one thread. A kernel that spreads
+/// threads anyway places them the same way. Within the CPUs the thread may use (a `taskset`,
+/// a cpuset); the calling thread gets its own set back when the pass ends, however it ends.
+/// Without two CPUs to use, or if the kernel refuses (a seccomp filter, a cpuset changed
+/// meanwhile), the threads run wherever the kernel puts them, as before.
+struct SpreadPass {
+    /// The CPU the calling thread keeps.
+    caller_cpu: usize,
+    /// The CPUs the calling thread could use before the pass.
+    allowed: CpuSet,
+}
+
+impl SpreadPass {
+    /// For the calling thread, before it starts its helpers.
+    fn begin() -> Option<Self> {
+        let caller_cpu = sched_getcpu().ok()?;
+        let allowed = sched_getaffinity(Pid::from_raw(0)).ok()?;
+        let usable = |c: usize| allowed.is_set(c).unwrap_or(false);
+        let elsewhere = (0..CpuSet::count()).any(|c| c != caller_cpu && usable(c));
+        (usable(caller_cpu) && elsewhere).then_some(Self { caller_cpu, allowed })
+    }
+
+    /// In a helper, first thing: off the calling thread's CPU.
+    fn place_helper(&self) {
+        let mut others = self.allowed;
+        if others.unset(self.caller_cpu).is_ok() {
+            let _ = sched_setaffinity(Pid::from_raw(0), &others);
+        }
+    }
+
+    /// In the calling thread once its helpers are started: it stays on its CPU, and gives that
+    /// CPU up once so a helper the kernel queued there runs and moves off at once, instead of
+    /// waiting behind the caller for its time slice (4 to 5 ms in the lab's traces).
+    fn hold_caller(&self) {
+        let mut only = CpuSet::new();
+        if only.set(self.caller_cpu).is_ok() {
+            let _ = sched_setaffinity(Pid::from_raw(0), &only);
+        }
+        std::thread::yield_now();
+    }
+}
+
+impl Drop for SpreadPass {
+    /// The calling thread's own CPUs back.
+    fn drop(&mut self) {
+        let _ = sched_setaffinity(Pid::from_raw(0), &self.allowed);
+    }
 }
 
 /// The state [`for_each_ordered`]'s threads share.
@@ -384,6 +463,93 @@ mod tests {
         );
         // A second thread was started (on one core too): while one item sleeps, it takes others.
         assert!(others > 0, "no item on the other thread");
+    }
+
+    /// The CPUs the current thread may use.
+    fn own_cpus() -> Vec<usize> {
+        let set = sched_getaffinity(Pid::from_raw(0)).expect("read the thread's affinity");
+        (0..CpuSet::count())
+            .filter(|&c| set.is_set(c).unwrap_or(false))
+            .collect()
+    }
+
+    /// Where one item ran: on the calling thread or not, and the CPUs its thread could use.
+    fn placement(caller: std::thread::ThreadId) -> (bool, Vec<usize>) {
+        // Long enough for the helper to start and take items.
+        std::thread::sleep(std::time::Duration::from_micros(300));
+        (std::thread::current().id() == caller, own_cpus())
+    }
+
+    /// On two or more CPUs: the calling thread ran on one CPU only, the helpers on every other
+    /// one it could use and never on that one; on one CPU, nobody's CPUs changed.
+    fn assert_spread(before: &[usize], placements: &[(bool, Vec<usize>)]) {
+        let helpers: Vec<&Vec<usize>> = placements
+            .iter()
+            .filter(|(own, _)| !own)
+            .map(|(_, c)| c)
+            .collect();
+        assert!(!helpers.is_empty(), "no item ran on a helper");
+        if before.len() < 2 {
+            assert!(
+                placements.iter().all(|(_, cpus)| cpus == before),
+                "{placements:?}"
+            );
+            return;
+        }
+        let caller_sets: Vec<&Vec<usize>> = placements
+            .iter()
+            .filter(|(own, _)| *own)
+            .map(|(_, c)| c)
+            .collect();
+        let held = caller_sets
+            .first()
+            .copied()
+            .expect("the calling thread took items too");
+        assert_eq!(held.len(), 1, "the calling thread held one CPU: {held:?}");
+        assert!(caller_sets.iter().all(|c| *c == held), "{caller_sets:?}");
+        let others: Vec<usize> = before.iter().copied().filter(|c| !held.contains(c)).collect();
+        assert!(
+            helpers.iter().all(|c| **c == others),
+            "helpers {helpers:?}, expected {others:?}"
+        );
+    }
+
+    #[test]
+    fn a_pass_keeps_its_threads_on_different_cpus_and_gives_the_callers_back() {
+        let before = own_cpus();
+        let caller = std::thread::current().id();
+        let placements = map_on_threads((0..100).collect(), 2, |_: usize| placement(caller));
+        assert_spread(&before, &placements);
+        assert_eq!(
+            own_cpus(),
+            before,
+            "the calling thread's CPUs after map_on_threads"
+        );
+
+        let mut placements = Vec::new();
+        for_each_ordered(
+            (0..100).collect::<Vec<usize>>(),
+            2,
+            8,
+            |_| placement(caller),
+            |_, p| placements.push(p),
+        );
+        assert_spread(&before, &placements);
+        assert_eq!(
+            own_cpus(),
+            before,
+            "the calling thread's CPUs after for_each_ordered"
+        );
+
+        // However the pass ends.
+        let failed = std::panic::catch_unwind(|| {
+            map_on_threads((0..100).collect(), 2, |i: usize| {
+                assert!(i != 60, "work {i} failed");
+                placement(caller)
+            })
+        });
+        assert!(failed.is_err());
+        assert_eq!(own_cpus(), before, "the calling thread's CPUs after a panic");
     }
 
     /// The message of a panic payload.
