@@ -17,7 +17,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use inotify::{EventMask, EventStream, Inotify, WatchDescriptor, WatchMask, Watches};
 use tracing::{debug, warn};
 
@@ -26,15 +26,23 @@ use tracing::{debug, warn};
 pub const SETTLE: Duration = Duration::from_millis(20);
 
 /// The same after a file of interest was renamed into the directory (how atomic writers, deploy
-/// tools and a ConfigMap's files land), or after the directory itself was renamed into place (a
-/// symlink naming it swapped by rename, as deploy tools publish a prepared directory): what the
-/// rename brings is complete, so a single edit is read 18 ms sooner. Only when nothing in the
+/// tools and a ConfigMap's files land): what the rename brings is complete, so a single edit is
+/// read 18 ms sooner; the short quiet is kept because a tool landing many files renames them one
+/// by one, and one read should see them all. Only when nothing in the
 /// burst removed a file of interest that has not come back (an editor renaming the old version
 /// to a backup name before writing the new one), and only for
 /// a rename: a file closed after writing may be appended to by the writer's next command, and a
 /// created one is still being written, so those wait the full [`SETTLE`]. A burst of files keeps
 /// resetting the quiet.
 pub const SETTLE_AFTER_RENAME: Duration = Duration::from_millis(2);
+
+/// The same after the directory itself was renamed into place (a symlink naming it swapped by
+/// rename, as deploy tools publish a prepared directory): the rename brings the whole directory,
+/// complete, at once, so it is read as soon as the events already queued behind the rename are
+/// taken, without waiting for more (2 to 3 ms sooner than [`SETTLE_AFTER_RENAME`], the timer
+/// counting whole milliseconds). Only when nothing in the burst removed a file of interest that
+/// has not come back, as for a file renamed in.
+pub const SETTLE_AFTER_SWAP: Duration = Duration::ZERO;
 
 /// The longest a burst may delay the read.
 const MAX_SETTLE: Duration = Duration::from_secs(1);
@@ -73,8 +81,8 @@ pub struct DirWatch {
     /// when an event may stand for more than the entry it names (the directory itself moved,
     /// an event on the parent, a lost event queue, a subdirectory), or inotify is not in use.
     named: Option<BTreeSet<OsString>>,
-    /// The names whose rename into the directory completes them ([`SETTLE_AFTER_RENAME`]);
-    /// `None`: every event waits [`SETTLE`].
+    /// The names whose rename into the directory completes them ([`SETTLE_AFTER_RENAME`]; the
+    /// directory renamed into place: [`SETTLE_AFTER_SWAP`]); `None`: every event waits [`SETTLE`].
     of_interest: Option<fn(&str) -> bool>,
 }
 
@@ -92,8 +100,8 @@ impl DirWatch {
     }
 
     /// The same watch, reading the directory 2 ms after a file whose name `of_interest` accepts
-    /// was renamed into it, or the directory itself was renamed into place
-    /// ([`SETTLE_AFTER_RENAME`]), instead of 20 ms.
+    /// was renamed into it ([`SETTLE_AFTER_RENAME`]), and at once after the directory itself was
+    /// renamed into place ([`SETTLE_AFTER_SWAP`]), instead of 20 ms.
     pub fn with_files_of_interest(mut self, of_interest: fn(&str) -> bool) -> Self {
         self.of_interest = Some(of_interest);
         self
@@ -186,9 +194,15 @@ impl DirWatch {
             let Some(stream) = self.stream.as_mut() else {
                 return Ok(());
             };
-            let quiet = tokio::time::Instant::now() + quiet_for;
-            match tokio::time::timeout_at(quiet.min(end), stream.next()).await {
-                Ok(Some(Ok(e))) => {
+            let next = if quiet_for.is_zero() {
+                // Only the events already queued: no timer (it counts whole milliseconds).
+                stream.next().now_or_never()
+            } else {
+                let quiet = tokio::time::Instant::now() + quiet_for;
+                tokio::time::timeout_at(quiet.min(end), stream.next()).await.ok()
+            };
+            match next {
+                Some(Some(Ok(e))) => {
                     if counts(&e, &self.target, &self.parent, &self.dir) {
                         self.note(&e);
                         quiet_for = burst.quiet(&e, self.of_interest, self.swaps_dir(&e));
@@ -197,9 +211,9 @@ impl DirWatch {
                         return Ok(());
                     }
                 }
-                Ok(Some(Err(e))) => return Err(format!("reading inotify events failed: {e}")),
-                Ok(None) => return Err("the inotify event stream ended".to_owned()),
-                Err(_) => return Ok(()),
+                Some(Some(Err(e))) => return Err(format!("reading inotify events failed: {e}")),
+                Some(None) => return Err("the inotify event stream ended".to_owned()),
+                None => return Ok(()),
             }
         }
     }
@@ -314,9 +328,13 @@ impl Burst {
         of_interest: Option<fn(&str) -> bool>,
         swaps_dir: bool,
     ) -> Duration {
-        // The directory renamed into place completes like a file of interest renamed in.
+        // The directory renamed into place is complete at once.
         if swaps_dir && of_interest.is_some() {
-            return self.after_rename();
+            return if self.missing.is_empty() {
+                SETTLE_AFTER_SWAP
+            } else {
+                SETTLE
+            };
         }
         self.quiet_for(e.mask, e.name.as_deref(), of_interest)
     }
@@ -549,7 +567,7 @@ mod tests {
         let e = next_counted(&mut w).await;
         assert!(w.swaps_dir(&e), "the swap: {e:?}");
         let mut burst = Burst::default();
-        assert_eq!(burst.quiet(&e, yaml, w.swaps_dir(&e)), SETTLE_AFTER_RENAME);
+        assert_eq!(burst.quiet(&e, yaml, w.swaps_dir(&e)), SETTLE_AFTER_SWAP);
         assert_eq!(burst.quiet(&e, None, w.swaps_dir(&e)), SETTLE);
         // The same event taken as anything but a swap: a name not of interest, the full quiet.
         assert_eq!(burst.quiet(&e, yaml, false), SETTLE);
