@@ -5,10 +5,12 @@
 //! threads are kept on different CPUs ([`SpreadPass`]): a kernel that packs threads onto few
 //! vCPUs would otherwise run them one after the other.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use nix::sched::{sched_getaffinity, sched_getcpu, sched_setaffinity, CpuSet};
 use nix::unistd::Pid;
+use tracing::warn;
 
 /// At most this many threads work at once (the calling thread included).
 pub const MAX_THREADS: usize = 4;
@@ -188,14 +190,19 @@ pub fn for_each_ordered<T, R>(
 /// there, and a caller moved onto its helper's, each time for the whole of a 10 to 30 ms pass
 /// while the other vCPU idled: the pass took as long as on one thread. A kernel that spreads
 /// threads anyway places them the same way. Within the CPUs the thread may use (a `taskset`,
-/// a cpuset); the calling thread gets its own set back when the pass ends, however it ends.
-/// Without two CPUs to use, or if the kernel refuses (a seccomp filter, a cpuset changed
-/// meanwhile), the threads run wherever the kernel puts them, as before.
+/// a cpuset); the calling thread gets its CPUs back when the pass ends, however it ends: every
+/// CPU (as if it had never been held) when it could use every CPU online, so a CPU added later
+/// or a cpuset widened later still reaches it; else the set it had. Without two CPUs to use, or
+/// if the kernel refuses to hold it (a seccomp filter, a cpuset changed meanwhile), the threads
+/// run wherever the kernel puts them, as before. A thread the calling thread starts during the
+/// pass would inherit its one CPU: `work` and `consume` start none.
 struct SpreadPass {
     /// The CPU the calling thread keeps.
     caller_cpu: usize,
     /// The CPUs the calling thread could use before the pass.
     allowed: CpuSet,
+    /// Whether the calling thread is held on its CPU: only then is anything given back.
+    held: AtomicBool,
 }
 
 impl SpreadPass {
@@ -205,7 +212,11 @@ impl SpreadPass {
         let allowed = sched_getaffinity(Pid::from_raw(0)).ok()?;
         let usable = |c: usize| allowed.is_set(c).unwrap_or(false);
         let elsewhere = (0..CpuSet::count()).any(|c| c != caller_cpu && usable(c));
-        (usable(caller_cpu) && elsewhere).then_some(Self { caller_cpu, allowed })
+        (usable(caller_cpu) && elsewhere).then_some(Self {
+            caller_cpu,
+            allowed,
+            held: AtomicBool::new(false),
+        })
     }
 
     /// In a helper, first thing: off the calling thread's CPU.
@@ -221,18 +232,65 @@ impl SpreadPass {
     /// waiting behind the caller for its time slice (4 to 5 ms in the lab's traces).
     fn hold_caller(&self) {
         let mut only = CpuSet::new();
-        if only.set(self.caller_cpu).is_ok() {
-            let _ = sched_setaffinity(Pid::from_raw(0), &only);
+        if only.set(self.caller_cpu).is_ok() && sched_setaffinity(Pid::from_raw(0), &only).is_ok() {
+            self.held.store(true, Ordering::Relaxed);
         }
         std::thread::yield_now();
+    }
+
+    /// What the calling thread gets back: every CPU if it could use every CPU online (the
+    /// kernel keeps it within its cpuset and the CPUs online), else its own set.
+    fn to_restore(&self) -> CpuSet {
+        let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
+            .ok()
+            .and_then(|list| cpu_list(&list));
+        let unrestricted =
+            online.is_some_and(|online| online.iter().all(|&c| self.allowed.is_set(c).unwrap_or(false)));
+        if !unrestricted {
+            return self.allowed;
+        }
+        let mut every = CpuSet::new();
+        for c in 0..CpuSet::count() {
+            let _ = every.set(c);
+        }
+        every
     }
 }
 
 impl Drop for SpreadPass {
-    /// The calling thread's own CPUs back.
+    /// The calling thread's CPUs back.
     fn drop(&mut self) {
-        let _ = sched_setaffinity(Pid::from_raw(0), &self.allowed);
+        if !self.held.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Err(e) = sched_setaffinity(Pid::from_raw(0), &self.to_restore()) {
+            warn!(
+                cpu = self.caller_cpu,
+                "a thread that ran a parallel pass could not be given its CPUs back ({e}); it \
+                 stays on one CPU"
+            );
+        }
     }
+}
+
+/// The CPUs of a kernel CPU list (`0-3,8,10-11`, as in `/sys/devices/system/cpu/online`);
+/// `None` if it does not read as one.
+fn cpu_list(list: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',') {
+        let (first, last): (usize, usize) = match part.split_once('-') {
+            Some((a, b)) => (a.parse().ok()?, b.parse().ok()?),
+            None => {
+                let c = part.parse().ok()?;
+                (c, c)
+            }
+        };
+        if first > last || last >= CpuSet::count() {
+            return None;
+        }
+        cpus.extend(first..=last);
+    }
+    Some(cpus)
 }
 
 /// The state [`for_each_ordered`]'s threads share.
@@ -473,15 +531,20 @@ mod tests {
             .collect()
     }
 
-    /// Where one item ran: on the calling thread or not, and the CPUs its thread could use.
-    fn placement(caller: std::thread::ThreadId) -> (bool, Vec<usize>) {
+    /// Where item `i` ran: on the calling thread or not, and the CPUs its thread could use.
+    fn placement(caller: std::thread::ThreadId, i: usize) -> (bool, Vec<usize>) {
         // Long enough for the helper to start and take items.
-        std::thread::sleep(std::time::Duration::from_micros(300));
+        std::thread::sleep(std::time::Duration::from_micros(if i == 0 {
+            50_000
+        } else {
+            300
+        }));
         (std::thread::current().id() == caller, own_cpus())
     }
 
-    /// On two or more CPUs: the calling thread ran on one CPU only, the helpers on every other
-    /// one it could use and never on that one; on one CPU, nobody's CPUs changed.
+    /// Where the kernel lets a pass hold its threads apart (two CPUs or more, and the calls
+    /// allowed): the calling thread ran on one CPU only, the helpers on every other one it could
+    /// use and never on that one; elsewhere, nobody's CPUs changed.
     fn assert_spread(before: &[usize], placements: &[(bool, Vec<usize>)]) {
         let helpers: Vec<&Vec<usize>> = placements
             .iter()
@@ -489,7 +552,7 @@ mod tests {
             .map(|(_, c)| c)
             .collect();
         assert!(!helpers.is_empty(), "no item ran on a helper");
-        if before.len() < 2 {
+        if SpreadPass::begin().is_none() {
             assert!(
                 placements.iter().all(|(_, cpus)| cpus == before),
                 "{placements:?}"
@@ -518,7 +581,7 @@ mod tests {
     fn a_pass_keeps_its_threads_on_different_cpus_and_gives_the_callers_back() {
         let before = own_cpus();
         let caller = std::thread::current().id();
-        let placements = map_on_threads((0..100).collect(), 2, |_: usize| placement(caller));
+        let placements = map_on_threads((0..100).collect(), 2, |i: usize| placement(caller, i));
         assert_spread(&before, &placements);
         assert_eq!(
             own_cpus(),
@@ -531,7 +594,7 @@ mod tests {
             (0..100).collect::<Vec<usize>>(),
             2,
             8,
-            |_| placement(caller),
+            |i| placement(caller, i),
             |_, p| placements.push(p),
         );
         assert_spread(&before, &placements);
@@ -545,11 +608,46 @@ mod tests {
         let failed = std::panic::catch_unwind(|| {
             map_on_threads((0..100).collect(), 2, |i: usize| {
                 assert!(i != 60, "work {i} failed");
-                placement(caller)
+                placement(caller, i)
             })
         });
         assert!(failed.is_err());
-        assert_eq!(own_cpus(), before, "the calling thread's CPUs after a panic");
+        assert_eq!(
+            own_cpus(),
+            before,
+            "the calling thread's CPUs after a panic in map_on_threads"
+        );
+        for failing_consume in [false, true] {
+            let failed = std::panic::catch_unwind(|| {
+                for_each_ordered(
+                    (0..100).collect::<Vec<usize>>(),
+                    2,
+                    8,
+                    |i| {
+                        assert!(failing_consume || i != 60, "work {i} failed");
+                        placement(caller, i)
+                    },
+                    |at, _| assert!(!failing_consume || at != 60, "consume {at} failed"),
+                );
+            });
+            assert!(failed.is_err());
+            assert_eq!(
+                own_cpus(),
+                before,
+                "the calling thread's CPUs after a panic in for_each_ordered (in consume: {failing_consume})"
+            );
+        }
+    }
+
+    #[test]
+    fn kernel_cpu_lists_read_as_written() {
+        assert_eq!(cpu_list("0-1\n"), Some(vec![0, 1]));
+        assert_eq!(cpu_list("0"), Some(vec![0]));
+        assert_eq!(cpu_list("0-2,5,7-8"), Some(vec![0, 1, 2, 5, 7, 8]));
+        assert_eq!(cpu_list("3-1"), None);
+        assert_eq!(cpu_list("a"), None);
+        assert_eq!(cpu_list(""), None);
+        assert_eq!(cpu_list("0-100000"), None);
     }
 
     /// The message of a panic payload.

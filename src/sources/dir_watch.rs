@@ -137,7 +137,8 @@ impl DirWatch {
     }
 
     /// Waits until something changed in or around the directory and it has been quiet for
-    /// [`SETTLE`] (or [`SETTLE_AFTER_RENAME`]); or until `poll` passed without an event (`fallback` instead if inotify is
+    /// [`SETTLE`] (or [`SETTLE_AFTER_RENAME`], or only for the events already queued:
+    /// [`SETTLE_AFTER_SWAP`]); or until `poll` passed without an event (`fallback` instead if inotify is
     /// unavailable, or while only the parent can be watched). Returns whether a change woke it.
     ///
     /// Call [`DirWatch::arm_for_read`] (or [`DirWatch::arm`]) before each read of the
@@ -185,7 +186,8 @@ impl DirWatch {
     }
 
     /// Waits until no event arrived for the quiet period the burst asks for (see
-    /// [`Burst::quiet`]), at most [`MAX_SETTLE`] in all, recording the entries the events name.
+    /// [`Burst::quiet`]; a zero quiet takes only the events already queued), at most
+    /// [`MAX_SETTLE`] in all, recording the entries the events name.
     async fn settle(&mut self, first: &inotify::Event<OsString>) -> Result<(), String> {
         let end = tokio::time::Instant::now() + MAX_SETTLE;
         let mut burst = Burst::default();
@@ -195,7 +197,9 @@ impl DirWatch {
                 return Ok(());
             };
             let next = if quiet_for.is_zero() {
-                // Only the events already queued: no timer (it counts whole milliseconds).
+                // Only the events already queued: no timer (it counts whole milliseconds). An
+                // event this poll does not see (the task's budget spent) wakes the next wait:
+                // one more read, nothing lost.
                 stream.next().now_or_never()
             } else {
                 let quiet = tokio::time::Instant::now() + quiet_for;
