@@ -120,6 +120,7 @@ pub fn for_each_ordered<T, R>(
     }
     let total = items.len();
     let window = window.max(1);
+    let spread = SpreadPass::begin();
     let shared = Pipeline {
         state: Mutex::new(PipelineState {
             items: items.into_iter().enumerate(),
@@ -131,8 +132,14 @@ pub fn for_each_ordered<T, R>(
         }),
         changed: std::sync::Condvar::new(),
         changes: AtomicU64::new(0),
+        // Only where the threads run on different CPUs: spinning on a shared CPU (or within a
+        // cgroup's CPU quota) would take the time the awaited thread needs.
+        spin: if spread.is_some() {
+            SPIN_BEFORE_SLEEP
+        } else {
+            std::time::Duration::ZERO
+        },
     };
-    let spread = SpreadPass::begin();
     std::thread::scope(|scope| {
         // Whatever way the calling thread leaves (a panic in `work` or `consume` included), the
         // helpers stop: none waits for room in the window forever.
@@ -306,6 +313,9 @@ struct Pipeline<I, R> {
     /// Counts those changes (each made under the lock), so a thread about to wait can watch
     /// for one without the lock first ([`Pipeline::wait`]).
     changes: AtomicU64,
+    /// How long a thread watches `changes` before it sleeps: [`SPIN_BEFORE_SLEEP`] while the
+    /// pass's threads are held on different CPUs ([`SpreadPass`]), else none.
+    spin: std::time::Duration,
 }
 
 /// What the threads of [`for_each_ordered`] share under the lock.
@@ -351,7 +361,7 @@ impl<I, R> Pipeline<I, R> {
     }
 
     /// Waits for a change (to return with the lock held again, for the caller to look again):
-    /// first for up to [`SPIN_BEFORE_SLEEP`] without the lock and without sleeping, then on the
+    /// first for up to `spin` ([`SPIN_BEFORE_SLEEP`]) without the lock and without sleeping, then on the
     /// condition variable, counted in `waiting` meanwhile. Why spin: what a thread waits for
     /// here (the next result, room in the window) usually comes within microseconds, while a
     /// sleep costs a system call on each side and, on a VM, the time for a halted vCPU to run
@@ -365,8 +375,14 @@ impl<I, R> Pipeline<I, R> {
         let seen = self.changes.load(AtomicOrdering::Acquire);
         drop(state);
         let spinning = std::time::Instant::now();
-        while self.changes.load(AtomicOrdering::Acquire) == seen && spinning.elapsed() < SPIN_BEFORE_SLEEP {
-            std::hint::spin_loop();
+        'spin: while !self.spin.is_zero() && spinning.elapsed() < self.spin {
+            // The clock read once in a while: it may be a system call on some VMs.
+            for _ in 0..64 {
+                if self.changes.load(AtomicOrdering::Acquire) != seen {
+                    break 'spin;
+                }
+                std::hint::spin_loop();
+            }
         }
         let mut state = self.lock();
         if self.changes.load(AtomicOrdering::Acquire) != seen {
@@ -584,7 +600,12 @@ mod tests {
             .map(|(_, c)| c)
             .collect();
         assert!(!helpers.is_empty(), "no item ran on a helper");
-        if SpreadPass::begin().is_none() {
+        // Whether this kernel lets a thread be held on its CPU (a seccomp filter may refuse).
+        let can_hold = SpreadPass::begin().is_some_and(|probe| {
+            probe.hold_caller();
+            probe.held.load(AtomicOrdering::Relaxed)
+        });
+        if !can_hold {
             assert!(
                 placements.iter().all(|(_, cpus)| cpus == before),
                 "{placements:?}"
