@@ -60,21 +60,7 @@ where
     let mut slots: Vec<Option<R>> = std::iter::repeat_with(|| None).take(count).collect();
     let spread = SpreadPass::begin();
     std::thread::scope(|scope| {
-        let helpers: Vec<_> = (1..threads)
-            .filter_map(|_| {
-                std::thread::Builder::new()
-                    .spawn_scoped(scope, || {
-                        if let Some(spread) = &spread {
-                            spread.place_helper();
-                        }
-                        drain()
-                    })
-                    .ok()
-            })
-            .collect();
-        if let (Some(spread), false) = (&spread, helpers.is_empty()) {
-            spread.hold_caller();
-        }
+        let helpers = start_helpers(scope, threads - 1, spread.as_ref(), &drain);
         let mut all = drain();
         for helper in helpers {
             match helper.join() {
@@ -140,6 +126,17 @@ pub fn for_each_ordered<T, R>(
             std::time::Duration::ZERO
         },
     };
+    let help = || {
+        // A helper that runs out of items leaves the others to finish theirs.
+        let _stop = StopOnDrop {
+            pipeline: &shared,
+            only_when_panicking: true,
+        };
+        while let Some((at, item)) = shared.claim(window) {
+            let result = work(item);
+            shared.finish(at, result);
+        }
+    };
     std::thread::scope(|scope| {
         // Whatever way the calling thread leaves (a panic in `work` or `consume` included), the
         // helpers stop: none waits for room in the window forever.
@@ -147,29 +144,7 @@ pub fn for_each_ordered<T, R>(
             pipeline: &shared,
             only_when_panicking: false,
         };
-        let helpers: Vec<_> = (1..threads)
-            .filter_map(|_| {
-                std::thread::Builder::new()
-                    .spawn_scoped(scope, || {
-                        if let Some(spread) = &spread {
-                            spread.place_helper();
-                        }
-                        // A helper that runs out of items leaves the others to finish theirs.
-                        let _stop = StopOnDrop {
-                            pipeline: &shared,
-                            only_when_panicking: true,
-                        };
-                        while let Some((at, item)) = shared.claim(window) {
-                            let result = work(item);
-                            shared.finish(at, result);
-                        }
-                    })
-                    .ok()
-            })
-            .collect();
-        if let (Some(spread), false) = (&spread, helpers.is_empty()) {
-            spread.hold_caller();
-        }
+        let helpers = start_helpers(scope, threads - 1, spread.as_ref(), &help);
         let mut consumed = 0;
         while consumed < total {
             match shared.next_step(consumed, window) {
@@ -193,6 +168,33 @@ pub fn for_each_ordered<T, R>(
             }
         }
     });
+}
+
+/// Starts up to `count` helper threads in `scope` running `body` (a thread that cannot be
+/// created is done without), each first moved off the calling thread's CPU, and then holds the
+/// calling thread on its own ([`SpreadPass`]) once a helper runs.
+fn start_helpers<'scope, 'env, R: Send + 'scope>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    count: usize,
+    spread: Option<&'env SpreadPass>,
+    body: &'env (impl Fn() -> R + Sync),
+) -> Vec<std::thread::ScopedJoinHandle<'scope, R>> {
+    let helpers: Vec<_> = (0..count)
+        .filter_map(|_| {
+            std::thread::Builder::new()
+                .spawn_scoped(scope, move || {
+                    if let Some(spread) = spread {
+                        spread.place_helper();
+                    }
+                    body()
+                })
+                .ok()
+        })
+        .collect();
+    if let (Some(spread), false) = (spread, helpers.is_empty()) {
+        spread.hold_caller();
+    }
+    helpers
 }
 
 /// One pass's threads kept on different CPUs while it runs: the calling thread stays on the CPU
