@@ -255,3 +255,137 @@ fn antrea_native_policies_on_real_traffic() {
     }
     agent.stop();
 }
+
+/// The corners where a policy must mean what antrea-controller makes of it, on real traffic:
+/// an Allow through a ClusterGroup nested too deep (`childGroupsNestingExceeded`: it matches
+/// nothing, its valid ipBlock child included) and an Allow with `toServices: []` (a peer that
+/// matches nothing) admit nothing, so the seed ANNP's Reject of SSH stays; a Drop whose other
+/// peer names a missing ClusterGroup still drops through its ipBlock (the policy is enforced,
+/// not refused); an egress Drop with `toServices: []` blocks nothing.
+const CORNERS: &str = "\
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cg-front-ip}
+spec: {ipBlocks: [{cidr: 10.99.0.1/32}]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cg-leaf}
+spec: {externalEntitySelector: {matchLabels: {role: front}}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cg-parent}
+spec: {childGroups: [cg-leaf]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cg-mixed}
+spec: {childGroups: [cg-front-ip, cg-parent]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: allow-ssh-nested}
+spec:
+  tier: securityops
+  priority: 5
+  appliedTo: [{externalEntitySelector: {matchLabels: {role: db}}}]
+  ingress:
+  - {action: Allow, name: nested, ports: [{protocol: TCP, port: 22}], from: [{group: cg-mixed}]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: allow-ssh-no-services}
+spec:
+  tier: securityops
+  priority: 6
+  appliedTo: [{externalEntitySelector: {matchLabels: {role: db}}}]
+  ingress:
+  - {action: Allow, name: no-services, ports: [{protocol: TCP, port: 22}], toServices: []}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: drop-8080-missing-group}
+spec:
+  priority: 5
+  appliedTo: [{externalEntitySelector: {matchLabels: {role: db}}}]
+  ingress:
+  - {action: Drop, name: d, ports: [{protocol: TCP, port: 8080}], from: [{group: no-such-group}, {ipBlock: {cidr: 172.16.100.5/32}}]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: NetworkPolicy
+metadata: {name: egress-no-services, namespace: vm-ns}
+spec:
+  priority: 5
+  appliedTo: [{externalEntitySelector: {matchLabels: {role: db}}}]
+  egress:
+  - {action: Drop, name: e, toServices: []}
+";
+
+#[test]
+fn antrea_native_corners_keep_denied_what_antrea_denies() {
+    let lab = Lab::new();
+    lab.ext_ok(&format!(
+        "ip addr add {DENIED_SRC}/32 dev {EXT_NIC} && ip addr add {OTHER_SRC}/32 dev {EXT_NIC}"
+    ));
+    write_policy(&lab, "inventory.yaml", &inventory("front"));
+    write_policy(&lab, "annp1.yaml", SEED_ANNP);
+    let config = lab.write_config(&format!(
+        "standalone:\n  policyDir: {}\n",
+        policy_dir(&lab).display()
+    ));
+    write_db_external_node(&lab);
+    let mut agent = lab.start_agent(&config);
+    lab.isolate_uplink();
+    wait_until(Duration::from_secs(30), "attached", || {
+        lab.vm_addrs(NIC).iter().any(|a| a.starts_with(VM_IP4))
+    });
+    lab.vm_ok(&format!("ip route replace 172.16.100.0/24 via {EXT_IP4}"));
+    let mut listeners = vec![listen(&lab, 22), listen(&lab, 8080)];
+    let mut outside = lab.ns_command(lab.ext_ns(), "nc");
+    outside.args(["-l", "-k", "-n", EXT_IP4, "9000"]);
+    outside
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    listeners.push(outside.spawn().expect("start nc -l -k outside"));
+    wait_outcome(&lab, EXT_IP4, 22, Outcome::Refused, "the seed ANNP rejects SSH");
+
+    write_policy(&lab, "corners.yaml", CORNERS);
+    // The file is one snapshot: once its Drop is in force, so are its Allows.
+    wait_outcome(
+        &lab,
+        DENIED_SRC,
+        8080,
+        Outcome::TimedOut,
+        "a Drop next to a missing group's peer drops through its ipBlock",
+    );
+    assert_eq!(
+        connect(&lab, EXT_IP4, 22),
+        Outcome::Refused,
+        "neither the over-nested group nor toServices: [] lets SSH through the seed's Reject"
+    );
+    assert_eq!(
+        connect(&lab, OTHER_SRC, 22),
+        Outcome::Connected,
+        "SSH from elsewhere"
+    );
+    assert_eq!(
+        connect(&lab, OTHER_SRC, 8080),
+        Outcome::Connected,
+        "8080 from elsewhere"
+    );
+    let egress = lab.vm(&format!("nc -z -n -w 2 {EXT_IP4} 9000"));
+    assert!(
+        egress.status.success(),
+        "an egress Drop with toServices: [] blocks nothing: {}",
+        String::from_utf8_lossy(&egress.stderr)
+    );
+    agent.wait_for_log("is not realized and matches nothing", Duration::from_secs(20));
+
+    for l in &mut listeners {
+        let _ = l.kill();
+        let _ = l.wait();
+    }
+    agent.stop();
+}

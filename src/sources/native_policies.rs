@@ -85,11 +85,18 @@ pub struct LocalController {
     state: Option<NativeState>,
     /// The controller's output, validated (or why not), by kind and name.
     validated: BTreeMap<(Kind, String), Result<ValidObject, String>>,
-    /// Every Antrea-native key with the files defining it, in path order (a file twice when it
-    /// defines the key twice).
+    /// Every Antrea-native key with the files defining it, in path order (a file once, however
+    /// many times it defines the key: the last of its definitions is its own).
     defined_in: BTreeMap<NativeKey, Vec<PathBuf>>,
-    /// The keys defined more than once: reported on every pass while they last.
+    /// The keys defined in more than one file: reported on every pass while they last.
     conflicts: BTreeSet<NativeKey>,
+    /// The controlplane name (uid) each policy key in use claims, and the keys claiming each.
+    uid_of: BTreeMap<NativeKey, String>,
+    claims: BTreeMap<String, BTreeSet<NativeKey>>,
+    /// The policy holding each claimed uid: the one translated first keeps it while it lasts.
+    uid_owner: BTreeMap<String, NativeKey>,
+    /// The policies refused for a uid another one holds, with the error reported on every pass.
+    uid_refused: BTreeMap<NativeKey, String>,
 }
 
 impl std::fmt::Debug for LocalController {
@@ -98,6 +105,7 @@ impl std::fmt::Debug for LocalController {
             .field("objects", &self.state.as_ref().map_or(0, |s| s.objects().count()))
             .field("outputs", &self.validated.len())
             .field("conflicts", &self.conflicts.len())
+            .field("uid_refused", &self.uid_refused.len())
             .finish()
     }
 }
@@ -116,6 +124,65 @@ fn describe_key((kind, namespace, name): &NativeKey) -> String {
     }
 }
 
+/// The warnings of a file that defines one Antrea-native object more than once: `objects`
+/// holds each of its Antrea-native objects' key with its position among the file's objects
+/// (0-based, as the file lists them). `kubectl apply -f` applies a file's objects in order, so
+/// the last definition is the one a cluster keeps; the agent, `translate` and `compile` all
+/// use it (see [`LocalController::translate_into`]) and say so with this warning.
+pub fn duplicates_in_file(path: &Path, objects: &[(usize, NativeKey)]) -> Vec<String> {
+    let mut positions: BTreeMap<&NativeKey, Vec<usize>> = BTreeMap::new();
+    for (at, key) in objects {
+        positions.entry(key).or_default().push(*at);
+    }
+    positions
+        .into_iter()
+        .filter(|(_, at)| at.len() > 1)
+        .map(|(key, mut at)| {
+            at.sort_unstable();
+            let mut numbers: Vec<String> = at.iter().map(|i| (i + 1).to_string()).collect();
+            let last = numbers.pop().unwrap_or_default();
+            let all = if at.len() == 2 { "both" } else { "all" };
+            format!(
+                "policy file {}: objects {} and {last} {all} define {}: the last (object {last}) is \
+                 used, as `kubectl apply -f` leaves it",
+                path.display(),
+                numbers.join(", "),
+                describe_key(key),
+            )
+        })
+        .collect()
+}
+
+/// What the agent's first pass makes of `files` (each with its Antrea-native objects in file
+/// order): the translation, and every problem (conflicts between files, uids claimed twice,
+/// the controller's errors). `translate` and `compile --policies` use it, so that they refuse
+/// and keep exactly what the running agent does.
+pub fn translate_files(
+    files: Vec<(PathBuf, Vec<NativeObject>)>,
+    local: &[Entity],
+) -> (native::Translation, Vec<String>) {
+    let files: BTreeMap<PathBuf, Vec<NativeObject>> = files.into_iter().collect();
+    let changed: Vec<ChangedFile> = files
+        .keys()
+        .map(|path| ChangedFile {
+            path: path.clone(),
+            before: Vec::new(),
+        })
+        .collect();
+    let current = |path: &Path| files.get(path).map_or(&[][..], Vec::as_slice);
+    let mut controller = LocalController::default();
+    let mut snapshot = PolicySnapshot::default();
+    let mut errors = Vec::new();
+    controller.translate_into(&changed, &current, local, &mut snapshot, &mut errors);
+    let mut translation = controller
+        .state
+        .as_ref()
+        .map(NativeState::translation)
+        .unwrap_or_default();
+    translation.errors = Vec::new();
+    (translation, errors)
+}
+
 impl LocalController {
     /// Brings the controller to the directory's Antrea-native objects after the files in
     /// `changed` changed, and adds its output to `snapshot`. `current` gives the Antrea-native
@@ -123,8 +190,11 @@ impl LocalController {
     /// compared with the ones held. An object defined in two files is a conflict: the version
     /// translated before the conflict stays in force (a second copy of a policy must never
     /// remove the first one's enforcement), and when there was none, no definition is used
-    /// until only one is left. A translated object whose name a hand-written controlplane object
-    /// already has is left out.
+    /// until only one is left. A file defining an object more than once defines it by the last
+    /// of its definitions (as `kubectl apply -f` leaves it; `load_file` warns with their
+    /// positions, see [`duplicates_in_file`]). Two policies with one uid (see
+    /// [`uid_settled`](Self::uid_settled)) are never both translated. A translated object
+    /// whose name a hand-written controlplane object already has is left out.
     pub fn translate_into<'a>(
         &mut self,
         changed: &[ChangedFile],
@@ -159,15 +229,17 @@ impl LocalController {
                 let key = native_key(object);
                 let paths = self.defined_in.entry(key.clone()).or_default();
                 let at = paths.partition_point(|p| p <= &file.path);
-                paths.insert(at, file.path.clone());
+                // A second definition in the same file is no conflict: the later one replaces
+                // the earlier (below, `objects.insert`; `definition` takes the last).
+                if at == 0 || paths[at - 1] != file.path {
+                    paths.insert(at, file.path.clone());
+                }
                 objects.insert(key.clone(), object);
                 touched.insert(key);
             }
         }
         if self.defined_in.is_empty() {
-            self.state = None;
-            self.validated.clear();
-            self.conflicts.clear();
+            *self = LocalController::default();
             return;
         }
         if self.state.is_none() {
@@ -179,28 +251,20 @@ impl LocalController {
         let definition = |path: &Path, key: &NativeKey| -> Option<&'a NativeObject> {
             match now_in.get(path) {
                 Some(objects) => objects.get(key).copied(),
-                None => current(path).iter().find(|o| native_key(o) == *key),
+                None => current(path).iter().rfind(|o| native_key(o) == *key),
             }
         };
-        let mut changes: Vec<Change> = Vec::new();
-        let mut fresh: Vec<(String, NativeObject)> = Vec::new();
         let state = self.state.as_ref();
-        for key in &touched {
-            let held = state.and_then(|s| s.object(key));
-            let paths = self.defined_in.get(key).map_or(&[][..], Vec::as_slice);
-            let desired: Option<(String, &NativeObject)> = match paths {
-                [] => {
-                    self.conflicts.remove(key);
-                    None
-                }
-                [path] => {
-                    self.conflicts.remove(key);
-                    definition(path, key).map(|object| (file_origin(path), object))
-                }
+        // What each key's files ask for now (before the uid check).
+        let defined_in = &self.defined_in;
+        let desire = |key: &NativeKey| {
+            let paths = defined_in.get(key).map_or(&[][..], Vec::as_slice);
+            match paths {
+                [] => None,
+                [path] => definition(path, key).map(|object| (file_origin(path), object)),
                 _ => {
-                    self.conflicts.insert(key.clone());
                     let files: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-                    held.map(|(_, object)| {
+                    state.and_then(|s| s.object(key)).map(|(_, object)| {
                         (
                             format!(
                                 "policy files {} (the version enforced before the conflict)",
@@ -210,9 +274,31 @@ impl LocalController {
                         )
                     })
                 }
-            };
+            }
+        };
+        let mut desired: BTreeMap<NativeKey, Option<(String, &NativeObject)>> = BTreeMap::new();
+        for key in &touched {
+            if self.defined_in.get(key).is_some_and(|paths| paths.len() > 1) {
+                self.conflicts.insert(key.clone());
+            } else {
+                self.conflicts.remove(key);
+            }
+            desired.insert(key.clone(), desire(key));
+        }
+        Self::settle_uids(
+            &mut self.uid_of,
+            &mut self.claims,
+            &mut self.uid_owner,
+            &mut self.uid_refused,
+            &mut desired,
+            &desire,
+        );
+        let mut changes: Vec<Change> = Vec::new();
+        let mut fresh: Vec<(String, NativeObject)> = Vec::new();
+        for (key, desired) in desired {
+            let held = state.and_then(|s| s.object(&key));
             match (desired, held) {
-                (None, Some(_)) => changes.push(Change::Delete(key.clone())),
+                (None, Some(_)) => changes.push(Change::Delete(key)),
                 (None, None) => {}
                 (Some((origin, object)), held) => {
                     let unchanged = held.is_some_and(|(o, h)| *o == origin && h == object);
@@ -242,6 +328,7 @@ impl LocalController {
                 describe_key(key)
             ));
         }
+        errors.extend(self.uid_refused.values().cloned());
         let delta = match &mut self.state {
             None => {
                 let state = NativeState::new(fresh, local.to_vec());
@@ -271,6 +358,104 @@ impl LocalController {
             errors.extend(state.errors());
         }
         self.add_to(snapshot, errors);
+    }
+
+    /// The uid check, after each touched key's `desired` definition is known. antrea-controller
+    /// names a policy's controlplane object after the CRD object's uid
+    /// (`internalNetworkPolicyKeyFunc`), which an apiserver makes unique; here two files can
+    /// hold one (a renamed copy of `kubectl get -o yaml`). Of the policies claiming a uid, the
+    /// one holding it keeps it while it claims it; when none holds it (the first pass, or its
+    /// holder gone), the first claimant in (kind, namespace, name) order takes it. The others
+    /// are refused, each with an error naming both objects and their files: a refusal never
+    /// lifts the rules of the policy already enforced under that name.
+    ///
+    /// Claimants not touched in this pass join `desired` when their standing changes (a refused
+    /// one takes the uid over, or is refused from now on).
+    fn settle_uids<'o>(
+        uid_of: &mut BTreeMap<NativeKey, String>,
+        claims: &mut BTreeMap<String, BTreeSet<NativeKey>>,
+        uid_owner: &mut BTreeMap<String, NativeKey>,
+        uid_refused: &mut BTreeMap<NativeKey, String>,
+        desired: &mut BTreeMap<NativeKey, Option<(String, &'o NativeObject)>>,
+        desire: &dyn Fn(&NativeKey) -> Option<(String, &'o NativeObject)>,
+    ) {
+        let mut affected: BTreeSet<String> = BTreeSet::new();
+        for (key, wanted) in desired.iter() {
+            let new_uid = wanted
+                .as_ref()
+                .and_then(|(_, o)| native::controller::policy_name(o));
+            let old_uid = uid_of.get(key).cloned();
+            if new_uid == old_uid {
+                affected.extend(new_uid);
+                continue;
+            }
+            if let Some(uid) = old_uid {
+                uid_of.remove(key);
+                uid_refused.remove(key);
+                if let Some(keys) = claims.get_mut(&uid) {
+                    keys.remove(key);
+                    if keys.is_empty() {
+                        claims.remove(&uid);
+                    }
+                }
+                affected.insert(uid);
+            }
+            if let Some(uid) = new_uid {
+                uid_of.insert(key.clone(), uid.clone());
+                claims.entry(uid.clone()).or_default().insert(key.clone());
+                affected.insert(uid);
+            }
+        }
+        for uid in affected {
+            let Some(keys) = claims.get(&uid) else {
+                uid_owner.remove(&uid);
+                continue;
+            };
+            let owner = match uid_owner.get(&uid) {
+                Some(owner) if keys.contains(owner) => owner.clone(),
+                // Not empty: emptied sets are removed above.
+                _ => match keys.first() {
+                    Some(first) => first.clone(),
+                    None => continue,
+                },
+            };
+            uid_owner.insert(uid.clone(), owner.clone());
+            if keys.len() == 1 {
+                uid_refused.remove(&owner);
+                if !desired.contains_key(&owner) {
+                    desired.insert(owner.clone(), desire(&owner));
+                }
+                continue;
+            }
+            let owner_definition = match desired.get(&owner) {
+                Some(d) => d.clone(),
+                None => desire(&owner),
+            };
+            let owner_origin = owner_definition
+                .as_ref()
+                .map_or_else(String::new, |(origin, _)| origin.clone());
+            if uid_refused.remove(&owner).is_some() && !desired.contains_key(&owner) {
+                desired.insert(owner.clone(), owner_definition);
+            }
+            for key in keys.iter().filter(|k| **k != owner) {
+                let origin = match desired.get(key) {
+                    Some(Some((origin, _))) => origin.clone(),
+                    _ => desire(key).map_or_else(String::new, |(origin, _)| origin),
+                };
+                uid_refused.insert(
+                    key.clone(),
+                    format!(
+                        "{origin}: {}: metadata.uid {uid:?} is also the uid of {} ({owner_origin}), \
+                         which keeps it: antrea-controller names a policy's controlplane object after \
+                         its uid, and two policies cannot share one; this one is refused (not \
+                         enforced) until its uid is unique",
+                        describe_key(key),
+                        describe_key(&owner),
+                    ),
+                );
+                desired.insert(key.clone(), None);
+            }
+        }
     }
 
     /// Adds the validated output to `snapshot`, behind the hand-written controlplane objects.
@@ -486,5 +671,182 @@ mod tests {
         let s = dir.pass(&mut controller, &[back]);
         assert_eq!(s.network_policies.len(), 1);
         assert_eq!(members(&s), groups(&[&[] as &[&str]]));
+    }
+
+    /// An ACNP named `name` with `uid`, dropping ingress from `app`.
+    fn policy_with_uid(name: &str, uid: &str, app: &str) -> NativeObject {
+        object(&format!(
+            "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\n\
+             metadata: {{name: {name}, uid: {uid}}}\n\
+             spec: {{priority: 5, appliedTo: [{{externalEntitySelector: {{matchLabels: {{role: db}}}}}}],\n\
+             ingress: [{{action: Drop, from: [{{externalEntitySelector: {{matchLabels: {{app: {app}}}}}}}]}}]}}\n"
+        ))
+    }
+
+    fn new_dir() -> Files {
+        Files {
+            files: BTreeMap::new(),
+            asked: RefCell::new(BTreeSet::new()),
+        }
+    }
+
+    /// The policies of a snapshot as (controlplane name, the name their author gave them).
+    fn sources(s: &PolicySnapshot) -> Vec<(String, String)> {
+        s.network_policies
+            .iter()
+            .map(|p| {
+                let source = p.source_ref.as_ref().map_or_else(String::new, |r| r.name.clone());
+                (p.name.clone(), source)
+            })
+            .collect()
+    }
+
+    /// The same object twice in one file: `kubectl apply -f` applies a file's objects in
+    /// order, so a cluster keeps the last; so does the agent (no conflict), also when the file
+    /// is unchanged and read again to end a conflict with another file.
+    #[test]
+    fn an_object_twice_in_one_file_is_its_last_definition_as_kubectl_apply_leaves_it() {
+        let mut dir = new_dir();
+        let mut controller = LocalController::default();
+        let all = vec![
+            dir.set(
+                "/p/a.yaml",
+                Some(vec![
+                    policy("p1", "web"),
+                    entity("h1", "api", "10.0.0.1"),
+                    policy("p1", "api"),
+                ]),
+            ),
+            dir.set("/p/b.yaml", Some(vec![entity("h2", "web", "10.0.0.2")])),
+        ];
+        let s = dir.pass(&mut controller, &all);
+        assert_eq!(s.errors, Vec::<String>::new());
+        assert_eq!(s.network_policies.len(), 1);
+        assert_eq!(members(&s), groups(&[&["h1"]]));
+
+        // A third definition in another file: a conflict between files (the rule for those
+        // stays: the version enforced before is kept).
+        let copy = dir.set("/p/c.yaml", Some(vec![policy("p1", "web")]));
+        let s = dir.pass(&mut controller, &[copy]);
+        assert_eq!(s.errors.len(), 1, "{:#?}", s.errors);
+        assert!(s.errors[0].starts_with("policy files /p/a.yaml, /p/c.yaml: ClusterNetworkPolicy p1"));
+        assert_eq!(members(&s), groups(&[&["h1"]]));
+        // The copy removed: a.yaml, unchanged, is read again and gives its last definition.
+        let gone = dir.set("/p/c.yaml", None);
+        let s = dir.pass(&mut controller, &[gone]);
+        assert_eq!(s.errors, Vec::<String>::new());
+        assert_eq!(members(&s), groups(&[&["h1"]]));
+
+        // A fresh start (what `translate` and `compile` run) agrees.
+        let (t, errors) = translate_files(
+            dir.files.iter().map(|(p, o)| (p.clone(), o.clone())).collect(),
+            &[],
+        );
+        assert_eq!(errors, Vec::<String>::new());
+        assert_eq!(t.address_groups.len(), 1);
+        let member = t.address_groups[0].group_members[0]
+            .external_entity
+            .as_ref()
+            .map(|e| e.name.as_str());
+        assert_eq!(member, Some("h1"));
+    }
+
+    #[test]
+    fn the_warning_names_every_position_of_an_object_defined_twice_in_one_file() {
+        let key = |name: &str| native_key(&policy(name, "web"));
+        let path = Path::new("/p/a.yaml");
+        assert_eq!(
+            duplicates_in_file(path, &[(0, key("p1")), (1, key("p2")), (4, key("p1"))]),
+            [
+                "policy file /p/a.yaml: objects 1 and 5 both define ClusterNetworkPolicy p1: the last \
+              (object 5) is used, as `kubectl apply -f` leaves it"
+            ]
+        );
+        assert_eq!(
+            duplicates_in_file(path, &[(0, key("p1")), (2, key("p1")), (3, key("p1"))]),
+            [
+                "policy file /p/a.yaml: objects 1, 3 and 4 all define ClusterNetworkPolicy p1: the last \
+              (object 4) is used, as `kubectl apply -f` leaves it"
+            ]
+        );
+        assert!(duplicates_in_file(path, &[(0, key("p1")), (1, key("p2"))]).is_empty());
+    }
+
+    /// Two policies with one `metadata.uid`: antrea-controller names the controlplane
+    /// NetworkPolicy after it (`internalNetworkPolicyKeyFunc`), so both cannot be translated.
+    /// The first in (kind, namespace, name) order takes it on a fresh start; in a running agent
+    /// the one already enforced keeps it, so that the refusal never lifts enforced rules; when
+    /// it goes, the other takes over.
+    #[test]
+    fn two_policies_with_one_uid_never_collapse_and_the_enforced_one_keeps_it() {
+        let refused = |name: &str, file: &str, owner: &str, owner_file: &str| {
+            format!(
+                "policy file {file}: ClusterNetworkPolicy {name}: metadata.uid \"u1\" is also the uid \
+                 of ClusterNetworkPolicy {owner} (policy file {owner_file}), which keeps it: \
+                 antrea-controller names a policy's controlplane object after its uid, and two \
+                 policies cannot share one; this one is refused (not enforced) until its uid is unique"
+            )
+        };
+        // Fresh: `pa` (in the later file) comes first by name and takes the uid.
+        let mut dir = new_dir();
+        let mut controller = LocalController::default();
+        let all = vec![
+            dir.set("/p/a.yaml", Some(vec![policy_with_uid("pb", "u1", "web")])),
+            dir.set("/p/b.yaml", Some(vec![policy_with_uid("pa", "u1", "api")])),
+        ];
+        let s = dir.pass(&mut controller, &all);
+        assert_eq!(sources(&s), [("u1".to_string(), "pa".to_string())]);
+        assert_eq!(s.errors, [refused("pb", "/p/a.yaml", "pa", "/p/b.yaml")]);
+        let (t, errors) = translate_files(
+            dir.files.iter().map(|(p, o)| (p.clone(), o.clone())).collect(),
+            &[],
+        );
+        assert_eq!(errors, s.errors);
+        assert_eq!(t.network_policies.len(), 1);
+        assert_eq!(
+            t.network_policies[0].source_ref.as_ref().map(|r| r.name.as_str()),
+            Some("pa")
+        );
+
+        // Running: `pb` enforced first keeps the uid when `pa` arrives; `pa` is refused.
+        let mut dir = new_dir();
+        let mut controller = LocalController::default();
+        let first = dir.set("/p/a.yaml", Some(vec![policy_with_uid("pb", "u1", "web")]));
+        let s = dir.pass(&mut controller, &[first]);
+        assert_eq!(s.errors, Vec::<String>::new());
+        let enforced = s.network_policies.clone();
+        let copy = dir.set("/p/b.yaml", Some(vec![policy_with_uid("pa", "u1", "api")]));
+        let s = dir.pass(&mut controller, &[copy]);
+        assert_eq!(s.network_policies, enforced);
+        assert_eq!(s.errors, [refused("pa", "/p/b.yaml", "pb", "/p/a.yaml")]);
+        // Reported on every pass while it lasts.
+        let s = dir.pass(&mut controller, &[]);
+        assert_eq!(s.errors, [refused("pa", "/p/b.yaml", "pb", "/p/a.yaml")]);
+        // `pb` edited: it still holds the uid.
+        let edited = dir.set("/p/a.yaml", Some(vec![policy_with_uid("pb", "u1", "db")]));
+        let s = dir.pass(&mut controller, &[edited]);
+        assert_eq!(sources(&s), [("u1".to_string(), "pb".to_string())]);
+        assert_eq!(s.errors, [refused("pa", "/p/b.yaml", "pb", "/p/a.yaml")]);
+        // `pb` removed: `pa`, unchanged, takes over.
+        let gone = dir.set("/p/a.yaml", None);
+        let s = dir.pass(&mut controller, &[gone]);
+        assert_eq!(s.errors, Vec::<String>::new());
+        assert_eq!(sources(&s), [("u1".to_string(), "pa".to_string())]);
+        // `pb` back with its own uid: both enforced.
+        let back = dir.set("/p/a.yaml", Some(vec![policy_with_uid("pb", "u2", "web")]));
+        let s = dir.pass(&mut controller, &[back]);
+        assert_eq!(s.errors, Vec::<String>::new());
+        assert_eq!(
+            sources(&s),
+            [
+                ("u1".to_string(), "pa".to_string()),
+                ("u2".to_string(), "pb".to_string())
+            ]
+        );
+        // `pb` takes u1 again while `pa` holds it: refused, `pa` unchanged.
+        let clash = dir.set("/p/a.yaml", Some(vec![policy_with_uid("pb", "u1", "web")]));
+        let s = dir.pass(&mut controller, &[clash]);
+        assert_eq!(sources(&s), [("u1".to_string(), "pa".to_string())]);
+        assert_eq!(s.errors, [refused("pb", "/p/a.yaml", "pa", "/p/b.yaml")]);
     }
 }

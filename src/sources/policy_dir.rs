@@ -1143,6 +1143,8 @@ fn load_file(
     let (old, old_native, _) = old;
     let mut out = Vec::with_capacity(docs.len());
     let mut native_out = Vec::new();
+    // Each Antrea-native object's key and position in the file, for `duplicates_in_file`.
+    let mut native_at: Vec<(usize, NativeKey)> = Vec::new();
     let mut pieces = Pieces::new();
     let mut unreported = 0usize;
     for (i, doc) in docs.into_iter().enumerate() {
@@ -1152,6 +1154,7 @@ fn load_file(
                 let slot = match piece.slot {
                     Slot::Native(at) => {
                         native_out.extend(old_native.get(at).cloned());
+                        native_at.extend(old_native.get(at).map(|o| (i, native_key(o))));
                         Slot::Native(native_out.len() - 1)
                     }
                     Slot::Controlplane(at) => {
@@ -1174,11 +1177,13 @@ fn load_file(
                             let slot = Slot::Native(native_out.len());
                             pieces.insert(key, Piece { elements, slot });
                         }
+                        native_at.push((i, native_key(&object)));
                         native_out.push(object)
                     }
                     Err(msg) => {
                         let previous = key.and_then(|k| old_native.iter().find(|o| native_key(o) == k));
                         report_bad_object(errors, &mut unreported, path, i, &msg, previous.is_some());
+                        native_at.extend(previous.map(|o| (i, native_key(o))));
                         native_out.extend(previous.cloned());
                     }
                 }
@@ -1267,6 +1272,9 @@ fn load_file(
             native_out.extend(missing);
         }
     }
+    // A warning, not an error: the last definition is used (and the file's other objects
+    // removed as usual).
+    errors.extend(super::native_policies::duplicates_in_file(path, &native_at));
     (out, native_out, pieces)
 }
 

@@ -59,6 +59,26 @@ pub fn uuid_v5(name: &str) -> String {
     )
 }
 
+/// The uid of a policy, which names its controlplane NetworkPolicy: antrea-controller keys its
+/// internal policies by the CRD object's UID (`internalNetworkPolicyKeyFunc`). An object with
+/// no `metadata.uid` (written by hand, never stored by an apiserver) gets one derived from its
+/// kind, namespace and name.
+pub fn policy_uid(kind: NativeKind, meta: &Meta) -> String {
+    if meta.uid.is_empty() {
+        uuid_v5(&format!("{kind}/{}/{}", meta.namespace, meta.name))
+    } else {
+        meta.uid.clone()
+    }
+}
+
+/// The controlplane name `object` would take: its uid when it is a policy.
+pub fn policy_name(object: &NativeObject) -> Option<String> {
+    match object {
+        NativeObject::Policy { kind, meta, .. } => Some(policy_uid(*kind, meta)),
+        _ => None,
+    }
+}
+
 /// The name antrea-controller's mutating webhook gives an unnamed rule:
 /// `<ingress|egress>-<action>-<first 7 hex digits of sha1(the rule's JSON)>`.
 pub fn generated_rule_name(direction: &str, rule: &Rule) -> String {
@@ -159,13 +179,18 @@ pub(super) struct Controller<'a> {
     /// The groups the policies use, by controlplane name.
     address_groups: BTreeMap<String, Source>,
     applied_to_groups: BTreeMap<String, Source>,
+    /// What the policy being translated has that matches nothing (it is translated still).
+    notes: Vec<String>,
     pub(super) errors: Vec<String>,
 }
 
 /// One policy translated, with the groups its rules use (none when it is rejected: a rejected
-/// policy creates no group).
+/// policy creates no group), and the notes of a translated one: the references that match
+/// nothing (a group that does not exist, or cannot be an appliedTo), which antrea-controller
+/// realizes the policy without.
 pub(super) struct PolicyOutput {
     pub result: Result<cp::NetworkPolicy, String>,
+    pub notes: Vec<String>,
     pub address_groups: BTreeMap<String, Source>,
     pub applied_to_groups: BTreeMap<String, Source>,
 }
@@ -248,6 +273,9 @@ pub fn translate(inputs: &Inputs) -> Translation {
         if let Some(out) = c.translate_policy(object) {
             match out.result {
                 Ok(p) => {
+                    for note in out.notes {
+                        c.errors.push(format!("{origin}: {}: {note}", object.describe()));
+                    }
                     policies.push(p);
                     c.address_groups.extend(out.address_groups);
                     c.applied_to_groups.extend(out.applied_to_groups);
@@ -298,6 +326,7 @@ impl<'a> Controller<'a> {
             groups: BTreeMap::new(),
             address_groups: BTreeMap::new(),
             applied_to_groups: BTreeMap::new(),
+            notes: Vec::new(),
             errors: Vec::new(),
         }
     }
@@ -312,8 +341,10 @@ impl<'a> Controller<'a> {
         let result = self.policy(*kind, meta, spec);
         let address_groups = std::mem::replace(&mut self.address_groups, outer_ags);
         let applied_to_groups = std::mem::replace(&mut self.applied_to_groups, outer_atgs);
+        let notes = std::mem::take(&mut self.notes);
         let ok = result.is_ok();
         Some(PolicyOutput {
+            notes: if ok { notes } else { Vec::new() },
             result,
             address_groups: if ok { address_groups } else { BTreeMap::new() },
             applied_to_groups: if ok { applied_to_groups } else { BTreeMap::new() },
@@ -388,7 +419,8 @@ impl<'a> Controller<'a> {
                 );
             }
         }
-        // The webhook's checks between groups: a child must not have children itself.
+        // The webhook's checks between groups: a child must not have children itself. Such a
+        // group is not realized (`childGroupsNestingExceeded`): see `nesting_exceeded`.
         let mut problems = Vec::new();
         for group in self.groups.values() {
             for child in &group.spec.child_groups {
@@ -405,10 +437,12 @@ impl<'a> Controller<'a> {
                             )
                         };
                         problems.push(format!(
-                            "{}: {} {}: spec.childGroups: {what}; that child contributes no members",
+                            "{}: {} {}: spec.childGroups: {what}; the childGroups of this {} must not \
+                             have childGroups of their own: it is not realized and matches nothing",
                             group.origin,
                             group.kind,
-                            group_key(&group.meta.namespace, &group.meta.name)
+                            group_key(&group.meta.namespace, &group.meta.name),
+                            group.kind,
                         ));
                     }
                 }
@@ -445,11 +479,7 @@ impl<'a> Controller<'a> {
         // Selectors without a namespaceSelector look in the policy's namespace (none for an ACNP:
         // every namespace).
         let namespace = if cluster { "" } else { meta.namespace.as_str() };
-        let uid = if meta.uid.is_empty() {
-            uuid_v5(&format!("{kind}/{}/{}", meta.namespace, meta.name))
-        } else {
-            meta.uid.clone()
-        };
+        let uid = policy_uid(kind, meta);
         let applied_to_per_rule = spec.applied_to.is_empty();
         let mut all_atgs = BTreeSet::new();
         let spec_atgs = self.applied_to(namespace, &spec.applied_to, "spec.appliedTo")?;
@@ -461,10 +491,17 @@ impl<'a> Controller<'a> {
                 let atgs = self.applied_to(namespace, &rule.applied_to, &format!("{at}.appliedTo"))?;
                 all_atgs.extend(atgs.iter().cloned());
                 let peers = if direction == "In" { &rule.from } else { &rule.to };
-                let peer = if !rule.to_services.is_empty() {
+                // `ToServices != nil` picks the Service peer (`svcRefToPeerForCRD`), even for an
+                // empty list, whose peer then matches nothing. An ANNP reads it on egress rules
+                // only; an ACNP on both directions (objects checks refuse a non-empty list on
+                // ingress).
+                let to_services = rule
+                    .to_services
+                    .as_ref()
+                    .filter(|_| direction == "Out" || cluster);
+                let peer = if let Some(to_services) = to_services {
                     cp::NetworkPolicyPeer {
-                        to_services: rule
-                            .to_services
+                        to_services: to_services
                             .iter()
                             .map(|s| cp::ServiceReference {
                                 name: s.name.clone(),
@@ -562,18 +599,23 @@ impl<'a> Controller<'a> {
         for (i, a) in list.iter().enumerate() {
             if !a.group.is_empty() {
                 let key = group_key(namespace, &a.group);
+                // `createAppliedToGroupForGroup` gives no AppliedToGroup for a group that does
+                // not exist or holds ipBlocks: that appliedTo selects nothing, the others stand.
                 let Some(group) = self.groups.get(&key) else {
-                    return Err(format!(
-                        "{at}[{i}].group: {} {key} does not exist",
+                    self.notes.push(format!(
+                        "{at}[{i}].group: {} {key} does not exist: this appliedTo selects nothing \
+                         (the policy is enforced without it)",
                         group_kind(namespace)
                     ));
+                    continue;
                 };
                 if group.spec.ip_block.is_some() || !group.spec.ip_blocks.is_empty() {
-                    // antrea-controller ignores it as appliedTo; refusing says so.
-                    return Err(format!(
-                        "{at}[{i}].group: {} {key} has ipBlocks and cannot be used as appliedTo",
+                    self.notes.push(format!(
+                        "{at}[{i}].group: {} {key} has ipBlocks and cannot be used as appliedTo: this \
+                         appliedTo selects nothing (the policy is enforced without it)",
                         group_kind(namespace)
                     ));
+                    continue;
                 }
                 self.applied_to_groups.insert(
                     key.clone(),
@@ -613,11 +655,15 @@ impl<'a> Controller<'a> {
                     .push(ip_block(ipb).map_err(|e| format!("{here}.ipBlock: {e}"))?);
             } else if !peer.group.is_empty() {
                 let key = group_key(namespace, &peer.group);
+                // `processRefGroupOrClusterGroup`: a group that does not exist gives no
+                // AddressGroup and no ipBlock; the rule stands with this peer matching nothing.
                 let Some(group) = self.groups.get(&key) else {
-                    return Err(format!(
-                        "{here}.group: {} {key} does not exist",
+                    self.notes.push(format!(
+                        "{here}.group: {} {key} does not exist: this peer matches nothing (the \
+                         policy is enforced without it)",
                         group_kind(namespace)
                     ));
+                    continue;
                 };
                 let (has_selectors, blocks) = self.group_for_rule(group, 1);
                 out.ip_blocks.extend(blocks);
@@ -650,7 +696,7 @@ impl<'a> Controller<'a> {
     /// `processInternalGroupForRule`: whether the group selects entities (needs an
     /// AddressGroup), and the ipBlocks it (or its children) holds.
     fn group_for_rule(&self, group: &GroupDef, level: usize) -> (bool, Vec<cp::IpBlock>) {
-        if level > 2 {
+        if level > MAX_GROUP_NESTING_LEVEL || self.nesting_exceeded(group) {
             return (false, Vec::new());
         }
         let spec = group.spec;
@@ -674,6 +720,15 @@ impl<'a> Controller<'a> {
             }
         }
         (selects, out)
+    }
+
+    /// Whether `group` is not realized for its nesting (see [`nesting_exceeded`]).
+    fn nesting_exceeded(&self, group: &GroupDef) -> bool {
+        nesting_exceeded(&group.spec.child_groups, |child| {
+            self.groups
+                .get(&group_key(&group.meta.namespace, child))
+                .is_some_and(|c| !c.spec.child_groups.is_empty())
+        })
     }
 
     /// The members of a group: ExternalEntities (with IPs for an AddressGroup, only this
@@ -730,7 +785,7 @@ impl<'a> Controller<'a> {
                 let Some(group) = self.groups.get(&group_key(namespace, name)) else {
                     return;
                 };
-                if level > 2 {
+                if level > MAX_GROUP_NESTING_LEVEL || self.nesting_exceeded(group) {
                     return;
                 }
                 let spec = group.spec;
@@ -762,6 +817,20 @@ impl<'a> Controller<'a> {
             }
         }
     }
+}
+
+/// How deep childGroups go: a group (level 1) and its children (level 2), which have none.
+const MAX_GROUP_NESTING_LEVEL: usize = 2;
+
+/// antrea-controller's `childGroupsNestingExceeded`: a group one of whose (existing) children
+/// lists childGroups of its own (whether or not those exist) is not realized. It matches nothing
+/// as a peer (`processInternalGroupForRuleAtLevel`), has no members
+/// (`getInternalGroupMembersAtLevel`) and selects nothing as an appliedTo
+/// (`getInternalGroupWorkloads`): its other children are not kept. A cycle is a case of it.
+/// `has_children` tells, by name (a child is in its parent's namespace), whether an existing
+/// group lists childGroups.
+pub(super) fn nesting_exceeded(children: &[String], has_children: impl Fn(&str) -> bool) -> bool {
+    children.iter().any(|child| has_children(child))
 }
 
 /// Antrea's key of a ClusterGroup (`name`) or Group (`namespace/name`).
@@ -845,6 +914,7 @@ fn services(rule: &Rule) -> Vec<cp::Service> {
     let mut out: Vec<cp::Service> = rule
         .ports
         .iter()
+        .flatten()
         .map(|p| cp::Service {
             protocol: Some(p.protocol.clone().unwrap_or_else(|| "TCP".into())),
             port: p.port.clone(),
@@ -854,7 +924,7 @@ fn services(rule: &Rule) -> Vec<cp::Service> {
             ..Default::default()
         })
         .collect();
-    for p in &rule.protocols {
+    for p in rule.protocols.iter().flatten() {
         if let Some(icmp) = &p.icmp {
             out.push(cp::Service {
                 protocol: Some("ICMP".into()),

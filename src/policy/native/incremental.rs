@@ -19,7 +19,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::controller::{
-    inventory_entity, shadowed_entity_error, Controller, Entity, PolicyOutput, Scope, Source, Translation,
+    inventory_entity, nesting_exceeded, shadowed_entity_error, Controller, Entity, PolicyOutput, Scope,
+    Source, Translation,
 };
 use super::objects::{NativeKind, NativeObject};
 use super::selector::Selector;
@@ -217,8 +218,15 @@ impl NativeState {
             .collect();
         errors.extend(self.layer_errors.iter().cloned());
         for state in self.policies.values() {
-            if let Err(e) = &state.output.result {
-                errors.push(format!("{}: {}: {e}", state.origin, state.describe));
+            match &state.output.result {
+                Err(e) => errors.push(format!("{}: {}: {e}", state.origin, state.describe)),
+                Ok(_) => errors.extend(
+                    state
+                        .output
+                        .notes
+                        .iter()
+                        .map(|note| format!("{}: {}: {note}", state.origin, state.describe)),
+                ),
             }
         }
         errors
@@ -466,6 +474,16 @@ impl NativeState {
                 else {
                     return false;
                 };
+                let child_kind = *kind;
+                let exceeded = nesting_exceeded(&spec.child_groups, |child| {
+                    matches!(
+                        self.objects.get(&(child_kind, namespace.clone(), child.to_string())),
+                        Some((_, NativeObject::Group { spec, .. })) if !spec.child_groups.is_empty()
+                    )
+                });
+                if exceeded {
+                    return false;
+                }
                 if let Some(ee) = &spec.external_entity_selector {
                     let Ok(entities) = Selector::parse(ee) else {
                         return false;

@@ -40,6 +40,9 @@ fn cluster_group(i: usize, variant: usize) -> Value {
         (0, 0) => json!({"externalEntitySelector": {"matchLabels": {"app": "x"}}}),
         (0, 1) => json!({"externalEntitySelector": {"matchLabels": {"app": "y"}},
                          "namespaceSelector": {"matchLabels": {"env": "prod"}}}),
+        // cg0 with a child of its own: cg1 as (_, 0) or (_, 2) makes a cycle, which matches
+        // nothing (antrea-controller's `childGroupsNestingExceeded`).
+        (0, _) if variant >= 6 => json!({"childGroups": ["cg1"]}),
         (0, _) => json!({"ipBlocks": [{"cidr": "192.168.0.0/24"}]}),
         (_, 0) => json!({"childGroups": ["cg0"]}),
         (_, 1) => json!({"externalEntitySelector": {"matchLabels": {"tier": "t1"}}}),

@@ -16,6 +16,8 @@ pub use incremental::{native_key, Change, Delta, NativeKey, NativeState};
 pub use objects::{decode, is_native, NativeKind, NativeObject};
 
 #[cfg(test)]
+mod corner_tests;
+#[cfg(test)]
 mod incremental_tests;
 #[cfg(test)]
 mod tests;

@@ -128,14 +128,27 @@ fn describe(kind: NativeKind, meta: &Meta) -> String {
 }
 
 /// True when `value` is an object for the local controller (tells them apart from
-/// `controlplane.antrea.io` objects by `apiVersion`).
+/// `controlplane.antrea.io` objects by `apiVersion`). Every other Antrea API group (the
+/// `security.antrea.io` or `*.antrea.tanzu.vmware.com` of old manifests) comes here too, so
+/// that [`decode`] refuses it with one message, wherever the file is read (the agent,
+/// `translate`, `compile`): no reader may take it for a controlplane object.
 pub fn is_native(value: &Value) -> bool {
     let api = value
         .get("apiVersion")
         .and_then(Value::as_str)
         .unwrap_or_default();
     let kind = value.get("kind").and_then(Value::as_str).unwrap_or_default();
-    api.starts_with("crd.antrea.io/") || (api == "v1" && kind == "Namespace")
+    (api == "v1" && kind == "Namespace") || other_antrea_group(api)
+}
+
+/// Whether `api` is in an Antrea API group other than the controlplane's.
+fn other_antrea_group(api: &str) -> bool {
+    let Some((group, _version)) = api.split_once('/') else {
+        return false;
+    };
+    let antrea =
+        group == "antrea.io" || group.ends_with(".antrea.io") || group.ends_with(".antrea.tanzu.vmware.com");
+    antrea && !group.starts_with("controlplane.")
 }
 
 /// The kind and `namespace/name` key a raw object tells, for keeping its last good version.
@@ -149,6 +162,17 @@ pub fn raw_key(value: &Value) -> Option<(NativeKind, String, String)> {
         .unwrap_or_default()
         .to_owned();
     Some((kind, namespace, name))
+}
+
+/// Kind, namespace and name as far as a raw object tells them (empty when it does not).
+fn raw_key_text(value: &Value) -> (String, String, String) {
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_owned();
+    let meta = value.get("metadata");
+    (
+        text(value.get("kind")),
+        text(meta.and_then(|m| m.get("namespace"))),
+        text(meta.and_then(|m| m.get("name"))),
+    )
 }
 
 fn parse_kind(kind: &str) -> Option<NativeKind> {
@@ -177,6 +201,20 @@ pub fn decode(value: Value) -> Result<NativeObject, String> {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
+    if other_antrea_group(&api) && !api.starts_with("crd.antrea.io/") {
+        // Served by no antrea-controller today (the CRDs of Antrea-native policies are all in
+        // `crd.antrea.io`): a cluster would not store it, so no agent would enforce it.
+        let (_, namespace, name) = raw_key_text(&value);
+        let object = match (kind_text.is_empty(), namespace.is_empty()) {
+            (true, _) => format!("object {name:?}"),
+            (false, true) => format!("{kind_text} {name}"),
+            (false, false) => format!("{kind_text} {namespace}/{name}"),
+        };
+        return Err(format!(
+            "{object}: apiVersion: {api:?} is not served by Antrea (Antrea-native policies are \
+             {API_V1BETA1}, ExternalEntities {API_V1ALPHA2}); refused, not enforced"
+        ));
+    }
     let kind = parse_kind(&kind_text).ok_or_else(|| {
         format!(
             "{api} kind {kind_text:?} is not one of NetworkPolicy, ClusterNetworkPolicy, Tier, \
@@ -336,8 +374,11 @@ fn check_policy(spec: &PolicySpec) -> Result<(), String> {
         } else {
             (&rule.to, "to")
         };
-        if !rule.to_services.is_empty()
-            && (!rule.to.is_empty() || !rule.ports.is_empty() || !rule.protocols.is_empty())
+        // `validatePeers` looks at egress rules only, and at presence: `toServices: []` or
+        // `ports: []` counts as set.
+        if !ingress
+            && rule.to_services.is_some()
+            && (!rule.to.is_empty() || rule.ports.is_some() || rule.protocols.is_some())
         {
             return Err(format!(
                 "{at}: `toServices` cannot be used with `to`, `ports` or `protocols`"
@@ -349,7 +390,7 @@ fn check_policy(spec: &PolicySpec) -> Result<(), String> {
         if !ingress && !rule.from.is_empty() {
             return Err(format!("{at}.from: an egress rule takes `to`, not `from`"));
         }
-        if ingress && !rule.to_services.is_empty() {
+        if ingress && rule.to_services.as_ref().is_some_and(|s| !s.is_empty()) {
             return Err(format!("{at}.toServices: only egress rules take `toServices`"));
         }
         for (p, peer) in peers.iter().enumerate() {
@@ -607,9 +648,10 @@ fn check_multicast_and_igmp(ingress: bool, rule: &Rule) -> Result<(), String> {
             return Err("can not set multicast groupAddress and selectors at the same time".into());
         }
     }
-    let igmp = rule.protocols.iter().any(|p| p.igmp.is_some());
-    let icmp = rule.protocols.iter().any(|p| p.icmp.is_some());
-    for p in &rule.protocols {
+    let protocols = rule.protocols.as_deref().unwrap_or_default();
+    let igmp = protocols.iter().any(|p| p.igmp.is_some());
+    let icmp = protocols.iter().any(|p| p.icmp.is_some());
+    for p in protocols {
         if p.icmp.is_some() && p.igmp.is_some() {
             return Err("protocols: set one of icmp, igmp per entry".into());
         }
@@ -633,8 +675,8 @@ fn check_multicast_and_igmp(ingress: bool, rule: &Rule) -> Result<(), String> {
         }
     }
     if igmp
-        && (!rule.ports.is_empty()
-            || !rule.to_services.is_empty()
+        && (!rule.ports.as_deref().unwrap_or_default().is_empty()
+            || !rule.to_services.as_deref().unwrap_or_default().is_empty()
             || !rule.from.is_empty()
             || !rule.to.is_empty()
             || icmp)
@@ -648,7 +690,7 @@ fn check_multicast_and_igmp(ingress: bool, rule: &Rule) -> Result<(), String> {
 
 /// `validatePort`, plus the CRD schema's port ranges.
 fn check_ports(rule: &Rule) -> Result<(), String> {
-    for (i, port) in rule.ports.iter().enumerate() {
+    for (i, port) in rule.ports.iter().flatten().enumerate() {
         if let Some(p) = &port.protocol {
             if !matches!(p.as_str(), "TCP" | "UDP" | "SCTP") {
                 return Err(format!(

@@ -361,8 +361,8 @@ const SEED_INVENTORY: &str = include_str!("../../../tests/fixtures/seed-inventor
 #[test]
 fn seed_example_translates() {
     assert!(
-        include_str!("../../../README.md").contains(SEED_ANNP),
-        "the README shows the seed example as the fixture holds it"
+        include_str!("../../../docs/policies.md").contains(SEED_ANNP),
+        "docs/policies.md shows the seed example as the fixture holds it"
     );
     let t = translate(&inputs(&format!("{SEED_ANNP}---\n{SEED_INVENTORY}")));
     assert_eq!(t.errors, Vec::<String>::new());
@@ -511,15 +511,17 @@ spec:
     assert!(t.applied_to_groups[0].group_members.is_empty());
 }
 
-/// A policy naming a group that does not exist is refused (naming the field); the others are
-/// translated.
+/// A policy naming a group that does not exist is translated with that peer matching nothing
+/// (`processRefGroupOrClusterGroup` gives no AddressGroup and no ipBlock for it), and says so:
+/// its Drop rule still drops through its other peers, where refusing the whole policy would
+/// lift it.
 #[test]
-fn a_bad_reference_refuses_only_its_policy() {
+fn a_peer_naming_a_missing_group_matches_nothing_and_the_policy_stands() {
     let t = translate(&inputs(
         "apiVersion: crd.antrea.io/v1beta1
 kind: ClusterNetworkPolicy
 metadata: {name: bad, uid: bad}
-spec: {priority: 1, appliedTo: [{externalEntitySelector: {}}], ingress: [{action: Drop, from: [{group: nosuch}]}]}
+spec: {priority: 1, appliedTo: [{externalEntitySelector: {}}], ingress: [{action: Drop, from: [{group: nosuch}, {ipBlock: {cidr: 10.0.0.0/8}}]}]}
 ---
 apiVersion: crd.antrea.io/v1beta1
 kind: ClusterNetworkPolicy
@@ -527,10 +529,20 @@ metadata: {name: good, uid: good}
 spec: {priority: 1, appliedTo: [{externalEntitySelector: {}}], ingress: [{action: Drop}]}
 ",
     ));
-    assert_eq!(t.network_policies.len(), 1);
-    assert_eq!(t.network_policies[0].metadata.name, "good");
+    let names: Vec<&str> = t
+        .network_policies
+        .iter()
+        .map(|p| p.metadata.name.as_str())
+        .collect();
+    assert_eq!(names, ["bad", "good"]);
+    let from = &t.network_policies[0].rules[0].from;
+    assert!(from.address_groups.is_empty());
+    assert_eq!(from.ip_blocks.len(), 1, "only the ipBlock: {from:?}");
     assert_eq!(
         t.errors,
-        ["test.yaml: ClusterNetworkPolicy bad: spec.ingress[0].from[0].group: ClusterGroup nosuch does not exist"]
+        [
+            "test.yaml: ClusterNetworkPolicy bad: spec.ingress[0].from[0].group: ClusterGroup nosuch does \
+          not exist: this peer matches nothing (the policy is enforced without it)"
+        ]
     );
 }

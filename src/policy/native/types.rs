@@ -38,6 +38,11 @@ fn is_zero_i64(v: &i64) -> bool {
     *v == 0
 }
 
+/// Go's `omitempty` on a slice: nil and empty are both left out.
+fn is_none_or_empty<T>(v: &Option<Vec<T>>) -> bool {
+    v.as_ref().is_none_or(Vec::is_empty)
+}
+
 /// `metav1.LabelSelector`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
@@ -83,22 +88,30 @@ pub struct PolicySpec {
 }
 
 /// `Rule`, in Go field order. `action` has no `omitempty` in Go.
+///
+/// `ports`, `protocols` and `toServices` tell absent (`None`) from present but empty
+/// (`Some(vec![])`), as Go's decoding does (`[]` gives an empty slice that is not nil) and as
+/// antrea-controller reads them: its webhook (`validatePeers`) refuses `toServices` beside
+/// `ports` or `protocols` when either is not nil, and its translation (`svcRefToPeerForCRD`,
+/// chosen when `ToServices != nil`) gives a rule with `toServices: []` a peer that matches
+/// nothing. Both encode like Go's `omitempty`: an empty list is left out, so the generated rule
+/// name does not change.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Rule {
     pub action: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub ports: Vec<Port>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub protocols: Vec<ProtocolMatch>,
+    #[serde(skip_serializing_if = "is_none_or_empty")]
+    pub ports: Option<Vec<Port>>,
+    #[serde(skip_serializing_if = "is_none_or_empty")]
+    pub protocols: Option<Vec<ProtocolMatch>>,
     #[serde(rename = "l7Protocols", skip_serializing_if = "Vec::is_empty")]
     pub l7_protocols: Vec<L7Protocol>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub from: Vec<Peer>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub to: Vec<Peer>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub to_services: Vec<PeerService>,
+    #[serde(skip_serializing_if = "is_none_or_empty")]
+    pub to_services: Option<Vec<PeerService>>,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub name: String,
     pub enable_logging: bool,

@@ -1,0 +1,528 @@
+//! The corners where the local controller must mean exactly what antrea-controller makes of a
+//! policy: table tests, each naming the antrea-io/antrea function whose behaviour it pins
+//! (`pkg/controller/networkpolicy/`), with inputs rewritten for ExternalEntities.
+
+use serde_json::{json, Value};
+
+use super::controller::{generated_rule_name, Entity};
+use super::types::Rule;
+use super::*;
+
+fn local() -> Vec<Entity> {
+    vec![Entity {
+        namespace: "vm-ns".into(),
+        name: "vm1-3e616".into(),
+        labels: [("role".to_string(), "db".to_string())].into(),
+        ips: vec!["10.99.0.2".parse().expect("ip")],
+        ports: Vec::new(),
+        local: true,
+    }]
+}
+
+/// An ANNP (`cluster` false) or ACNP applied to `role: db`, with `egress` and `ingress` rules.
+fn policy(cluster: bool, ingress: Value, egress: Value) -> Value {
+    let (kind, meta) = if cluster {
+        ("ClusterNetworkPolicy", json!({"name": "p", "uid": "uid-p"}))
+    } else {
+        (
+            "NetworkPolicy",
+            json!({"name": "p", "namespace": "vm-ns", "uid": "uid-p"}),
+        )
+    };
+    json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": kind, "metadata": meta,
+           "spec": {"priority": 5,
+                    "appliedTo": [{"externalEntitySelector": {"matchLabels": {"role": "db"}}}],
+                    "ingress": ingress, "egress": egress}})
+}
+
+/// The translated rules of one policy object (which must decode and translate cleanly).
+fn rules(object: Value) -> Vec<Value> {
+    let object = decode(object).expect("decodes");
+    let t = translate(&Inputs {
+        objects: vec![("test.yaml".into(), object)],
+        local_entities: local(),
+    });
+    assert_eq!(t.errors, Vec::<String>::new());
+    assert_eq!(t.network_policies.len(), 1);
+    t.network_policies[0]
+        .rules
+        .iter()
+        .map(|r| serde_json::to_value(r).expect("encodes"))
+        .collect()
+}
+
+/// `matchAllPeer` (0.0.0.0/0 and ::/0) in wire form: IPv4-mapped and IPv6 zero addresses with
+/// prefix length 0 (left out, as Go's `omitempty` does).
+fn match_all() -> Value {
+    json!({"ipBlocks": [{"cidr": {"ip": "AAAAAAAAAAAAAP//AAAAAA=="}},
+                        {"cidr": {"ip": "AAAAAAAAAAAAAAAAAAAAAA=="}}]})
+}
+
+/// `toServices: []` is present, not absent. antrea-controller picks the Service peer whenever
+/// `ToServices != nil` (`processAntreaNetworkPolicy`, `processAntreaClusterNetworkPolicy`,
+/// then `svcRefToPeerForCRD`), and an empty list gives a peer with no Service: the rule
+/// matches nothing (a Drop with it drops nothing, rather than all egress). An ANNP reads the
+/// field on egress rules only; an ACNP on both directions.
+#[test]
+fn to_services_present_but_empty_matches_nothing_as_svc_ref_to_peer_for_crd() {
+    let drop_empty = json!([{"action": "Drop", "name": "r", "toServices": []}]);
+    let drop_absent = json!([{"action": "Drop", "name": "r"}]);
+    let cases: [(&str, Value, Value); 5] = [
+        // (case, policy, the `to`/`from` of its only rule)
+        (
+            "ANNP egress, toServices: []",
+            policy(false, json!([]), drop_empty.clone()),
+            json!({}),
+        ),
+        (
+            "ANNP egress, absent",
+            policy(false, json!([]), drop_absent),
+            match_all(),
+        ),
+        (
+            "ACNP egress, toServices: []",
+            policy(true, json!([]), drop_empty.clone()),
+            json!({}),
+        ),
+        // Ingress: the ANNP processing never reads it (the rule is as if absent); the ACNP
+        // processing loops over both directions with the same `ToServices != nil` test.
+        (
+            "ANNP ingress, toServices: []",
+            policy(false, drop_empty.clone(), json!([])),
+            match_all(),
+        ),
+        (
+            "ACNP ingress, toServices: []",
+            policy(true, drop_empty, json!([])),
+            json!({}),
+        ),
+    ];
+    for (case, object, want) in cases {
+        let ingress = case.contains("ingress");
+        let rules = rules(object);
+        assert_eq!(rules.len(), 1, "{case}");
+        let peer = if ingress {
+            &rules[0]["from"]
+        } else {
+            &rules[0]["to"]
+        };
+        assert_eq!(*peer, want, "{case}");
+        assert_eq!(rules[0]["action"], "Drop", "{case}");
+        // Any port: no `services`.
+        assert!(rules[0].get("services").is_none(), "{case}: {}", rules[0]);
+    }
+}
+
+/// A peer with nothing in it matches nothing on the agent too: the controlplane form above
+/// compiles to a conjunction whose destination clause has no flow (it never completes), where
+/// the same Drop without `toServices` compiles both clauses and drops all egress.
+#[test]
+fn an_empty_to_services_drop_blocks_nothing_once_compiled() {
+    let object = decode(policy(
+        false,
+        json!([]),
+        json!([{"action": "Drop", "name": "r", "toServices": []}]),
+    ))
+    .expect("decodes");
+    let t = translate(&Inputs {
+        objects: vec![("test.yaml".into(), object)],
+        local_entities: local(),
+    });
+    let state = "interfaces:\n- {name: eth0, ofport: 3, uplinkOfport: 2, ips: [10.99.0.2], \
+                 externalEntity: {namespace: vm-ns, name: vm1-3e616}}\n";
+    let out = crate::cli::compile::compile_state_with(state, t.objects()).expect("compiles");
+    let egress = |flows: &[String], clause: &str| {
+        flows
+            .iter()
+            .any(|f| f.contains("table=AntreaPolicyEgressRule") && f.contains(clause))
+    };
+    assert!(egress(&out.flows, ",1/2)"), "{:#?}", out.flows);
+    assert!(!egress(&out.flows, ",2/2)"), "{:#?}", out.flows);
+    // The same rule without `toServices` drops all egress.
+    let object = decode(policy(false, json!([]), json!([{"action": "Drop", "name": "r"}]))).expect("decodes");
+    let t = translate(&Inputs {
+        objects: vec![("test.yaml".into(), object)],
+        local_entities: local(),
+    });
+    let out = crate::cli::compile::compile_state_with(state, t.objects()).expect("compiles");
+    assert!(
+        egress(&out.flows, ",1/2)") && egress(&out.flows, ",2/2)"),
+        "{:#?}",
+        out.flows
+    );
+}
+
+/// `validatePeers`: on an egress rule, `toServices` that is not nil beside `to`, or beside
+/// `ports`/`protocols` that are not nil (an empty list counts), refuses the policy; `ports: []`
+/// alone is any port (`toAntreaServicesForCRD` gives no service).
+#[test]
+fn to_services_beside_ports_is_refused_as_validate_peers_does() {
+    let refused = "NetworkPolicy vm-ns/p: spec.egress[0]: `toServices` cannot be used with `to`, `ports` or `protocols`";
+    let cases: [(&str, Value, Option<&str>); 7] = [
+        (
+            "toServices: [] and ports",
+            json!({"toServices": [], "ports": [{"port": 80}]}),
+            Some(refused),
+        ),
+        (
+            "toServices: [] and ports: []",
+            json!({"toServices": [], "ports": []}),
+            Some(refused),
+        ),
+        (
+            "toServices and ports: []",
+            json!({"toServices": [{"name": "db"}], "ports": []}),
+            Some(refused),
+        ),
+        (
+            "toServices: [] and protocols: []",
+            json!({"toServices": [], "protocols": []}),
+            Some(refused),
+        ),
+        (
+            "toServices: [] and to",
+            json!({"toServices": [], "to": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}),
+            Some(refused),
+        ),
+        ("ports: [] alone", json!({"ports": []}), None),
+        ("toServices: [] alone", json!({"toServices": []}), None),
+    ];
+    for (case, fields, want) in cases {
+        let mut rule = json!({"action": "Drop", "name": "r"});
+        for (k, v) in fields.as_object().expect("object") {
+            rule[k] = v.clone();
+        }
+        let result = decode(policy(false, json!([]), json!([rule])));
+        match want {
+            Some(message) => assert_eq!(result.expect_err(case), message, "{case}"),
+            None => {
+                assert!(result.is_ok(), "{case}: {result:?}");
+            }
+        }
+    }
+    // `ports: []` alone: any port, the peer as written.
+    let rules = rules(policy(
+        false,
+        json!([]),
+        json!([{"action": "Drop", "name": "r", "ports": []}]),
+    ));
+    assert!(rules[0].get("services").is_none(), "{}", rules[0]);
+    assert_eq!(rules[0]["to"], match_all());
+}
+
+/// Go's `omitempty` leaves an empty list out of the JSON the mutating webhook hashes
+/// (`generateRuleName`): `toServices: []` and `ports: []` name a rule as their absence does.
+#[test]
+fn empty_lists_do_not_change_the_generated_rule_name() {
+    let rule = |v: Value| -> Rule { serde_json::from_value(v).expect("rule") };
+    let bare = generated_rule_name("egress", &rule(json!({"action": "Drop"})));
+    for with in [
+        json!({"action": "Drop", "toServices": []}),
+        json!({"action": "Drop", "ports": []}),
+        json!({"action": "Drop", "protocols": []}),
+        json!({"action": "Drop", "toServices": null}),
+    ] {
+        assert_eq!(generated_rule_name("egress", &rule(with.clone())), bare, "{with}");
+    }
+}
+
+/// The `security.antrea.io` group (and the other old Antrea groups) is served by no
+/// antrea-controller today: its chart installs every CRD of these kinds in `crd.antrea.io`
+/// only. Such an object goes to `decode` (never read as a controlplane object) and is refused
+/// there, naming the object and its apiVersion: one message for the agent, `translate` and
+/// `compile`.
+#[test]
+fn old_api_groups_are_refused_with_one_message() {
+    let cases = [
+        (
+            json!({"apiVersion": "security.antrea.io/v1alpha1", "kind": "ClusterNetworkPolicy",
+                   "metadata": {"name": "acnp"}, "spec": {"priority": 5}}),
+            "ClusterNetworkPolicy acnp: apiVersion: \"security.antrea.io/v1alpha1\" is not served by \
+             Antrea (Antrea-native policies are crd.antrea.io/v1beta1, ExternalEntities \
+             crd.antrea.io/v1alpha2); refused, not enforced",
+        ),
+        (
+            json!({"apiVersion": "security.antrea.tanzu.vmware.com/v1alpha1", "kind": "NetworkPolicy",
+                   "metadata": {"name": "annp", "namespace": "ns"}, "spec": {"unknown": 1}}),
+            "NetworkPolicy ns/annp: apiVersion: \"security.antrea.tanzu.vmware.com/v1alpha1\" is not \
+             served by Antrea (Antrea-native policies are crd.antrea.io/v1beta1, ExternalEntities \
+             crd.antrea.io/v1alpha2); refused, not enforced",
+        ),
+        (
+            json!({"apiVersion": "core.antrea.io/v1alpha2", "kind": "ExternalEntity",
+                   "metadata": {"name": "e", "namespace": "ns"}}),
+            "ExternalEntity ns/e: apiVersion: \"core.antrea.io/v1alpha2\" is not served by Antrea \
+             (Antrea-native policies are crd.antrea.io/v1beta1, ExternalEntities \
+             crd.antrea.io/v1alpha2); refused, not enforced",
+        ),
+        // An old version of the served group keeps its own message.
+        (
+            json!({"apiVersion": "crd.antrea.io/v1alpha1", "kind": "ClusterNetworkPolicy",
+                   "metadata": {"name": "acnp"}, "spec": {"priority": 5}}),
+            "ClusterNetworkPolicy acnp: apiVersion: \"crd.antrea.io/v1alpha1\" is not \
+             crd.antrea.io/v1beta1 (the version this agent reads)",
+        ),
+    ];
+    for (object, message) in cases {
+        assert!(is_native(&object), "{object}");
+        assert_eq!(decode(object.clone()).expect_err("refused"), message);
+    }
+    // The controlplane group and foreign groups are not the local controller's.
+    for api in [
+        "controlplane.antrea.io/v1beta2",
+        "networking.k8s.io/v1",
+        "example.com/v1",
+    ] {
+        assert!(
+            !is_native(&json!({"apiVersion": api, "kind": "NetworkPolicy"})),
+            "{api}"
+        );
+    }
+}
+
+/// ClusterGroups for the nesting cases of clustergroup_test.go `TestChildGroupsNestingExceeded`
+/// and `TestOverNestedGroupNotRealized`, plus `cgMixed`, whose other child (an ipBlock) must not
+/// be kept either.
+const NESTED: &str = "
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cgLeaf}
+spec: {externalEntitySelector: {matchLabels: {app: web}}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cgLeafIp}
+spec: {ipBlocks: [{cidr: 10.0.0.0/24}]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cgParent}
+spec: {childGroups: [cgLeaf, cgLeafIp]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cgDuplicate}
+spec: {childGroups: [cgLeaf, cgLeaf]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cgGrandParent}
+spec: {childGroups: [cgParent]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cgMixed}
+spec: {childGroups: [cgLeafIp, cgParent]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cgMissingChild}
+spec: {childGroups: [cgDoesNotExist]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cgDeclaresMissingChild}
+spec: {childGroups: [cgDoesNotExist]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cgMissingGrandChild}
+spec: {childGroups: [cgDeclaresMissingChild]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cgCycle1}
+spec: {childGroups: [cgCycle2]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cgCycle2}
+spec: {childGroups: [cgCycle1]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cgOutside}
+spec: {childGroups: [cgCycle1]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cgLocal}
+spec: {externalEntitySelector: {matchLabels: {role: db}}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cgLocalParent}
+spec: {childGroups: [cgLocal]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cgLocalGrandParent}
+spec: {childGroups: [cgLocalParent]}
+---
+apiVersion: crd.antrea.io/v1alpha2
+kind: ExternalEntity
+metadata: {name: web1, namespace: other, labels: {app: web}}
+spec: {endpoints: [{ip: 172.16.0.1}]}
+";
+
+fn translate_yaml(yaml: &str) -> Translation {
+    let mut objects = Vec::new();
+    for doc in serde_norway::Deserializer::from_str(yaml) {
+        let value: Value = serde::Deserialize::deserialize(doc).expect("yaml");
+        if !value.is_null() {
+            objects.push(("test.yaml".to_string(), decode(value).expect("decodes")));
+        }
+    }
+    translate(&Inputs {
+        objects,
+        local_entities: local(),
+    })
+}
+
+/// `childGroupsNestingExceeded` (exceeded when an existing child lists childGroups, a cycle
+/// included), then `processRefGroupOrClusterGroup`/`processInternalGroupForRuleAtLevel` and
+/// `getInternalGroupMembersAtLevel`: a group not realized gives a rule peer neither an
+/// AddressGroup nor an ipBlock, however valid its other children are; a realized one gives
+/// its children's members and ipBlocks.
+#[test]
+fn nested_groups_beyond_one_level_match_nothing_as_child_groups_nesting_exceeded() {
+    // (group, realized as a peer: AddressGroup members, ipBlocks)
+    let cases: [(&str, Option<usize>, usize); 11] = [
+        ("cgLeaf", Some(1), 0),
+        ("cgParent", Some(1), 1),
+        // A child listed twice adds no level.
+        ("cgDuplicate", Some(1), 0),
+        ("cgGrandParent", None, 0),
+        ("cgMixed", None, 0),
+        // A missing child is no nesting: the group is realized, with nothing from it.
+        ("cgMissingChild", None, 0),
+        // A child declaring a child that does not exist yet already exceeds.
+        ("cgMissingGrandChild", None, 0),
+        ("cgCycle1", None, 0),
+        ("cgCycle2", None, 0),
+        ("cgOutside", None, 0),
+        ("cgLeafIp", None, 1),
+    ];
+    let rules: Vec<String> = cases
+        .iter()
+        .map(|(g, _, _)| format!("  - {{action: Drop, name: {g}, from: [{{group: {g}}}]}}\n"))
+        .collect();
+    let t = translate_yaml(&format!(
+        "{NESTED}---\napiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\n\
+         metadata: {{name: p, uid: p}}\nspec:\n  priority: 1\n  \
+         appliedTo: [{{externalEntitySelector: {{matchLabels: {{role: db}}}}}}]\n  ingress:\n{}",
+        rules.concat()
+    ));
+    assert_eq!(t.network_policies.len(), 1, "{:#?}", t.errors);
+    for ((group, members, blocks), rule) in cases.iter().zip(&t.network_policies[0].rules) {
+        assert_eq!(rule.name, *group);
+        let ag: Vec<usize> = t
+            .address_groups
+            .iter()
+            .filter(|g| rule.from.address_groups.contains(&g.metadata.name))
+            .map(|g| g.group_members.len())
+            .collect();
+        assert_eq!(ag, members.iter().copied().collect::<Vec<_>>(), "{group}");
+        assert_eq!(rule.from.ip_blocks.len(), *blocks, "{group}");
+        // A peer that matches nothing is not the match-all of an empty `from`.
+        if members.is_none() && *blocks == 0 {
+            assert_eq!(
+                serde_json::to_value(&rule.from).expect("json"),
+                json!({}),
+                "{group}"
+            );
+        }
+    }
+    // Each group not realized is reported (once per child at fault), and nothing else.
+    let reported: std::collections::BTreeSet<&str> = t
+        .errors
+        .iter()
+        .filter_map(|e| e.strip_prefix("test.yaml: ClusterGroup "))
+        .filter_map(|e| e.split(':').next())
+        .collect();
+    let expected: std::collections::BTreeSet<&str> = [
+        "cgCycle1",
+        "cgCycle2",
+        "cgGrandParent",
+        "cgLocalGrandParent",
+        "cgMissingGrandChild",
+        "cgMixed",
+        "cgOutside",
+    ]
+    .into();
+    assert_eq!(reported, expected);
+    assert_eq!(t.errors.len(), expected.len(), "{:#?}", t.errors);
+    assert!(
+        t.errors.contains(
+            &"test.yaml: ClusterGroup cgGrandParent: spec.childGroups: cannot set ClusterGroup cgParent as \
+              childGroup, who has 2 childGroups itself; the childGroups of this ClusterGroup must not \
+              have childGroups of their own: it is not realized and matches nothing"
+                .to_string()
+        ),
+        "{:#?}",
+        t.errors
+    );
+}
+
+/// `getInternalGroupWorkloads` (clustergroup_test.go `TestOverNestedGroupNotAppliedTo`): a
+/// group not realized for its nesting selects nothing as an appliedTo, where its realized
+/// child selects this agent's ExternalEntity.
+#[test]
+fn an_over_nested_group_applies_to_nothing() {
+    let policy = |name: &str, group: &str| {
+        format!(
+            "---\napiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\n\
+             metadata: {{name: {name}, uid: {name}}}\n\
+             spec: {{priority: 1, appliedTo: [{{group: {group}}}], ingress: [{{action: Drop}}]}}\n"
+        )
+    };
+    let t = translate_yaml(&format!(
+        "{NESTED}{}{}",
+        policy("realized", "cgLocalParent"),
+        policy("nested", "cgLocalGrandParent")
+    ));
+    let members: Vec<(&str, usize)> = t
+        .applied_to_groups
+        .iter()
+        .map(|g| (g.metadata.name.as_str(), g.group_members.len()))
+        .collect();
+    assert_eq!(members, [("cgLocalGrandParent", 0), ("cgLocalParent", 1)]);
+    assert_eq!(t.network_policies.len(), 2);
+}
+
+/// `createAppliedToGroupForGroup` gives no AppliedToGroup for a group that does not exist or
+/// that holds ipBlocks: that appliedTo entry is skipped, the policy stands on the others (and
+/// on nothing when none is left), with a note naming the entry.
+#[test]
+fn an_applied_to_group_that_is_missing_or_holds_ip_blocks_is_skipped_alone() {
+    let t = translate_yaml(&format!(
+        "{NESTED}---\napiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\n\
+         metadata: {{name: p, uid: p}}\n\
+         spec: {{priority: 1, appliedTo: [{{group: cgLeafIp}}, {{group: nosuch}}, \
+         {{externalEntitySelector: {{matchLabels: {{role: db}}}}}}], ingress: [{{action: Drop}}]}}\n"
+    ));
+    assert_eq!(t.network_policies.len(), 1);
+    let np = &t.network_policies[0];
+    assert_eq!(
+        np.applied_to_groups.len(),
+        1,
+        "only the selector: {:?}",
+        np.applied_to_groups
+    );
+    assert_eq!(t.applied_to_groups[0].group_members.len(), 1);
+    let notes: Vec<&String> = t
+        .errors
+        .iter()
+        .filter(|e| e.contains("ClusterNetworkPolicy p:"))
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            "test.yaml: ClusterNetworkPolicy p: spec.appliedTo[0].group: ClusterGroup cgLeafIp has \
+             ipBlocks and cannot be used as appliedTo: this appliedTo selects nothing (the policy is \
+             enforced without it)",
+            "test.yaml: ClusterNetworkPolicy p: spec.appliedTo[1].group: ClusterGroup nosuch does not \
+             exist: this appliedTo selects nothing (the policy is enforced without it)"
+        ]
+    );
+}
