@@ -1,31 +1,35 @@
 # antrea-vm-agent: build, test and demo entry points.
 #
 #   make build   build the agent (debug)
-#   make test    install the lab's system packages if missing, then run every test: test-unit,
-#                then test-lab
-#   make test-unit  the tests that need no root: the unit tests of the agent's library and
-#                binaries except those named `lab_...`, the unit and property tests of the
-#                workspace's crates (crates/*), and every tests/*.rs except tests/lab_*.rs and
-#                tests/deb_package.rs (the benches only check that they build)
-#   make test-lab   the rest, as root: network namespaces and a private userspace Open vSwitch
-#                per test (the library's `lab_...` tests, tests/lab_*.rs, tests/deb_package.rs)
-#   make demo    deploy/lab.sh demo: the agent on a VM made of two network namespaces (root)
+#   make test    every test, as root: the tests of test-unit and of test-lab, compiled once with
+#                the `lab` feature, the lab's test binaries LAB_JOBS at a time (installs the lab's
+#                system packages first if missing)
+#   make test-unit  what a plain `cargo test` runs, without root: every test of every crate of the
+#                workspace without the `lab` feature (unit, property, integration and doc tests;
+#                the benches run in test mode, which checks that they build and start)
+#   make test-lab   as root, only the tests the `lab` feature adds: the library's `lab_...` tests,
+#                tests/lab_*.rs and tests/deb_package.rs (network namespaces, a private userspace
+#                Open vSwitch per test, a real systemd), LAB_JOBS test binaries at a time
+#   make demo    deploy/lab.sh demo (root): the agent on a VM made of two network namespaces, an
+#                Antrea-native policy from deploy/lab/ enforced, counted and removed, the NIC
+#                restored exactly; every step is checked, and any failed check fails the target
 #   make deps    apt-get install the lab's packages, skipped when every tool is already there
 #   make lint    rustfmt check and clippy with warnings as errors, on every crate of the workspace,
-#                for the tests' build and for the product build (no test-util feature)
+#                for the tests' build (with and without the `lab` feature) and for the product
+#                build (no test-util feature)
 #   make deny    cargo-deny: licenses, sources and duplicate versions (deny.toml); the advisories
 #                need the RustSec database from GitHub: `make deny-advisories` where it is reachable
 #   make deb     the Debian package (release build, LTO) in target/debian/; DEB_PROFILE=dev for a
 #                quick package of the debug build (what tests/deb_package.rs does)
 
 CARGO ?= cargo
-# Each lab test runs its own ovsdb-server and ovs-vswitchd; two at a time keeps them reliable on a
-# 2-core machine (test binaries themselves run one after the other).
+# Tests at a time within one test binary. Each lab test runs its own ovsdb-server and ovs-vswitchd;
+# two at a time per binary keeps them reliable on a 2-core machine.
 TEST_THREADS ?= 2
 
-DEB_PACKAGES := openvswitch-switch iproute2 nftables ethtool iputils-ping netcat-openbsd shellcheck systemd curl \
+DEB_PACKAGES := openvswitch-switch iproute2 nftables ethtool iputils-ping netcat-openbsd shellcheck systemd curl logrotate \
 	dnsmasq-base systemd-container debootstrap man-db
-LAB_TOOLS := ovsdb-tool ovsdb-server ovs-vswitchd ovs-vsctl ovs-ofctl ovs-appctl ip ss nft ethtool ping nc shellcheck systemd-analyze curl \
+LAB_TOOLS := ovsdb-tool ovsdb-server ovs-vswitchd ovs-vsctl ovs-ofctl ovs-appctl ip ss nft ethtool ping nc shellcheck systemd-analyze curl logrotate \
 	dnsmasq systemd-nspawn debootstrap man dpkg-deb
 
 # The OVS daemons and ip/nft live in sbin, which a user's PATH may lack.
@@ -36,6 +40,9 @@ CARGO_DEB_VERSION := 3.8.0
 # cargo-deny, pinned the same way (`make deny`, deny.toml).
 CARGO_DENY_VERSION := 0.20.2
 DEB_PROFILE ?= release
+# DEB_BUILD=no packages target/<profile>/antrea-vm-agent as it is instead of building it first: what
+# tests/deb_package.rs does with the binary its own `cargo test` has just built.
+DEB_BUILD ?= yes
 DEB_PROFILE_DIR := $(if $(filter dev test,$(DEB_PROFILE)),debug,$(DEB_PROFILE))
 DEB_ASSETS := target/$(DEB_PROFILE_DIR)/deb-assets
 # Extra arguments for cargo-deb (e.g. DEB_ARGS=--fast, or --deb-version=0.1.0-2).
@@ -44,34 +51,56 @@ DEB_ARGS ?=
 # those too. The tests' debug-build package strips everything (DEB_STRIP=--strip) to stay small.
 DEB_STRIP ?= --no-strip
 
-# A test that needs root has `lab_` in its name (the library's helpers that create a namespace
-# or start OVS refuse to run in a test named otherwise) or lives in tests/lab_*.rs.
-LAB_TEST_CRATES := $(basename $(notdir $(wildcard tests/lab_*.rs))) deb_package
+# A test that needs root is compiled only with the `lab` cargo feature (Cargo.toml), so that a plain
+# `cargo test` passes as a normal user: the library's such tests are named `lab_...` and gated
+# #[cfg(feature = "lab")]; the integration tests are the targets that require the feature, every
+# tests/lab_*.rs and the ones named here. tests/gating.rs fails when a gate, a name or this list
+# disagrees with the others. (deb_package first: the longest runs should start first.)
+LAB_TEST_CRATES := deb_package $(basename $(notdir $(wildcard tests/lab_*.rs)))
 UNIT_TEST_CRATES := $(filter-out $(LAB_TEST_CRATES),$(basename $(notdir $(wildcard tests/*.rs))))
-# The benches by name: `--benches` would also select the library (bench = true by default) and
-# run its unit tests a second time, `lab_...` ones included, which need root.
-BENCH_CRATES := $(basename $(notdir $(wildcard benches/*.rs)))
+# The lab's test binaries wait far more than they compute (an agent reacting, OVS reconnecting,
+# traffic timing out: seconds of CPU in a minute), and each lab has network namespaces, an OVS and
+# a directory of its own under a random prefix (tests/support/lab.rs). So LAB_JOBS of them run at
+# once, each with TEST_THREADS tests at a time; make -O keeps each one's output in one piece.
+LAB_JOBS ?= 4
+LAB_RUNS := lab-run-lib $(addprefix lab-run-,$(LAB_TEST_CRATES))
 
-.PHONY: build test test-unit test-lab deps demo lint deny deny-advisories deb cargo-deb cargo-deny
+.PHONY: build test test-unit test-lab root $(LAB_RUNS) deps demo lint deny deny-advisories deb cargo-deb cargo-deny
 
 build:
 	$(CARGO) build
 
-# deps first: some unit tests run the lab's tools too (shellcheck, systemd-analyze).
-test: deps cargo-deb
-	$(MAKE) test-unit
-	$(MAKE) test-lab
+# Every target is compiled once, with the `lab` feature (test-unit then test-lab would compile the
+# agent's library, binary and tests twice: the feature changes the library). Then the tests that
+# need no root run one binary after the other, as `cargo test` runs them, and the lab's ones
+# LAB_JOBS at a time: the library's binary runs twice, its tests split by name (`--skip lab_`
+# here, `-- lab_` in lab-run-lib). --benches runs the benches in test mode (each checks that it
+# starts). deps first: some unit tests run the lab's tools too (shellcheck, systemd-analyze).
+test: root deps cargo-deb
+	$(CARGO) test --workspace --all-targets --features lab --no-run
+	$(CARGO) test --workspace --features lab --no-fail-fast --lib --bins --benches $(addprefix --test ,$(UNIT_TEST_CRATES)) -- --skip lab_ --test-threads=$(TEST_THREADS)
+	$(CARGO) test --workspace --doc --features lab
+	$(MAKE) --no-print-directory -k -O -j$(LAB_JOBS) $(LAB_RUNS)
 
-# --workspace --lib: the agent's library and the crates under crates/ (which have no lab tests;
-# the lab tests of their code live in the agent, beside the lab harness).
 test-unit:
-	$(CARGO) test --workspace --lib -- --skip lab_ --test-threads=$(TEST_THREADS)
-	$(CARGO) test --bins $(addprefix --bench ,$(BENCH_CRATES)) $(addprefix --test ,$(UNIT_TEST_CRATES)) -- --test-threads=$(TEST_THREADS)
+	$(CARGO) test --workspace --all-targets -- --test-threads=$(TEST_THREADS)
+	$(CARGO) test --workspace --doc
 
-test-lab: deps cargo-deb
-	@[ "$$(id -u)" = 0 ] || { echo "test-lab needs root (network namespaces, Open vSwitch)"; exit 1; }
-	$(CARGO) test --lib -- lab_ --test-threads=$(TEST_THREADS)
-	$(CARGO) test --no-fail-fast $(addprefix --test ,$(LAB_TEST_CRATES)) -- --test-threads=$(TEST_THREADS)
+test-lab: root deps cargo-deb
+	$(CARGO) test --features lab --no-run --lib $(addprefix --test ,$(LAB_TEST_CRATES))
+	$(MAKE) --no-print-directory -k -O -j$(LAB_JOBS) $(LAB_RUNS)
+
+# First, before installing anything: the lab tests need root (network namespaces, Open vSwitch).
+root:
+	@[ "$$(id -u)" = 0 ] || { echo "make $(MAKECMDGOALS) needs root (the lab tests); make test-unit runs the others without"; exit 1; }
+
+# One lab test binary each (built by test or test-lab first). The library's lab tests are those
+# with `lab_` in their path: named so, or in a `lab_tests` module.
+lab-run-lib:
+	$(CARGO) test --features lab --lib -- lab_ --test-threads=$(TEST_THREADS)
+
+$(addprefix lab-run-,$(LAB_TEST_CRATES)): lab-run-%:
+	$(CARGO) test --features lab --test $* -- --test-threads=$(TEST_THREADS)
 
 deps:
 	@missing=""; \
@@ -86,7 +115,7 @@ deps:
 	fi
 
 demo: deps
-	deploy/lab.sh demo
+	CARGO="$(CARGO)" deploy/lab.sh demo
 
 cargo-deb:
 	@if [ "$$(cargo deb --version 2>/dev/null)" != "cargo-deb $(CARGO_DEB_VERSION)" ]; then \
@@ -95,10 +124,11 @@ cargo-deb:
 	fi
 
 # The package: the binary, its man pages and completions generated from that very binary, the unit
-# (pointing at /usr/bin), the sample config as a conffile, logrotate and the network-manager
-# drop-ins. The emulator is not in it. See deploy/debian/ for the maintainer scripts.
+# (pointing at /usr/bin), the sample config as a conffile and the network-manager drop-ins (no
+# logrotate file: the agent rotates its own log). The emulator is not in it. See deploy/debian/
+# for the maintainer scripts.
 deb: cargo-deb
-	$(CARGO) build --profile $(DEB_PROFILE) --bin antrea-vm-agent
+	$(if $(filter no,$(DEB_BUILD)),test -x target/$(DEB_PROFILE_DIR)/antrea-vm-agent,$(CARGO) build --profile $(DEB_PROFILE) --bin antrea-vm-agent)
 	rm -rf $(DEB_ASSETS) && mkdir -p $(DEB_ASSETS)
 	target/$(DEB_PROFILE_DIR)/antrea-vm-agent gen-docs --out $(DEB_ASSETS) >/dev/null
 	gzip -9n $(DEB_ASSETS)/man/*.8
@@ -106,12 +136,14 @@ deb: cargo-deb
 		deploy/systemd/antrea-vm-agent.service > $(DEB_ASSETS)/antrea-vm-agent.service
 	cargo deb --no-build $(DEB_STRIP) --profile $(DEB_PROFILE) $(DEB_ARGS)
 
-# The second clippy checks the product build: --lib --bins without --all-targets builds no
-# dev-dependency, so the test-util feature is off; it fails if product code names a fake or the
+# Clippy on the tests' build with and without the `lab` feature (the code each of `cargo test` and
+# `make test-lab` compiles), then on the product build: --lib --bins without --all-targets builds
+# no dev-dependency, so the test-util feature is off; it fails if product code names a fake or the
 # emulator (docs/architecture.md rule 10).
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --features lab -- -D warnings
 	$(CARGO) clippy --workspace --lib --bins -- -D warnings
 
 cargo-deny:

@@ -20,8 +20,8 @@
 //!
 //! What this does not do is inspect a built agent binary: under `cargo test` the library is
 //! compiled with `test-util` (the dev-dependency unifies features), so the binary next to the
-//! tests is not the product one. The product build itself is compiled by `make deb`
-//! (tests/deb_package.rs) and checked by `make lint` (`clippy --lib --bins` without the feature).
+//! tests is not the product one. The product build itself is compiled and run by `make demo`,
+//! packaged by `make deb`, and checked by `make lint` (`clippy --lib --bins` without the feature).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 #[path = "support/source_scan.rs"]

@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 
 use super::kernel::{
-    validate_ifname, IFA_F_DEPRECATED, IFA_F_NOPREFIXROUTE, IFA_F_PERMANENT, IFA_F_SECONDARY,
+    validate_ifname, IFA_F_DEPRECATED, IFA_F_NODAD, IFA_F_NOPREFIXROUTE, IFA_F_PERMANENT, IFA_F_SECONDARY,
     IFA_SETTABLE_FLAGS, IP6_RT_PRIO_ADDRCONF, IP6_RT_PRIO_USER, LIFETIME_FOREVER, RTN_UNICAST, RTPROT_KERNEL,
     RT_SCOPE_HOST, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN,
 };
@@ -224,14 +224,21 @@ impl State {
         }
     }
 
+    /// What `NetlinkHost::add_address` leaves: the address with exactly its settable flags
+    /// (the real one adds IPv6 addresses with `nodad`, then puts the saved flags back). On
+    /// "exists", an address that still has a `nodad` the wanted one lacks (an add interrupted
+    /// between those two steps) loses that flag, and nothing else changes.
     fn add_address(&mut self, index: u32, addr: &Address) -> Result<(), HostError> {
         let link = self.link_mut(index)?;
         let ip = addr.ip();
-        if link
+        if let Some(existing) = link
             .addresses
-            .iter()
-            .any(|a| a.ip() == ip && a.addr.prefix_len() == addr.addr.prefix_len())
+            .iter_mut()
+            .find(|a| a.ip() == ip && a.addr.prefix_len() == addr.addr.prefix_len())
         {
+            if ip.is_ipv6() && addr.flags & IFA_F_NODAD == 0 {
+                existing.flags &= !IFA_F_NODAD;
+            }
             return Err(HostError::Exists(format!(
                 "address {} on link #{index}",
                 addr.addr
@@ -240,7 +247,6 @@ impl State {
         let mut stored = addr.clone();
         stored.flags = addr.flags & IFA_SETTABLE_FLAGS;
         if ip.is_ipv6() {
-            stored.flags |= super::kernel::IFA_F_NODAD;
             stored.label = None;
             stored.broadcast = None;
         } else {
@@ -736,13 +742,8 @@ impl HostNet for FakeHost {
 
 #[cfg(test)]
 mod tests {
-    use std::net::Ipv4Addr;
-    use std::time::Duration;
-
     use super::*;
-    use crate::host::kernel::{IFA_F_NODAD, RTPROT_BOOT, RTPROT_DHCP, RTPROT_STATIC};
-    use crate::host::netlink::NetlinkHost;
-    use crate::host::testns::NetNs;
+    use crate::host::kernel::RTPROT_BOOT;
 
     const MAC: &str = "02:00:00:00:01:01";
 
@@ -857,7 +858,41 @@ mod tests {
             assert_eq!(sec.flags, IFA_F_SECONDARY | IFA_F_PERMANENT);
             assert_eq!(sec.label.as_deref(), Some("eth0"));
             let v6 = addrs.iter().find(|a| a.ip().is_ipv6()).expect("v6");
-            assert_eq!(v6.flags, IFA_F_NODAD | IFA_F_PERMANENT);
+            assert_eq!(v6.flags, IFA_F_PERMANENT, "exactly as given: no nodad added");
+            // A saved nodad stays; an add replayed after a crash that left the nodad it was
+            // added with is "exists" and clears that flag, and only it.
+            let mut keeps = addr("fd00:4::3/64");
+            keeps.flags = IFA_F_NODAD;
+            host.add_address(i, &keeps).await.expect("nodad");
+            let mut interrupted = addr("fd00:5::3/64");
+            interrupted.flags = IFA_F_NODAD | IFA_F_NOPREFIXROUTE;
+            interrupted.valid_lft = 900;
+            host.add_address(i, &interrupted)
+                .await
+                .expect("as left by a crash");
+            let mut replayed = addr("fd00:5::3/64");
+            replayed.valid_lft = 7200;
+            for _ in 0..2 {
+                let err = host.add_address(i, &replayed).await.expect_err("exists");
+                assert!(matches!(err, HostError::Exists(_)));
+            }
+            let err = host.add_address(i, &keeps).await.expect_err("exists");
+            assert!(matches!(err, HostError::Exists(_)));
+            let addrs = host.addresses(i).await.expect("addresses");
+            let flags_of = |net: &str| {
+                addrs
+                    .iter()
+                    .find(|a| a.addr.to_string() == net)
+                    .map(|a| (a.flags, a.valid_lft))
+            };
+            assert_eq!(
+                flags_of("fd00:4::3/64"),
+                Some((IFA_F_NODAD | IFA_F_PERMANENT, LIFETIME_FOREVER))
+            );
+            assert_eq!(flags_of("fd00:5::3/64"), Some((IFA_F_NOPREFIXROUTE, 900)));
+            for a in [&keeps, &replayed] {
+                host.del_address(i, a).await.expect("del");
+            }
 
             // A route using the primary as source goes away with it, and so do the secondary
             // and the prefix route.
@@ -1092,252 +1127,277 @@ mod tests {
         });
     }
 
-    /// The same sequence of `HostNet` calls on the fake and on the real kernel (a fresh
-    /// namespace) must leave the same addresses and routes: the fake's kernel-likeness is
-    /// checked, not assumed. Kernel-generated IPv6 link-local addresses/routes (which the fake
-    /// does not generate) and finite-lifetime countdowns are left out of the comparison.
-    async fn scenario(host: &dyn HostNet, i: u32, out: &mut Vec<(String, Vec<String>, Vec<String>)>) {
-        async fn state(
-            host: &dyn HostNet,
-            i: u32,
-            step: &str,
-            out: &mut Vec<(String, Vec<String>, Vec<String>)>,
-        ) {
-            let mut a: Vec<String> = host
-                .addresses(i)
-                .await
-                .expect("addresses")
-                .into_iter()
-                .filter(|a| !a.is_link_local())
-                .map(|a| format!("{a:?}"))
-                .collect();
-            a.sort();
-            let mut r: Vec<String> = host
-                .routes(i)
-                .await
-                .expect("routes")
-                .into_iter()
-                .filter(|r| r.dst.to_string() != "fe80::/64")
-                .map(|r| describe_route(&r, r.oif))
-                .collect();
-            r.sort();
-            out.push((step.to_string(), a, r));
-        }
-        let mut a1 = addr("10.1.2.3/24");
-        a1.broadcast = Some(Ipv4Addr::new(10, 1, 2, 255));
-        a1.label = Some("eth0".into());
-        let mut a2 = addr("10.1.2.4/24");
-        a2.label = Some("eth0:sec".into());
-        let mut a3 = addr("10.8.0.3/24");
-        a3.rt_priority = Some(50);
-        let a4 = addr("10.9.0.3/32");
-        let a5 = addr("fd00:1::3/64");
-        let mut a6 = addr("fd00:2::3/64");
-        a6.flags = IFA_F_NOPREFIXROUTE;
-        for a in [&a1, &a2, &a3, &a4, &a5, &a6] {
-            host.add_address(i, a).await.expect("add address");
-        }
-        assert!(matches!(
-            host.add_address(i, &a1).await,
-            Err(HostError::Exists(_))
-        ));
-        state(host, i, "addresses", out).await;
+    // ---- the fake against the real kernel, in a fresh namespace (root: the `lab` feature) ----
 
-        let mut dflt = via("0.0.0.0/0", "10.1.2.1");
-        dflt.protocol = RTPROT_DHCP;
-        dflt.metric = Some(100);
-        dflt.prefsrc = Some(ip("10.1.2.3"));
-        let mut t100 = via("192.168.50.0/24", "10.1.2.254");
-        t100.table = 100;
-        let mut host_rt = route("10.99.99.99/32");
-        host_rt.scope = RT_SCOPE_LINK;
-        host_rt.protocol = RTPROT_STATIC;
-        let mut onlink = via("172.16.0.0/16", "10.200.0.1");
-        onlink.onlink = true;
-        let behind_host_rt = via("10.77.0.0/16", "10.99.99.99");
-        let v6_dflt = via("::/0", "fd00:1::1");
-        let v6_ll = via("fd00:99::/64", "fe80::1");
-        for r in [&dflt, &t100, &host_rt, &onlink, &behind_host_rt, &v6_dflt, &v6_ll] {
-            host.add_route(i, r)
-                .await
-                .unwrap_or_else(|e| panic!("add route {r:?}: {e}"));
-        }
-        assert!(matches!(
-            host.add_route(i, &dflt).await,
-            Err(HostError::Exists(_))
-        ));
-        assert!(matches!(
-            host.add_route(i, &v6_dflt).await,
-            Err(HostError::Exists(_))
-        ));
-        let unreachable = via("10.30.0.0/16", "192.0.2.1");
-        assert!(matches!(
-            host.add_route(i, &unreachable).await,
-            Err(HostError::Netlink { .. })
-        ));
-        let unreachable6 = via("fd00:30::/64", "fd00:77::1");
-        assert!(matches!(
-            host.add_route(i, &unreachable6).await,
-            Err(HostError::Netlink { .. })
-        ));
-        state(host, i, "routes", out).await;
+    #[cfg(feature = "lab")]
+    mod lab {
+        use std::net::Ipv4Addr;
+        use std::time::Duration;
 
-        // Two metrics of one prefix; a delete without a metric takes the lowest.
-        for m in [7, 5] {
-            let mut r = via("10.6.0.0/16", "10.1.2.1");
-            r.metric = Some(m);
-            host.add_route(i, &r).await.expect("add metric route");
-        }
-        let no_metric = Route {
-            oif: i,
-            ..via("10.6.0.0/16", "10.1.2.1")
-        };
-        host.del_route(&no_metric).await.expect("del without metric");
-        state(host, i, "delete without metric", out).await;
+        use super::*;
+        use crate::host::kernel::{RTPROT_DHCP, RTPROT_STATIC};
+        use crate::host::netlink::NetlinkHost;
+        use crate::host::testns::NetNs;
 
-        host.del_address(i, &a1).await.expect("del primary");
-        state(host, i, "primary deleted", out).await;
-        host.set_up(i, false).await.expect("down");
-        state(host, i, "down", out).await;
-        host.set_up(i, true).await.expect("up");
-        state(host, i, "up", out).await;
-        host.rename(i, "eth0~").await.expect("rename");
-        state(host, i, "renamed", out).await;
-        host.add_address(i, &a1).await.expect("add");
-        host.add_address(i, &a2).await.expect("add");
-        state(host, i, "labels after rename", out).await;
-        for a in [&a1, &a3, &a4] {
-            host.del_address(i, a).await.expect("del");
-        }
-        state(host, i, "all IPv4 deleted", out).await;
-    }
+        /// The same sequence of `HostNet` calls on the fake and on the real kernel (a fresh
+        /// namespace) must leave the same addresses and routes: the fake's kernel-likeness is
+        /// checked, not assumed. Kernel-generated IPv6 link-local addresses/routes (which the fake
+        /// does not generate) and finite-lifetime countdowns are left out of the comparison.
+        async fn scenario(host: &dyn HostNet, i: u32, out: &mut Vec<(String, Vec<String>, Vec<String>)>) {
+            async fn state(
+                host: &dyn HostNet,
+                i: u32,
+                step: &str,
+                out: &mut Vec<(String, Vec<String>, Vec<String>)>,
+            ) {
+                let mut a: Vec<String> = host
+                    .addresses(i)
+                    .await
+                    .expect("addresses")
+                    .into_iter()
+                    .filter(|a| !a.is_link_local())
+                    .map(|a| format!("{a:?}"))
+                    .collect();
+                a.sort();
+                let mut r: Vec<String> = host
+                    .routes(i)
+                    .await
+                    .expect("routes")
+                    .into_iter()
+                    .filter(|r| r.dst.to_string() != "fe80::/64")
+                    .map(|r| describe_route(&r, r.oif))
+                    .collect();
+                r.sort();
+                out.push((step.to_string(), a, r));
+            }
+            let mut a1 = addr("10.1.2.3/24");
+            a1.broadcast = Some(Ipv4Addr::new(10, 1, 2, 255));
+            a1.label = Some("eth0".into());
+            let mut a2 = addr("10.1.2.4/24");
+            a2.label = Some("eth0:sec".into());
+            let mut a3 = addr("10.8.0.3/24");
+            a3.rt_priority = Some(50);
+            let a4 = addr("10.9.0.3/32");
+            let a5 = addr("fd00:1::3/64");
+            let mut a6 = addr("fd00:2::3/64");
+            a6.flags = IFA_F_NOPREFIXROUTE;
+            for a in [&a1, &a2, &a3, &a4, &a5, &a6] {
+                host.add_address(i, a).await.expect("add address");
+            }
+            assert!(matches!(
+                host.add_address(i, &a1).await,
+                Err(HostError::Exists(_))
+            ));
+            // IPv6 flags exactly as given: a saved nodad stays, none is added; an add replayed
+            // after a crash that left the nodad it was added with clears that flag only.
+            let mut a7 = addr("fd00:3::3/64");
+            a7.flags = IFA_F_NODAD;
+            let mut a8 = addr("fd00:4::3/64");
+            a8.flags = IFA_F_NODAD | IFA_F_NOPREFIXROUTE;
+            for a in [&a7, &a8] {
+                host.add_address(i, a).await.expect("add address");
+            }
+            for a in [&a7, &addr("fd00:4::3/64")] {
+                assert!(matches!(host.add_address(i, a).await, Err(HostError::Exists(_))));
+            }
+            state(host, i, "addresses", out).await;
 
-    #[test]
-    fn lab_fake_matches_the_kernel() {
-        let fake = FakeHost::new();
-        let i = fake.add_link("eth0", MAC, 1400);
-        let mut fake_states = Vec::new();
-        block_on(scenario(&fake, i, &mut fake_states));
+            let mut dflt = via("0.0.0.0/0", "10.1.2.1");
+            dflt.protocol = RTPROT_DHCP;
+            dflt.metric = Some(100);
+            dflt.prefsrc = Some(ip("10.1.2.3"));
+            let mut t100 = via("192.168.50.0/24", "10.1.2.254");
+            t100.table = 100;
+            let mut host_rt = route("10.99.99.99/32");
+            host_rt.scope = RT_SCOPE_LINK;
+            host_rt.protocol = RTPROT_STATIC;
+            let mut onlink = via("172.16.0.0/16", "10.200.0.1");
+            onlink.onlink = true;
+            let behind_host_rt = via("10.77.0.0/16", "10.99.99.99");
+            let v6_dflt = via("::/0", "fd00:1::1");
+            let v6_ll = via("fd00:99::/64", "fe80::1");
+            for r in [&dflt, &t100, &host_rt, &onlink, &behind_host_rt, &v6_dflt, &v6_ll] {
+                host.add_route(i, r)
+                    .await
+                    .unwrap_or_else(|e| panic!("add route {r:?}: {e}"));
+            }
+            assert!(matches!(
+                host.add_route(i, &dflt).await,
+                Err(HostError::Exists(_))
+            ));
+            assert!(matches!(
+                host.add_route(i, &v6_dflt).await,
+                Err(HostError::Exists(_))
+            ));
+            let unreachable = via("10.30.0.0/16", "192.0.2.1");
+            assert!(matches!(
+                host.add_route(i, &unreachable).await,
+                Err(HostError::Netlink { .. })
+            ));
+            let unreachable6 = via("fd00:30::/64", "fd00:77::1");
+            assert!(matches!(
+                host.add_route(i, &unreachable6).await,
+                Err(HostError::Netlink { .. })
+            ));
+            state(host, i, "routes", out).await;
 
-        let ns = NetNs::new();
-        ns.cmd().ip_script(&format!(
-            "
-            link add eth0 address {MAC} mtu 1400 type veth peer name peer0
-            link set peer0 up
-            link set eth0 up
-            "
-        ));
-        let real_states = ns.run(Duration::from_secs(60), || async {
-            let host = NetlinkHost::new().expect("netlink");
-            let eth0 = host.link_by_name("eth0").await.expect("links").expect("eth0");
-            let mut states = Vec::new();
-            scenario(&host, eth0.index, &mut states).await;
-            (eth0.index, states)
-        });
-        let (real_index, real_states) = real_states;
-        assert_eq!(real_states.len(), fake_states.len());
-        for (f, r) in fake_states.iter().zip(&real_states) {
-            let fix = |v: &Vec<String>| -> Vec<String> {
-                v.iter()
-                    .map(|s| s.replace(&format!("#{real_index} "), &format!("#{i} ")))
-                    .collect()
+            // Two metrics of one prefix; a delete without a metric takes the lowest.
+            for m in [7, 5] {
+                let mut r = via("10.6.0.0/16", "10.1.2.1");
+                r.metric = Some(m);
+                host.add_route(i, &r).await.expect("add metric route");
+            }
+            let no_metric = Route {
+                oif: i,
+                ..via("10.6.0.0/16", "10.1.2.1")
             };
-            assert_eq!(f.0, r.0);
-            assert_eq!(f.1, fix(&r.1), "addresses differ after step {:?}", f.0);
-            assert_eq!(f.2, fix(&r.2), "routes differ after step {:?}", f.0);
-        }
-    }
-    /// A link's deletion, on the fake and in a namespace: the link goes with its addresses and
-    /// routes, a route on another link that used one of its addresses as preferred source goes
-    /// too, the other link keeps the rest, and a second delete is `NoLink`. The kernel side also
-    /// shows what the stale-device decision relies on: a persistent tap nobody holds reports
-    /// kind `tun`, type tap, persist, and no carrier.
-    #[test]
-    fn lab_delete_link_matches_the_kernel() {
-        type Seen = (Vec<String>, Vec<String>, Vec<String>, bool);
-        async fn scenario(host: &dyn HostNet, tap: u32, other: u32) -> Seen {
-            host.set_up(tap, true).await.expect("tap up");
-            host.add_address(tap, &addr("10.1.2.3/24"))
-                .await
-                .expect("tap address");
-            host.add_address(tap, &addr("fd00:1::3/64"))
-                .await
-                .expect("tap v6 address");
-            host.add_address(other, &addr("10.5.0.2/24"))
-                .await
-                .expect("other address");
-            let mut via_src = route("10.70.0.0/16");
-            via_src.prefsrc = Some(ip("10.1.2.3"));
-            host.add_route(other, &via_src)
-                .await
-                .expect("route with the tap's prefsrc");
-            host.add_route(other, &route("10.80.0.0/16"))
-                .await
-                .expect("plain route");
-            host.delete_link(tap).await.expect("delete");
-            let again = matches!(host.delete_link(tap).await, Err(HostError::NoLink(_)));
-            let mut names: Vec<String> = host
-                .links()
-                .await
-                .expect("links")
-                .into_iter()
-                .map(|l| l.name)
-                .filter(|n| n != "lo" && n != "peer1")
-                .collect();
-            names.sort();
-            let mut a: Vec<String> = host
-                .addresses(other)
-                .await
-                .expect("addresses")
-                .into_iter()
-                .filter(|a| !a.is_link_local())
-                .map(|a| a.addr.to_string())
-                .collect();
-            a.sort();
-            let mut r: Vec<String> = host
-                .routes(other)
-                .await
-                .expect("routes")
-                .into_iter()
-                .filter(|r| r.dst.to_string() != "fe80::/64")
-                .map(|r| format!("{} {:?}", r.dst, r.prefsrc))
-                .collect();
-            r.sort();
-            (names, a, r, again)
-        }
-        let fake = FakeHost::new();
-        let tap = fake.add_link_down("tap0", MAC, 1500);
-        let other = fake.add_link("eth1", "02:00:00:00:01:02", 1500);
-        let fake_seen = block_on(scenario(&fake, tap, other));
+            host.del_route(&no_metric).await.expect("del without metric");
+            state(host, i, "delete without metric", out).await;
 
-        let ns = NetNs::new();
-        ns.cmd().ip_script(&format!(
-            "
-            tuntap add dev tap0 mode tap
-            link set tap0 address {MAC}
-            link add eth1 address 02:00:00:00:01:02 type veth peer name peer1
-            link set peer1 up
-            link set eth1 up
-            "
-        ));
-        let (nature, real_seen) = ns.run(Duration::from_secs(60), || async {
-            let host = NetlinkHost::new().expect("netlink");
-            let tap = host.link_by_name("tap0").await.expect("links").expect("tap0");
-            let other = host.link_by_name("eth1").await.expect("links").expect("eth1");
-            (tap.nature.clone(), scenario(&host, tap.index, other.index).await)
-        });
-        assert_eq!(nature.kind.as_deref(), Some("tun"));
-        assert_eq!(
-            nature.tun,
-            Some(crate::host::TunNature {
-                tap: true,
-                persist: true
-            }),
-            "a persistent tap says so"
-        );
-        assert_eq!(nature.carrier, Some(false), "nobody holds the tap: no carrier");
-        assert_eq!(real_seen.0, vec!["eth1".to_string()], "only eth1 is left");
-        assert!(real_seen.3, "a second delete is NoLink");
-        assert_eq!(fake_seen, real_seen);
+            host.del_address(i, &a1).await.expect("del primary");
+            state(host, i, "primary deleted", out).await;
+            host.set_up(i, false).await.expect("down");
+            state(host, i, "down", out).await;
+            host.set_up(i, true).await.expect("up");
+            state(host, i, "up", out).await;
+            host.rename(i, "eth0~").await.expect("rename");
+            state(host, i, "renamed", out).await;
+            host.add_address(i, &a1).await.expect("add");
+            host.add_address(i, &a2).await.expect("add");
+            state(host, i, "labels after rename", out).await;
+            for a in [&a1, &a3, &a4] {
+                host.del_address(i, a).await.expect("del");
+            }
+            state(host, i, "all IPv4 deleted", out).await;
+        }
+
+        #[test]
+        fn lab_fake_matches_the_kernel() {
+            let fake = FakeHost::new();
+            let i = fake.add_link("eth0", MAC, 1400);
+            let mut fake_states = Vec::new();
+            block_on(scenario(&fake, i, &mut fake_states));
+
+            let ns = NetNs::new();
+            ns.cmd().ip_script(&format!(
+                "
+                link add eth0 address {MAC} mtu 1400 type veth peer name peer0
+                link set peer0 up
+                link set eth0 up
+                "
+            ));
+            let real_states = ns.run(Duration::from_secs(60), || async {
+                let host = NetlinkHost::new().expect("netlink");
+                let eth0 = host.link_by_name("eth0").await.expect("links").expect("eth0");
+                let mut states = Vec::new();
+                scenario(&host, eth0.index, &mut states).await;
+                (eth0.index, states)
+            });
+            let (real_index, real_states) = real_states;
+            assert_eq!(real_states.len(), fake_states.len());
+            for (f, r) in fake_states.iter().zip(&real_states) {
+                let fix = |v: &Vec<String>| -> Vec<String> {
+                    v.iter()
+                        .map(|s| s.replace(&format!("#{real_index} "), &format!("#{i} ")))
+                        .collect()
+                };
+                assert_eq!(f.0, r.0);
+                assert_eq!(f.1, fix(&r.1), "addresses differ after step {:?}", f.0);
+                assert_eq!(f.2, fix(&r.2), "routes differ after step {:?}", f.0);
+            }
+        }
+        /// A link's deletion, on the fake and in a namespace: the link goes with its addresses and
+        /// routes, a route on another link that used one of its addresses as preferred source goes
+        /// too, the other link keeps the rest, and a second delete is `NoLink`. The kernel side also
+        /// shows what the stale-device decision relies on: a persistent tap nobody holds reports
+        /// kind `tun`, type tap, persist, and no carrier.
+        #[test]
+        fn lab_delete_link_matches_the_kernel() {
+            type Seen = (Vec<String>, Vec<String>, Vec<String>, bool);
+            async fn scenario(host: &dyn HostNet, tap: u32, other: u32) -> Seen {
+                host.set_up(tap, true).await.expect("tap up");
+                host.add_address(tap, &addr("10.1.2.3/24"))
+                    .await
+                    .expect("tap address");
+                host.add_address(tap, &addr("fd00:1::3/64"))
+                    .await
+                    .expect("tap v6 address");
+                host.add_address(other, &addr("10.5.0.2/24"))
+                    .await
+                    .expect("other address");
+                let mut via_src = route("10.70.0.0/16");
+                via_src.prefsrc = Some(ip("10.1.2.3"));
+                host.add_route(other, &via_src)
+                    .await
+                    .expect("route with the tap's prefsrc");
+                host.add_route(other, &route("10.80.0.0/16"))
+                    .await
+                    .expect("plain route");
+                host.delete_link(tap).await.expect("delete");
+                let again = matches!(host.delete_link(tap).await, Err(HostError::NoLink(_)));
+                let mut names: Vec<String> = host
+                    .links()
+                    .await
+                    .expect("links")
+                    .into_iter()
+                    .map(|l| l.name)
+                    .filter(|n| n != "lo" && n != "peer1")
+                    .collect();
+                names.sort();
+                let mut a: Vec<String> = host
+                    .addresses(other)
+                    .await
+                    .expect("addresses")
+                    .into_iter()
+                    .filter(|a| !a.is_link_local())
+                    .map(|a| a.addr.to_string())
+                    .collect();
+                a.sort();
+                let mut r: Vec<String> = host
+                    .routes(other)
+                    .await
+                    .expect("routes")
+                    .into_iter()
+                    .filter(|r| r.dst.to_string() != "fe80::/64")
+                    .map(|r| format!("{} {:?}", r.dst, r.prefsrc))
+                    .collect();
+                r.sort();
+                (names, a, r, again)
+            }
+            let fake = FakeHost::new();
+            let tap = fake.add_link_down("tap0", MAC, 1500);
+            let other = fake.add_link("eth1", "02:00:00:00:01:02", 1500);
+            let fake_seen = block_on(scenario(&fake, tap, other));
+
+            let ns = NetNs::new();
+            ns.cmd().ip_script(&format!(
+                "
+                tuntap add dev tap0 mode tap
+                link set tap0 address {MAC}
+                link add eth1 address 02:00:00:00:01:02 type veth peer name peer1
+                link set peer1 up
+                link set eth1 up
+                "
+            ));
+            let (nature, real_seen) = ns.run(Duration::from_secs(60), || async {
+                let host = NetlinkHost::new().expect("netlink");
+                let tap = host.link_by_name("tap0").await.expect("links").expect("tap0");
+                let other = host.link_by_name("eth1").await.expect("links").expect("eth1");
+                (tap.nature.clone(), scenario(&host, tap.index, other.index).await)
+            });
+            assert_eq!(nature.kind.as_deref(), Some("tun"));
+            assert_eq!(
+                nature.tun,
+                Some(crate::host::TunNature {
+                    tap: true,
+                    persist: true
+                }),
+                "a persistent tap says so"
+            );
+            assert_eq!(nature.carrier, Some(false), "nobody holds the tap: no carrier");
+            assert_eq!(real_seen.0, vec!["eth1".to_string()], "only eth1 is left");
+            assert!(real_seen.3, "a second delete is NoLink");
+            assert_eq!(fake_seen, real_seen);
+        }
     }
 }

@@ -19,6 +19,7 @@ pub mod kernel;
 pub mod managers;
 pub mod netlink;
 #[cfg(test)]
+#[cfg(feature = "lab")]
 pub(crate) mod testns;
 
 /// A network link as the kernel reports it.

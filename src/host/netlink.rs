@@ -20,7 +20,11 @@
 //!   using it as prefsrc; deleting a link's last IPv4 address flushes its IPv4 routes.
 //! - Routes need their link up (ENETDOWN) and a reachable gateway (ENETUNREACH): add the
 //!   addresses first, then routes without a gateway, then routes through gateways.
-//! - Moved IPv6 addresses get `nodad`, so they keep that flag after a move back.
+//! - An IPv6 address added without `nodad` is tentative while duplicate address detection
+//!   runs (about a second): unusable, and a route naming it as prefsrc is refused. So
+//!   `add_address` adds IPv6 addresses with `nodad`, then, when the saved flags lack it, clears
+//!   it with an RTM_NEWADDR NLM_F_REPLACE (the kernel's `inet6_addr_modify` sets the modifiable
+//!   flags and does not start detection): usable at once, and the flags come back exactly.
 //! - Not carried by the model (skipped with a warning, or dropped): multipath and
 //!   nexthop-object routes, source-specific/TOS routes, RTA_METRICS (mtu, hoplimit…),
 //!   RTA_PREF, route expiry (RA routes), IFA_PROTO, and the peer of a point-to-point address.
@@ -34,7 +38,7 @@ use futures::StreamExt;
 use ipnet::IpNet;
 use rtnetlink::packet_core::{
     NetlinkMessage, NetlinkPayload, Nla, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_EXCL,
-    NLM_F_REQUEST,
+    NLM_F_REPLACE, NLM_F_REQUEST,
 };
 use rtnetlink::packet_route::address::{
     AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressScope, CacheInfo,
@@ -274,6 +278,54 @@ impl NetlinkHost {
         }
         self.set_flag_up(index, true).await
     }
+
+    /// Gives the address just added with `nodad` its saved flags (without `nodad`). The
+    /// kernel changes them in place: no detection starts, the address stays usable, and the
+    /// routes using it stay. A failure leaves a working address with one flag too many, which
+    /// is not worth failing a move or a restore for: it is logged.
+    async fn replace_flags(&self, index: u32, addr: &Address) {
+        let msg = address_message(index, addr, None, AddrMsg::Replace);
+        if let Err(e) = self
+            .ack(RouteNetlinkMessage::NewAddress(msg), NLM_F_REPLACE)
+            .await
+        {
+            tracing::warn!(address = %addr.addr, link = index, error = %e.message(),
+                "the address keeps the nodad flag it was added with");
+        }
+    }
+
+    /// The address `addr` exists already on link `index`. If it has the `nodad` it was added
+    /// with but `addr` lacks (an add replayed from the journal after a crash between the add
+    /// and [`replace_flags`](Self::replace_flags)), clears that flag and only that: the other
+    /// flags, the lifetimes and the metric are the ones the address has now. Anything else
+    /// found there (no `nodad`, another prefix length) is left alone.
+    async fn finish_interrupted_add(&self, index: u32, addr: &Address) {
+        let current = match self.addresses(index).await {
+            Ok(current) => current,
+            Err(e) => {
+                tracing::warn!(address = %addr.addr, link = index, error = %e,
+                    "cannot read the addresses to check the nodad flag");
+                return;
+            }
+        };
+        let Some(existing) = current
+            .into_iter()
+            .find(|a| a.addr == addr.addr && a.flags & IFA_F_NODAD != 0)
+        else {
+            return;
+        };
+        let wanted = Address {
+            flags: existing.flags & !IFA_F_NODAD,
+            ..existing
+        };
+        self.replace_flags(index, &wanted).await;
+    }
+}
+
+/// Whether `addr`, added with `nodad` so that it is usable at once, must lose that flag
+/// afterwards to be as saved.
+fn drops_nodad(addr: &Address) -> bool {
+    addr.ip().is_ipv6() && addr.flags & IFA_F_NODAD == 0
 }
 
 /// Formats a hardware address as lower-case colon-separated hex.
@@ -419,10 +471,22 @@ pub fn rewrite_label(label: &str, link_name: &str) -> String {
     }
 }
 
-/// The RTM_NEWADDR / RTM_DELADDR message for `addr` on link `index`. For an add, only the
-/// flags a user may set are sent (the kernel recomputes permanent/secondary/tentative…), and
-/// IPv6 addresses always get `nodad` so that a moved address is usable at once.
-fn address_message(index: u32, addr: &Address, link_name: Option<&str>, for_add: bool) -> AddressMessage {
+/// What an address message is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AddrMsg {
+    /// RTM_DELADDR: the address alone.
+    Delete,
+    /// RTM_NEWADDR creating the address: IPv6 ones also get `nodad`, so that they are usable
+    /// at once.
+    Add,
+    /// RTM_NEWADDR with NLM_F_REPLACE on an existing address: the flags exactly as saved.
+    Replace,
+}
+
+/// The RTM_NEWADDR / RTM_DELADDR message for `addr` on link `index`. For an add or replace,
+/// only the flags a user may set are sent (the kernel recomputes permanent/secondary/
+/// tentative…), with the lifetimes: a replace without them would make the address permanent.
+fn address_message(index: u32, addr: &Address, link_name: Option<&str>, kind: AddrMsg) -> AddressMessage {
     let ip = addr.ip();
     let mut msg = AddressMessage::default();
     msg.header.family = family_of(&ip);
@@ -430,12 +494,12 @@ fn address_message(index: u32, addr: &Address, link_name: Option<&str>, for_add:
     msg.header.index = index;
     msg.attributes.push(AddressAttribute::Local(ip));
     msg.attributes.push(AddressAttribute::Address(ip));
-    if !for_add {
+    if kind == AddrMsg::Delete {
         return msg;
     }
     msg.header.scope = AddressScope::from(addr.scope);
     let mut flags = addr.flags & IFA_SETTABLE_FLAGS;
-    if ip.is_ipv6() {
+    if ip.is_ipv6() && kind == AddrMsg::Add {
         flags |= IFA_F_NODAD;
     }
     // The header carries the low 8 bits; IFA_FLAGS the full 32.
@@ -778,13 +842,21 @@ impl HostNet for NetlinkHost {
         } else {
             None
         };
-        let msg = address_message(index, addr, link_name.as_deref(), true);
+        let msg = address_message(index, addr, link_name.as_deref(), AddrMsg::Add);
         match self
             .ack(RouteNetlinkMessage::NewAddress(msg), NLM_F_CREATE | NLM_F_EXCL)
             .await
         {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                if drops_nodad(addr) {
+                    self.replace_flags(index, addr).await;
+                }
+                Ok(())
+            }
             Err(e) if e.errno() == Some(libc::EEXIST) => {
+                if drops_nodad(addr) {
+                    self.finish_interrupted_add(index, addr).await;
+                }
                 Err(HostError::Exists(describe_address(addr, index)))
             }
             Err(e) => Err(e.into_host(format!("add {}", describe_address(addr, index)), index)),
@@ -792,7 +864,7 @@ impl HostNet for NetlinkHost {
     }
 
     async fn del_address(&self, index: u32, addr: &Address) -> Result<(), HostError> {
-        let msg = address_message(index, addr, None, false);
+        let msg = address_message(index, addr, None, AddrMsg::Delete);
         match self.ack(RouteNetlinkMessage::DelAddress(msg), 0).await {
             Ok(()) => Ok(()),
             // Already gone (e.g. a secondary deleted together with its primary).

@@ -1,5 +1,6 @@
-//! Test support (compiled for tests only): a fresh, uniquely named network namespace per test,
-//! deleted on drop even when the test fails, and a way to run async test code inside it.
+//! Test support (compiled for tests with the `lab` feature only: it needs root): a fresh,
+//! uniquely named network namespace per test, deleted on drop even when the test fails, and a
+//! way to run async test code inside it.
 //!
 //! How a test gets "into" the namespace: [`NetNs::run`] starts a dedicated thread that enters
 //! the namespace with `setns(2)` (nix's safe wrapper) and then builds its own tokio runtime,
@@ -22,14 +23,16 @@ pub(crate) struct NetNs {
     name: String,
 }
 
-/// Fails a test that needs root (a namespace, a private OVS) unless its name says so:
-/// `make test-unit` runs the library's tests without root and skips names containing `lab_`,
-/// which `make test-lab` runs as root. (libtest names each test's thread after its path.)
+/// Fails a test that needs root (a namespace, a private OVS) unless its name says so. This
+/// harness is compiled only with the `lab` feature, so such a test must be gated too; the name
+/// is what `make test-lab` selects (`cargo test --features lab --lib -- lab_`) and what
+/// tests/gating.rs checks against the gate. (libtest names each test's thread after its path.)
 pub(crate) fn assert_lab_test() {
     if let Some(name) = std::thread::current().name() {
         assert!(
             !name.contains("::") || name.contains("lab_"),
-            "{name} needs root: put `lab_` in its name so that `make test-unit` leaves it to `make test-lab`"
+            "{name} needs root: put `lab_` in its name (and gate it with #[cfg(feature = \"lab\")]) \
+             so that `make test-lab` runs it"
         );
     }
 }

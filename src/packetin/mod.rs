@@ -15,6 +15,7 @@
 
 pub mod audit;
 #[cfg(test)]
+#[cfg(feature = "lab")]
 mod lab_tests;
 pub mod meta;
 pub mod packet;

@@ -10,8 +10,7 @@ use super::*;
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 /// A temporary directory standing in for `/`.
 struct Root {
@@ -775,72 +774,80 @@ fn renamed_uplink_names_are_accepted() {
     assert_eq!(f[0].at_risk, vec!["eth0~".to_string()]);
 }
 
-/// Runs the real systemd-networkd in private network, mount and PID namespaces: a veth pair,
-/// DHCP from networkd's own server on one end, a `Name=eth*` client on the other (`eth0`),
-/// then the agent's rename (down, `eth0` to `eth0~`, up). Without the drop-in networkd
-/// configures `eth0~` again (DHCP on the uplink); with it, `eth0~` becomes unmanaged.
-/// Needs root, unshare(1) and systemd-networkd; without the binary it reports and returns.
-#[test]
-fn lab_networkd_real_daemon_leaves_renamed_uplink_alone_with_the_dropin() {
-    let Some(networkd) = [
-        "/lib/systemd/systemd-networkd",
-        "/usr/lib/systemd/systemd-networkd",
-    ]
-    .iter()
-    .map(PathBuf::from)
-    .find(|p| p.is_file()) else {
-        // CI machines have systemd (it is in the base image): a missing daemon there is a
-        // failure, not a skip.
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "systemd-networkd is missing on a CI machine"
-        );
-        eprintln!("systemd-networkd not installed: real-daemon check not run");
-        return;
-    };
-    let without = run_networkd_scenario(&networkd, false);
-    assert!(
-        without.contains("UPLINK configured") || without.contains("UPLINK configuring"),
-        "{without}"
-    );
-    let with = run_networkd_scenario(&networkd, true);
-    let summary = |s: &str| {
-        s.lines()
-            .filter(|l| l.starts_with("LEASE") || l.starts_with("UPLINK"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    eprintln!("without drop-in: {}; with: {}", summary(&without), summary(&with));
-    assert!(with.contains("UPLINK unmanaged"), "{with}");
-    assert!(with.contains("LEASE 10.77."), "{with}");
-}
+// -- the real systemd-networkd (root: the `lab` feature) -------------------------------------
 
-fn run_networkd_scenario(networkd: &Path, with_dropin: bool) -> String {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let conf = dir.path().join("network");
-    fs::create_dir_all(&conf).expect("mkdir");
-    if with_dropin {
+#[cfg(feature = "lab")]
+mod lab {
+    use super::*;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    /// Runs the real systemd-networkd in private network, mount and PID namespaces: a veth pair,
+    /// DHCP from networkd's own server on one end, a `Name=eth*` client on the other (`eth0`),
+    /// then the agent's rename (down, `eth0` to `eth0~`, up). Without the drop-in networkd
+    /// configures `eth0~` again (DHCP on the uplink); with it, `eth0~` becomes unmanaged.
+    /// Needs root, unshare(1) and systemd-networkd; without the binary it reports and returns.
+    #[test]
+    fn lab_networkd_real_daemon_leaves_renamed_uplink_alone_with_the_dropin() {
+        let Some(networkd) = [
+            "/lib/systemd/systemd-networkd",
+            "/usr/lib/systemd/systemd-networkd",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file()) else {
+            // CI machines have systemd (it is in the base image): a missing daemon there is a
+            // failure, not a skip.
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "systemd-networkd is missing on a CI machine"
+            );
+            eprintln!("systemd-networkd not installed: real-daemon check not run");
+            return;
+        };
+        let without = run_networkd_scenario(&networkd, false);
+        assert!(
+            without.contains("UPLINK configured") || without.contains("UPLINK configuring"),
+            "{without}"
+        );
+        let with = run_networkd_scenario(&networkd, true);
+        let summary = |s: &str| {
+            s.lines()
+                .filter(|l| l.starts_with("LEASE") || l.starts_with("UPLINK"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        eprintln!("without drop-in: {}; with: {}", summary(&without), summary(&with));
+        assert!(with.contains("UPLINK unmanaged"), "{with}");
+        assert!(with.contains("LEASE 10.77."), "{with}");
+    }
+
+    fn run_networkd_scenario(networkd: &Path, with_dropin: bool) -> String {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let conf = dir.path().join("network");
+        fs::create_dir_all(&conf).expect("mkdir");
+        if with_dropin {
+            fs::write(
+                conf.join("01-antrea-vm-agent-uplink.network"),
+                NETWORKD_DROPIN.content,
+            )
+            .expect("write");
+        }
         fs::write(
-            conf.join("01-antrea-vm-agent-uplink.network"),
-            NETWORKD_DROPIN.content,
+            conf.join("10-client.network"),
+            "[Match]\nName=eth*\n\n[Network]\nDHCP=ipv4\nLinkLocalAddressing=no\nIPv6AcceptRA=no\n",
         )
         .expect("write");
-    }
-    fs::write(
-        conf.join("10-client.network"),
-        "[Match]\nName=eth*\n\n[Network]\nDHCP=ipv4\nLinkLocalAddressing=no\nIPv6AcceptRA=no\n",
-    )
-    .expect("write");
-    fs::write(
-        conf.join("20-server.network"),
-        "[Match]\nName=srv0\n\n[Network]\nAddress=10.77.0.1/24\nDHCPServer=yes\n\
+        fs::write(
+            conf.join("20-server.network"),
+            "[Match]\nName=srv0\n\n[Network]\nAddress=10.77.0.1/24\nDHCPServer=yes\n\
          LinkLocalAddressing=no\nIPv6AcceptRA=no\n\n[DHCPServer]\nPoolOffset=10\nPoolSize=20\n",
-    )
-    .expect("write");
-    // Inside the namespaces: private /run/systemd and configuration directories, a
-    // read-only sysfs of the new network namespace (networkd then does not wait for udev).
-    let script = format!(
-        r#"set -u
+        )
+        .expect("write");
+        // Inside the namespaces: private /run/systemd and configuration directories, a
+        // read-only sysfs of the new network namespace (networkd then does not wait for udev).
+        let script = format!(
+            r#"set -u
 mount --make-rprivate /
 mount -t tmpfs tmpfs /run/systemd
 mount -t tmpfs tmpfs /usr/lib/systemd/network
@@ -863,42 +870,43 @@ for i in $(seq 1 50); do
 done
 echo "UPLINK $S"
 "#,
-        conf = conf.display(),
-        networkd = networkd.display(),
-        log = dir.path().join("networkd.log").display(),
-    );
-    let mut child = Command::new("unshare")
-        .args([
-            "--mount",
-            "--net",
-            "--pid",
-            "--fork",
-            "--kill-child",
-            "--mount-proc",
-        ])
-        .args(["sh", "-c", &script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run unshare (needs root)");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match child.try_wait().expect("wait") {
-            Some(_) => break,
-            None if Instant::now() > deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("networkd scenario timed out");
+            conf = conf.display(),
+            networkd = networkd.display(),
+            log = dir.path().join("networkd.log").display(),
+        );
+        let mut child = Command::new("unshare")
+            .args([
+                "--mount",
+                "--net",
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "--mount-proc",
+            ])
+            .args(["sh", "-c", &script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run unshare (needs root)");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match child.try_wait().expect("wait") {
+                Some(_) => break,
+                None if Instant::now() > deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("networkd scenario timed out");
+                }
+                None => std::thread::sleep(Duration::from_millis(100)),
             }
-            None => std::thread::sleep(Duration::from_millis(100)),
         }
+        let out = child.wait_with_output().expect("output");
+        let log = fs::read_to_string(dir.path().join("networkd.log")).unwrap_or_default();
+        format!(
+            "{}{}\n--- networkd log tail:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            log.lines().rev().take(30).collect::<Vec<_>>().join("\n")
+        )
     }
-    let out = child.wait_with_output().expect("output");
-    let log = fs::read_to_string(dir.path().join("networkd.log")).unwrap_or_default();
-    format!(
-        "{}{}\n--- networkd log tail:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        log.lines().rev().take(30).collect::<Vec<_>>().join("\n")
-    )
 }

@@ -27,8 +27,10 @@ pub mod events;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 #[cfg(test)]
+#[cfg(feature = "lab")]
 use ovs_openflow::golden;
 #[cfg(test)]
+#[cfg(feature = "lab")]
 mod lab_tests;
 
 pub use events::{AsyncConfig, Event, PacketIn, PacketOut, PortDesc, PortReason, PortStatus, Subscription};

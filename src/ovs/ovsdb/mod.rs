@@ -11,8 +11,10 @@ pub use ovs_ovsdb::{
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 #[cfg(test)]
+#[cfg(feature = "lab")]
 mod lab_tests;
 #[cfg(test)]
+#[cfg(feature = "lab")]
 mod testutil;
 
 #[cfg(any(test, feature = "test-util"))]

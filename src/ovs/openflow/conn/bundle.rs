@@ -307,6 +307,7 @@ impl OfConnection {
 
     /// The id the next bundle of this connection will get.
     #[cfg(test)]
+    #[cfg(feature = "lab")]
     pub(in crate::ovs::openflow) fn peek_next_bundle_id(&self) -> u32 {
         self.inner.next_bundle.lock().map(|b| *b).unwrap_or(1)
     }
@@ -314,6 +315,7 @@ impl OfConnection {
     /// Commits bundle `bundle_id` as it stands on the switch: what a test uses to see whether
     /// a bundle is still open there.
     #[cfg(test)]
+    #[cfg(feature = "lab")]
     pub(in crate::ovs::openflow) async fn commit_bundle_as_is(&self, bundle_id: u32) -> Result<(), OfError> {
         let flags = bundle_flags::ATOMIC | bundle_flags::ORDERED;
         match self.commit_alone(bundle_id, flags).await? {
