@@ -10,8 +10,11 @@
 #   /etc/antrea/antrea-vm-agent.env                NODE_NAME=<--nodename>
 #   /usr/sbin/antrea-vm-agent                      --bin
 #   /etc/systemd/system/antrea-vm-agent.service    systemd/antrea-vm-agent.service (next to this script)
-#   /etc/logrotate.d/antrea-vm-agent               logrotate/antrea-vm-agent (next to this script)
 #   /var/log/antrea, /var/lib/antrea-vm-agent      the agent's log and state directories
+#
+# No logrotate file: the agent rotates its own log (--log_file_max_size, --log_file_max_num), as the
+# Go agent's klog does. An /etc/logrotate.d/antrea-vm-agent that an earlier version of this script
+# installed is removed on update (the host's own file, if it had one, is put back).
 #
 # Every path it creates is listed in /etc/antrea/antrea-vm-agent.manifest, and every file it had to
 # replace is kept as <file>.pre-antrea-vm-agent, so --uninstall puts the host back as it found it.
@@ -36,14 +39,14 @@ readonly MANIFEST=/etc/antrea/antrea-vm-agent.manifest
 readonly BIN_DST=/usr/sbin/antrea-vm-agent
 readonly UNIT=antrea-vm-agent.service
 readonly UNIT_DST=/etc/systemd/system/antrea-vm-agent.service
-readonly LOGROTATE_DST=/etc/logrotate.d/antrea-vm-agent
+# Installed by earlier versions only; removed on update and uninstall (retire_logrotate).
+readonly OLD_LOGROTATE_DST=/etc/logrotate.d/antrea-vm-agent
 readonly LOG_DIR=/var/log/antrea
 readonly DEFAULT_STATE_DIR=/var/lib/antrea-vm-agent
 readonly GO_AGENT_UNIT=antrea-agent.service
 readonly BACKUP_SUFFIX=.pre-antrea-vm-agent
 
 readonly UNIT_SRC=$SELF_DIR/systemd/antrea-vm-agent.service
-readonly LOGROTATE_SRC=$SELF_DIR/logrotate/antrea-vm-agent
 
 # How long --uninstall waits for a standalone agent to restore the interfaces (seconds).
 DETACH_TIMEOUT=${ANTREA_VM_AGENT_DETACH_TIMEOUT:-60}
@@ -229,7 +232,6 @@ else
     usage_error "--ovs-bridge $BRIDGE: not a valid bridge name (at most 15 letters, digits, '_', '.', '-')"
   fi
   [[ -f $UNIT_SRC ]] || fail "$UNIT_SRC is missing: run the installer from the deploy/ directory it ships in"
-  [[ -f $LOGROTATE_SRC ]] || fail "$LOGROTATE_SRC is missing: run the installer from the deploy/ directory it ships in"
 fi
 
 if [[ -z $ROOT && $DRY_RUN == 0 && $(id -u) != 0 ]]; then
@@ -262,6 +264,14 @@ manifest_has() {
 
 manifest_add() {
   manifest_has "$1" || MANIFEST_LINES+=("$1")
+}
+
+manifest_drop() {
+  local line kept=()
+  for line in "${MANIFEST_LINES[@]+"${MANIFEST_LINES[@]}"}"; do
+    if [[ $line != "$1" ]]; then kept+=("$line"); fi
+  done
+  MANIFEST_LINES=("${kept[@]+"${kept[@]}"}")
 }
 
 CHANGES=0
@@ -505,8 +515,7 @@ install_agent() {
   ensure_file "$UNIT_SRC" "$UNIT_DST" 0644
   local unit_changed=$LAST_CHANGED
   restart=$((restart | LAST_CHANGED))
-  ensure_dir /etc/logrotate.d 0755
-  ensure_file "$LOGROTATE_SRC" "$LOGROTATE_DST" 0644
+  retire_logrotate
   # systemd creates these at start (LogsDirectory=, StateDirectory=); created here too for runs
   # without systemd.
   ensure_dir "$LOG_DIR" 0755
@@ -531,6 +540,27 @@ install_agent() {
     note "dry run: $CHANGES action(s) would be taken"
   else
     note "done: $CHANGES change(s); see 'systemctl status $UNIT' and $LOG_DIR/antrea-agent.log"
+  fi
+}
+
+# The logrotate file an earlier version installed rotated the agent's log too, daily, writing the
+# same antrea-agent.log.1 as the agent: removed (or the host's own file put back, when there was
+# one before), and forgotten by the manifest. Its directory stays listed if this script made it, so
+# that --uninstall removes it once empty.
+retire_logrotate() {
+  local real
+  real=$(r "$OLD_LOGROTATE_DST")
+  if manifest_has "file $OLD_LOGROTATE_DST"; then
+    if [[ -e $real ]]; then
+      remove_path "remove $OLD_LOGROTATE_DST (the agent rotates its own log)" rm -f "$real"
+    fi
+    manifest_drop "file $OLD_LOGROTATE_DST"
+  elif manifest_has "backup $OLD_LOGROTATE_DST"; then
+    if [[ -e $real$BACKUP_SUFFIX ]]; then
+      do_action "restore $OLD_LOGROTATE_DST from $OLD_LOGROTATE_DST$BACKUP_SUFFIX (the agent rotates its own log)" \
+        mv -f "$real$BACKUP_SUFFIX" "$real"
+    fi
+    manifest_drop "backup $OLD_LOGROTATE_DST"
   fi
 }
 

@@ -3,14 +3,18 @@
 //! - into a clean root directory with `dpkg --root` (maintainer scripts chrootless, honouring
 //!   `DPKG_ROOT`): every file in its place, the binary's `--version`, the man page rendering,
 //!   the configuration kept across an upgrade when the operator changed it, remove and purge;
+//!   an upgrade from a package that still shipped /etc/logrotate.d/antrea-vm-agent removes that
+//!   conffile (the agent rotates its own log), keeping an operator's changed copy as `.dpkg-bak`;
 //! - inside a Debian booted with `systemd-nspawn --boot` (made once with `debootstrap` and cached
 //!   under /var/tmp), sharing the lab's VM network namespace and its Open vSwitch: the unit under a
 //!   real systemd reaches `active` only once the agent is ready (`Type=notify`: not while OVS is
 //!   down), is restarted after a SIGKILL (`Restart=on-failure`), `systemctl stop` leaves the NIC
 //!   attached, and `dpkg -r` restores it.
 //!
-//! To keep CI short the package is built from the debug binary the test run already has
-//! (`DEB_PROFILE=dev`); `make deb` packages the release build the same way.
+//! To keep CI short the package is made of the debug binary this test run has just built
+//! (`DEB_PROFILE=dev DEB_BUILD=no`), not of a build of its own; `make deb` packages the release
+//! build the same way. (The tests' binary also has the fakes compiled in, unused: the product
+//! build is linked and run by `make demo`, and linted by `make lint`.)
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 mod support;
@@ -65,6 +69,7 @@ fn packages() -> &'static Packages {
             .current_dir(repo())
             .arg("deb")
             .arg("DEB_PROFILE=dev")
+            .arg("DEB_BUILD=no")
             .arg("DEB_STRIP=--strip")
             .arg(format!(
                 "DEB_ARGS=--fast --deb-version 0.1.0-1 -o {}",
@@ -93,7 +98,6 @@ fn packages() -> &'static Packages {
 const PACKAGED_FILES: &[&str] = &[
     "etc/antrea/antrea-agent.conf",
     "etc/dhcp/dhclient-enter-hooks.d/antrea-vm-agent-uplink",
-    "etc/logrotate.d/antrea-vm-agent",
     "lib/systemd/system/antrea-vm-agent.service",
     "usr/bin/antrea-vm-agent",
     "usr/lib/NetworkManager/conf.d/90-antrea-vm-agent.conf",
@@ -291,6 +295,88 @@ fn package_installs_upgrades_removes_and_purges_in_a_clean_root() {
         Vec::<String>::new(),
         "purge left files behind"
     );
+}
+
+/// An earlier package, as the upgrade from it sees one: this build's package under version
+/// 0.1.0-0, with the logrotate conffile that packages up to 0.1.0-1 installed and without the
+/// preinst that retires it (those packages had none).
+fn earlier_package_with_logrotate(dir: &Path) -> PathBuf {
+    const STANZA: &str = "/var/log/antrea/antrea-agent.log {\n    daily\n    maxsize 100M\n    rotate 7\n    missingok\n    notifempty\n    compress\n    delaycompress\n    copytruncate\n}\n";
+    let tree = dir.join("earlier");
+    run(Command::new("dpkg-deb").arg("-R").arg(&packages().v1).arg(&tree));
+    let file = tree.join("etc/logrotate.d/antrea-vm-agent");
+    std::fs::create_dir_all(file.parent().expect("parent")).expect("logrotate.d");
+    std::fs::write(&file, STANZA).expect("logrotate file");
+    let debian = tree.join("DEBIAN");
+    let mut conffiles = std::fs::read_to_string(debian.join("conffiles")).expect("conffiles");
+    conffiles.push_str("/etc/logrotate.d/antrea-vm-agent\n");
+    std::fs::write(debian.join("conffiles"), conffiles).expect("conffiles");
+    let md5 = text(&run(Command::new("md5sum")
+        .arg("etc/logrotate.d/antrea-vm-agent")
+        .current_dir(&tree)));
+    let mut md5sums = std::fs::read_to_string(debian.join("md5sums")).unwrap_or_default();
+    md5sums.push_str(&md5);
+    std::fs::write(debian.join("md5sums"), md5sums).expect("md5sums");
+    let control = std::fs::read_to_string(debian.join("control")).expect("control");
+    let control: String = control
+        .lines()
+        .map(|l| {
+            if l.starts_with("Version: ") {
+                "Version: 0.1.0-0"
+            } else {
+                l
+            }
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(debian.join("control"), control).expect("control");
+    std::fs::remove_file(debian.join("preinst")).expect("this build's preinst");
+    let deb = dir.join("antrea-vm-agent_0.1.0-0.deb");
+    run(Command::new("dpkg-deb")
+        .args(["--root-owner-group", "-Zgzip", "-b"])
+        .arg(&tree)
+        .arg(&deb));
+    deb
+}
+
+#[test]
+fn upgrade_removes_the_logrotate_conffile_of_earlier_packages() {
+    let pkgs = packages();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let earlier = earlier_package_with_logrotate(dir.path());
+    let earlier = earlier.to_str().expect("utf-8");
+    let listing = text(&run(Command::new("dpkg-deb").arg("-c").arg(&pkgs.v1)));
+    assert!(!listing.contains("logrotate"), "{listing}");
+
+    // Unchanged by the operator: deleted by the upgrade.
+    let root = empty_root(&dir.path().join("a"));
+    let file = root.join("etc/logrotate.d/antrea-vm-agent");
+    dpkg(&root, &["-i", earlier]);
+    assert!(file.exists(), "the earlier package installs it");
+    let out = dpkg(&root, &["-i", pkgs.v1.to_str().expect("utf-8")]);
+    assert!(!file.exists(), "the upgrade left it:\n{}", text(&out));
+    assert!(
+        text(&out).contains("Removing obsolete conffile"),
+        "{}",
+        text(&out)
+    );
+    assert!(!root.join("etc/logrotate.d/antrea-vm-agent.dpkg-bak").exists());
+
+    // Changed by the operator: kept aside as .dpkg-bak (logrotate skips that name), removed with
+    // the package's purge.
+    let root = empty_root(&dir.path().join("b"));
+    let file = root.join("etc/logrotate.d/antrea-vm-agent");
+    dpkg(&root, &["-i", earlier]);
+    std::fs::write(&file, "# changed by the operator\n").expect("change it");
+    let out = dpkg(&root, &["-i", pkgs.v1.to_str().expect("utf-8")]);
+    assert!(!file.exists(), "{}", text(&out));
+    let bak = root.join("etc/logrotate.d/antrea-vm-agent.dpkg-bak");
+    assert_eq!(
+        std::fs::read_to_string(&bak).expect(".dpkg-bak"),
+        "# changed by the operator\n"
+    );
+    dpkg(&root, &["--purge", "antrea-vm-agent"]);
+    assert!(!bak.exists(), "purge keeps the .dpkg-bak");
 }
 
 // === the unit under a real systemd ===

@@ -312,12 +312,13 @@ fn install_rerun_update_and_uninstall_restore_the_original_tree() {
         ("/etc/antrea/antrea-agent.conf", 0o644),
         ("/usr/sbin/antrea-vm-agent", 0o755),
         ("/etc/systemd/system/antrea-vm-agent.service", 0o644),
-        ("/etc/logrotate.d/antrea-vm-agent", 0o644),
         ("/var/lib/antrea-vm-agent", 0o700),
         ("/var/log/antrea", 0o755),
     ] {
         assert_eq!(mode(&host.at(path)), m, "mode of {path}");
     }
+    // The agent rotates its own log: no logrotate file (tests/operator_assets.rs runs logrotate).
+    assert!(!host.at("/etc/logrotate.d").exists());
     assert_eq!(
         std::fs::read_to_string(host.at("/etc/antrea/antrea-vm-agent.env")).expect("env"),
         "NODE_NAME=vm1\n"
@@ -385,6 +386,112 @@ fn install_rerun_update_and_uninstall_restore_the_original_tree() {
     let out = host.run(&["--uninstall"]);
     assert_ok(&out);
     assert!(stdout(&out).contains("not installed here"), "{}", stdout(&out));
+    assert_eq!(tree(&host.root()), original);
+}
+
+/// What an earlier version of the installer added: /etc/logrotate.d/antrea-vm-agent (the host's
+/// own file, if it had one, kept aside), recorded in the manifest.
+fn add_retired_logrotate_file(host: &Host) {
+    const OLD: &str = "/var/log/antrea/antrea-agent.log {\n    daily\n    copytruncate\n}\n";
+    let file = host.at("/etc/logrotate.d/antrea-vm-agent");
+    let mut manifest =
+        std::fs::read_to_string(host.at("/etc/antrea/antrea-vm-agent.manifest")).expect("manifest");
+    if file.exists() {
+        std::fs::rename(
+            &file,
+            host.at("/etc/logrotate.d/antrea-vm-agent.pre-antrea-vm-agent"),
+        )
+        .expect("keep aside");
+        manifest.push_str("backup /etc/logrotate.d/antrea-vm-agent\n");
+    } else {
+        if !host.at("/etc/logrotate.d").exists() {
+            manifest.push_str("dir /etc/logrotate.d\n");
+        }
+        manifest.push_str("file /etc/logrotate.d/antrea-vm-agent\n");
+    }
+    host.put("/etc/logrotate.d/antrea-vm-agent", OLD);
+    std::fs::write(host.at("/etc/antrea/antrea-vm-agent.manifest"), manifest).expect("manifest");
+}
+
+#[test]
+fn the_logrotate_file_of_an_earlier_install_goes_on_update_and_on_uninstall() {
+    // Updated: removed (its directory, made by the installer, goes at uninstall), then uninstalled.
+    let host = Host::new();
+    host.put("/etc/hostname", "vm1\n");
+    let original = tree(&host.root());
+    assert_ok(&host.run(&args(&host.kube_install_args())));
+    let installed = tree(&host.root());
+    add_retired_logrotate_file(&host);
+    let mut dry = host.kube_install_args();
+    dry.push("--dry-run".into());
+    let out = host.run(&args(&dry));
+    assert_ok(&out);
+    assert!(
+        stdout(&out)
+            .contains("would remove /etc/logrotate.d/antrea-vm-agent (the agent rotates its own log)"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(host.at("/etc/logrotate.d/antrea-vm-agent").exists(), "a dry run");
+    host.take_calls();
+    let out = host.run(&args(&host.kube_install_args()));
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("removed /etc/logrotate.d/antrea-vm-agent (the agent rotates its own log)"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        mutating(&host.take_calls()).is_empty(),
+        "nothing of the agent changed"
+    );
+    let manifest =
+        std::fs::read_to_string(host.at("/etc/antrea/antrea-vm-agent.manifest")).expect("manifest");
+    assert!(!manifest.contains("file /etc/logrotate.d/"), "{manifest}");
+    let mut expected = installed.clone();
+    expected.insert("etc/logrotate.d".into(), "dir 755".into());
+    expected.insert(
+        "etc/antrea/antrea-vm-agent.manifest".into(),
+        tree(&host.root())["etc/antrea/antrea-vm-agent.manifest"].clone(),
+    );
+    assert_eq!(tree(&host.root()), expected);
+    let out = host.run(&args(&host.kube_install_args()));
+    assert!(stdout(&out).contains("nothing changed"), "{}", stdout(&out));
+    assert_ok(&host.run(&["--uninstall"]));
+    assert_eq!(tree(&host.root()), original);
+
+    // The host had a file of that name before the earlier install: put back on update.
+    let host = Host::new();
+    host.put("/etc/logrotate.d/antrea-vm-agent", "# the host's own\n");
+    let original = tree(&host.root());
+    assert_ok(&host.run(&args(&host.kube_install_args())));
+    let installed = tree(&host.root());
+    add_retired_logrotate_file(&host);
+    let out = host.run(&args(&host.kube_install_args()));
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains(
+            "restored /etc/logrotate.d/antrea-vm-agent from /etc/logrotate.d/antrea-vm-agent.pre-antrea-vm-agent"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(tree(&host.root()), installed);
+    assert_ok(&host.run(&["--uninstall"]));
+    assert_eq!(tree(&host.root()), original);
+
+    // Uninstalled straight from the earlier install: the file goes with the rest.
+    let host = Host::new();
+    let original = tree(&host.root());
+    assert_ok(&host.run(&args(&host.kube_install_args())));
+    add_retired_logrotate_file(&host);
+    let out = host.run(&["--uninstall"]);
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("removed /etc/logrotate.d/antrea-vm-agent\n"),
+        "{}",
+        stdout(&out)
+    );
     assert_eq!(tree(&host.root()), original);
 }
 

@@ -2,7 +2,8 @@
 //! its path changed: `--v`, `--logtostderr`, `--alsologtostderr`, `--log_file`,
 //! `--log_file_max_size` and `--log_file_max_num` (what they mean here), `--feature-gates`
 //! (merged over the configuration's `featureGates`), and the log file with size-based rotation
-//! ([`RotatingFile`]).
+//! ([`RotatingFile`]). That rotation is the log's only one, as klog's is for the Go agent: the
+//! package and the installer ship no logrotate file for it.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
