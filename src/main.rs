@@ -1,7 +1,8 @@
 //! The `antrea-vm-agent` binary: command line, logging, and wiring of the real adapters into the
 //! supervisor. `antrea-vm-agent --config F [klog flags]` with no subcommand runs the agent, as the
 //! Go `antrea-agent` does, so its systemd unit works with only the binary path changed
-//! (`cli::klog` has the flags); `run` is the same with a subcommand name.
+//! (`cli::klog` has the flags); `run` is the same with a subcommand name. The command line is
+//! defined in `cli::args`, where the documentation test reads it too.
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
@@ -9,17 +10,18 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use actix::Actor;
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use tracing::{error, info, warn};
 
 use antrea_vm_agent::actors::supervisor::Shutdown;
 use antrea_vm_agent::actors::{Deps, Supervisor, Timing};
 use antrea_vm_agent::api::handlers::ApiState;
 use antrea_vm_agent::api::server::{self as api_server, ServerOptions};
+use antrea_vm_agent::cli::args::{Cli, Command};
 use antrea_vm_agent::cli::compile::compile_state_with;
 use antrea_vm_agent::cli::klog::{LogArgs, RotatingFile};
 use antrea_vm_agent::cli::translate::{to_yaml, translate_paths};
-use antrea_vm_agent::cli::{run_get, GetArgs, OutputFormat, Resource};
+use antrea_vm_agent::cli::{run_get, GetArgs};
 use antrea_vm_agent::config::{node_name, Config};
 use antrea_vm_agent::ovs::openflow::conn::OfConnector;
 use antrea_vm_agent::ovs::ovsdb::client::OvsdbClient;
@@ -28,113 +30,6 @@ use antrea_vm_agent::sources;
 use antrea_vm_agent::telemetry::AgentMetrics;
 use antrea_vm_agent::uplink::lock::{AgentLock, LockError};
 use antrea_vm_agent::uplink::offline;
-
-/// The top of `--help` and of the man page: what the agent does and where its files live.
-const LONG_ABOUT: &str = "Antrea NetworkPolicy for VMs and bare-metal servers.
-
-antrea-vm-agent is Antrea's ExternalNode agent: it attaches the host's NICs to the Open vSwitch \
-bridge, installs Antrea's ExternalNode OpenFlow pipeline and enforces Antrea NetworkPolicies, \
-watched from antrea-controller (Kubernetes mode) or read from local files (standalone mode). \
-It reports AntreaAgentInfo, policy status and per-rule statistics, and serves /metrics, \
-/livez, /readyz and a local API read by `antrea-vm-agent get`.
-
-Files: /etc/antrea/antrea-agent.conf (configuration; `check-config` validates it), \
-/var/lib/antrea-vm-agent (state: interface records, the last policies), \
-/var/log/antrea/antrea-agent.log (log), /run/antrea/antrea-vm-agent.sock (agent API). \
-The systemd unit is antrea-vm-agent.service; stopping it leaves the NICs attached and the \
-policies enforced, `detach-all` restores the NICs.";
-
-#[derive(Parser, Debug)]
-#[command(
-    name = "antrea-vm-agent",
-    version = antrea_vm_agent::version::VERSION,
-    long_version = antrea_vm_agent::version::LONG_VERSION,
-    about = "Antrea NetworkPolicy for VMs and bare-metal servers",
-    long_about = LONG_ABOUT
-)]
-#[command(args_conflicts_with_subcommands = true)]
-struct Cli {
-    #[command(subcommand)]
-    command: Option<Command>,
-    /// Path of antrea-agent.conf: with no subcommand, runs the agent (as the Go antrea-agent).
-    #[arg(long)]
-    config: Option<PathBuf>,
-    #[command(flatten)]
-    log: LogArgs,
-}
-
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Run the agent.
-    Run {
-        /// Path of antrea-agent.conf.
-        #[arg(long)]
-        config: PathBuf,
-        #[command(flatten)]
-        log: LogArgs,
-    },
-    /// Validate a configuration file and print every problem with its key path.
-    CheckConfig {
-        #[arg(long)]
-        config: PathBuf,
-    },
-    /// Print the flows the agent would own for a given state (interfaces, policyBypassRules and
-    /// controlplane objects), one per line in `ovs-ofctl dump-flows --names --no-stats` syntax,
-    /// sorted by table then priority. No OVS needed.
-    Compile {
-        /// YAML or JSON with `interfaces`, `policyBypassRules`, `networkPolicies`,
-        /// `addressGroups` and `appliedToGroups`.
-        #[arg(long)]
-        state: PathBuf,
-        /// Antrea-native policy files or directories (as `standalone.policyDir` holds), translated
-        /// by the local controller and added to the state's objects.
-        #[arg(long)]
-        policies: Vec<PathBuf>,
-        /// The ExternalNode file whose ExternalEntities (and labels) the policies apply to.
-        #[arg(long)]
-        external_node: Option<PathBuf>,
-    },
-    /// Translate Antrea-native policies (crd.antrea.io NetworkPolicy, ClusterNetworkPolicy, Tier,
-    /// ClusterGroup, Group, ExternalEntity; v1 Namespace) into the controlplane objects the
-    /// local controller produces, printed as YAML. Exit status 1 when any object is refused.
-    Translate {
-        /// Policy files or directories.
-        #[arg(required = true)]
-        paths: Vec<PathBuf>,
-        /// The ExternalNode file whose ExternalEntities the AppliedToGroups hold.
-        #[arg(long)]
-        external_node: Option<PathBuf>,
-    },
-    /// Restore every interface the agent attached, with no agent running (refused while one
-    /// runs): NIC renamed back with its MAC, MTU, addresses and routes; its OVS ports deleted.
-    DetachAll {
-        /// Path of antrea-agent.conf.
-        #[arg(long)]
-        config: PathBuf,
-    },
-    /// Show what the running agent holds, through its agent API socket (like `antctl get`).
-    Get {
-        #[arg(value_enum)]
-        resource: Resource,
-        /// A policy, group or interface name (for ovsflows: the policy, like --policy).
-        name: Option<String>,
-        #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
-        output: OutputFormat,
-        /// ovsflows: only the flows of this NetworkPolicy (name, UID or namespace/name).
-        #[arg(long)]
-        policy: Option<String>,
-        /// The agent API socket (`agentAPI.socket` in the configuration).
-        #[arg(long, default_value = antrea_vm_agent::config::DEFAULT_AGENT_API_SOCKET)]
-        socket: PathBuf,
-    },
-    /// Write the man pages and the bash, zsh and fish completions into a directory (used by
-    /// `make deb`).
-    #[command(hide = true)]
-    GenDocs {
-        #[arg(long)]
-        out: PathBuf,
-    },
-}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -210,6 +105,9 @@ fn translate(paths: &[PathBuf], external_node: Option<&Path>) -> ExitCode {
     for e in &errors {
         eprintln!("error: {e}");
     }
+    for w in &translated.warnings {
+        eprintln!("warning: {w}");
+    }
     if translated.controlplane_objects > 0 {
         eprintln!(
             "note: {} controlplane objects in the input are already in that form and are not printed",
@@ -241,6 +139,9 @@ fn compile(path: &Path, policies: &[PathBuf], external_node: Option<&Path>) -> E
     let mut extra = Vec::new();
     if !policies.is_empty() {
         let translated = translate_paths(policies, external_node);
+        for w in &translated.warnings {
+            eprintln!("warning: {w}");
+        }
         let errors = translated.all_errors();
         if !errors.is_empty() {
             for e in &errors {

@@ -6,6 +6,10 @@
 //! when there is one, else the metric-name string literals there), so a renamed or removed metric
 //! fails here. When `promtool` is available (on PATH or `$PROMTOOL`), it checks the rules, the
 //! dashboard's expressions and the scrape configuration too.
+//!
+//! Also the deploy assets' layout and the agent log's single rotation owner: the real `logrotate`,
+//! with every /etc/logrotate.d file the package or the installer ships, leaves the agent's log and
+//! its own backups alone (the agent rotates them, as klog does for the Go agent).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -15,132 +19,19 @@ use std::process::Command;
 use serde_json::Value as Json;
 use serde_norway::Value as Yaml;
 
+#[path = "support/exported_metrics.rs"]
+mod exported_metrics;
+
+use exported_metrics::{exported, Exported};
+
+use antrea_vm_agent::cli::klog::RotatingFile;
+
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 fn read(rel: &str) -> String {
     std::fs::read_to_string(repo().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
-}
-
-// ---------------------------------------------------------------------------------------------
-// What the agent exports, read from its source.
-
-/// Metric names and label names the agent's `src/api/` and `src/telemetry.rs` code can produce.
-struct Exported {
-    metrics: BTreeSet<String>,
-    labels: BTreeSet<String>,
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let p = entry.expect("entry").path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|e| e == "rs") {
-            out.push(p);
-        }
-    }
-}
-
-/// The double-quoted string literals of a piece of Rust (escapes are irrelevant for names).
-fn string_literals(src: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut chars = src.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '/' && chars.peek() == Some(&'/') {
-            // A comment: metric names mentioned in docs are not exports.
-            for c in chars.by_ref() {
-                if c == '\n' {
-                    break;
-                }
-            }
-        } else if c == '\'' {
-            // A char literal ('"') or a lifetime; skip a char literal whole.
-            let mut ahead = chars.clone();
-            let first = ahead.next();
-            let second = if first == Some('\\') {
-                ahead.nth(1)
-            } else {
-                ahead.next()
-            };
-            if second == Some('\'') {
-                chars = ahead;
-            }
-        } else if c == '"' {
-            let mut s = String::new();
-            while let Some(c) = chars.next() {
-                match c {
-                    '\\' => {
-                        chars.next();
-                    }
-                    '"' => break,
-                    c => s.push(c),
-                }
-            }
-            out.push(s);
-        }
-    }
-    out
-}
-
-fn is_metric_name(s: &str) -> bool {
-    s.starts_with("antrea_")
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-}
-
-fn is_label_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 40
-        && s.starts_with(|c: char| c.is_ascii_lowercase())
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-}
-
-fn exported() -> Exported {
-    let mut files = Vec::new();
-    // The API serves the metrics; the registry that names them is `src/telemetry.rs`.
-    rust_files(&repo().join("src/api"), &mut files);
-    files.push(repo().join("src/telemetry.rs"));
-    files.sort();
-    let sources: Vec<String> = files
-        .iter()
-        .map(|p| std::fs::read_to_string(p).expect("read source"))
-        .collect();
-    let mut metrics = BTreeSet::new();
-    // The canonical list, when the API exports one: the literals between `METRIC_NAMES` and `];`.
-    for src in &sources {
-        if let Some(at) = src.find("METRIC_NAMES") {
-            let rest = &src[at..];
-            if let (Some(open), Some(close)) = (rest.find('['), rest.find("];")) {
-                if open < close {
-                    metrics.extend(
-                        string_literals(&rest[open..close])
-                            .into_iter()
-                            .filter(|s| is_metric_name(s)),
-                    );
-                }
-            }
-        }
-    }
-    if metrics.is_empty() {
-        for src in &sources {
-            metrics.extend(string_literals(src).into_iter().filter(|s| is_metric_name(s)));
-        }
-    }
-    let mut labels: BTreeSet<String> = sources
-        .iter()
-        .flat_map(|s| string_literals(s))
-        .filter(|s| is_label_name(s))
-        .collect();
-    // Labels Prometheus adds itself.
-    labels.extend(["job", "instance", "le", "__name__"].map(String::from));
-    assert!(
-        !metrics.is_empty(),
-        "no metric names found under src/api and src/telemetry.rs"
-    );
-    Exported { metrics, labels }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -895,12 +786,12 @@ fn scrape_config_targets_the_agent_listener_plain_and_with_tls_and_token() {
         }
     }
     assert!(plain && secure, "a plain local job and a TLS + bearer token job");
-    // The README documents the same config keys the agent reads.
-    let readme = read("metrics/README.md");
+    // The operations guide documents the same config keys the agent reads, by their full path.
+    let guide = read("docs/operations.md");
     for key in ["bindAddress", "tlsCertFile", "tlsKeyFile", "bearerTokenFile"] {
         assert!(
-            readme.contains(key),
-            "metrics/README.md does not explain metricsServer.{key}"
+            guide.contains(&format!("`metricsServer.{key}`")),
+            "docs/operations.md does not explain metricsServer.{key}"
         );
     }
     run_promtool(&[
@@ -912,26 +803,9 @@ fn scrape_config_targets_the_agent_listener_plain_and_with_tls_and_token() {
 }
 
 #[test]
-fn unit_logrotate_and_container_agree_with_the_agent_layout() {
+fn unit_and_container_agree_with_the_agent_layout() {
     let unit = read("deploy/systemd/antrea-vm-agent.service");
-    let log = "/var/log/antrea/antrea-agent.log";
-    assert!(unit.contains(&format!("--log_file={log}")));
-    let logrotate = read("deploy/logrotate/antrea-vm-agent");
-    let active: Vec<&str> = logrotate
-        .lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .collect();
-    let active = active.join("\n");
-    assert!(active.contains(&format!("{log} {{")), "the agent log is rotated");
-    assert!(
-        active.contains("copytruncate"),
-        "the agent keeps its log open: copytruncate"
-    );
-    assert!(
-        !active.contains("np.log") && !active.contains("networkpolicy"),
-        "np.log is rotated by the agent"
-    );
-    assert_eq!(active.matches('{').count(), active.matches('}').count());
+    assert!(unit.contains(&format!("--log_file={AGENT_LOG}")));
     let containerfile = read("deploy/Containerfile");
     for needed in [
         "/var/run/openvswitch",
@@ -941,4 +815,261 @@ fn unit_logrotate_and_container_agree_with_the_agent_layout() {
     ] {
         assert!(containerfile.contains(needed), "Containerfile lacks {needed}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The agent's log has one owner for its rotation: the agent (`--log_file_max_size`,
+// `--log_file_max_num`), as klog is for the Go agent. The real logrotate, given every
+// /etc/logrotate.d file the package or the installer ships, must leave the log and the agent's
+// backups alone.
+
+const AGENT_LOG: &str = "/var/log/antrea/antrea-agent.log";
+
+/// The stanza that packages up to 0.1.0-1 installed as /etc/logrotate.d/antrea-vm-agent: a second
+/// owner, kept here as the control that shows the harness catches one.
+const RETIRED_STANZA: &str = "/var/log/antrea/antrea-agent.log {
+    daily
+    maxsize 100M
+    rotate 7
+    missingok
+    notifempty
+    compress
+    delaycompress
+    copytruncate
+}
+";
+
+/// The real logrotate (Debian package `logrotate`): on PATH, or in sbin, which a user's PATH may
+/// lack.
+fn logrotate() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
+        .map(|d| d.join("logrotate"))
+        .find(|p| p.is_file())
+        .expect("logrotate is needed (Debian package logrotate; make deps installs it)")
+}
+
+/// Every /etc/logrotate.d file the product ships, as (who ships it and where, its content): the
+/// Debian package's (its asset list, read through `cargo metadata`) and deploy/install-vm.sh's
+/// (run into a scratch root).
+fn shipped_logrotate_files() -> Vec<(String, String)> {
+    let mut shipped = Vec::new();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let out = Command::new(&cargo)
+        .args(["metadata", "--no-deps", "--format-version", "1", "--frozen"])
+        .current_dir(repo())
+        .output()
+        .expect("cargo metadata");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let meta: Json = serde_json::from_slice(&out.stdout).expect("cargo metadata's JSON");
+    let package = meta["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .find(|p| p["name"] == "antrea-vm-agent")
+        .expect("the agent's package");
+    let assets = package["metadata"]["deb"]["assets"]
+        .as_array()
+        .expect("[package.metadata.deb] assets");
+    assert!(assets.len() > 5, "{assets:?}");
+    let mut destinations = Vec::new();
+    for asset in assets {
+        let (src, dest) = (asset[0].as_str().expect("src"), asset[1].as_str().expect("dest"));
+        let mut dest = dest.trim_start_matches('/').to_string();
+        if dest.ends_with('/') {
+            dest.push_str(&Path::new(src).file_name().expect("a file").to_string_lossy());
+        }
+        if dest.starts_with("etc/logrotate.d/") {
+            shipped.push((format!("the package's /{dest}"), read(src)));
+        }
+        destinations.push(dest);
+    }
+    // The destinations are read as cargo-deb reads them (a directory takes the file's name).
+    assert!(
+        destinations
+            .iter()
+            .any(|d| d == "usr/lib/NetworkManager/conf.d/90-antrea-vm-agent.conf"),
+        "{destinations:?}"
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).expect("root");
+    let conf = dir.path().join("antrea-agent.conf");
+    std::fs::write(
+        &conf,
+        "nodeType: externalNode\nfeatureGates:\n  ExternalNode: true\nstandalone:\n  \
+         externalNodeFile: /etc/antrea/external-node.yaml\n",
+    )
+    .expect("config");
+    let out = Command::new("bash")
+        .arg(repo().join("deploy/install-vm.sh"))
+        .arg("--root")
+        .arg(&root)
+        .arg("--config")
+        .arg(&conf)
+        .args(["--bin", env!("CARGO_BIN_EXE_antrea-vm-agent")])
+        .args(["--nodename", "vm1", "--no-systemd"])
+        .env("TMPDIR", dir.path())
+        .output()
+        .expect("install-vm.sh");
+    assert!(
+        out.status.success(),
+        "install-vm.sh: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        root.join("usr/sbin/antrea-vm-agent").is_file(),
+        "the installer installed"
+    );
+    if let Ok(entries) = std::fs::read_dir(root.join("etc/logrotate.d")) {
+        for e in entries {
+            let path = e.expect("entry").path();
+            let text = std::fs::read_to_string(&path).expect("read");
+            shipped.push((
+                format!(
+                    "install-vm.sh's /etc/logrotate.d/{}",
+                    path.file_name().expect("name").to_string_lossy()
+                ),
+                text,
+            ));
+        }
+    }
+    shipped
+}
+
+/// The real logrotate, forced (every time-based rule due), with Debian's /etc/logrotate.conf
+/// defaults and `files` as the content of /etc/logrotate.d, their /var/log/antrea standing for
+/// `log_dir`. Returns its verbose output.
+fn run_logrotate(scratch: &Path, log_dir: &Path, files: &[(String, String)]) -> String {
+    let conf_d = scratch.join("logrotate.d");
+    std::fs::create_dir_all(&conf_d).expect("logrotate.d");
+    for (i, (_, text)) in files.iter().enumerate() {
+        let text = text.replace("/var/log/antrea", &log_dir.display().to_string());
+        std::fs::write(conf_d.join(format!("shipped-{i}")), text).expect("write");
+    }
+    let conf = scratch.join("logrotate.conf");
+    std::fs::write(
+        &conf,
+        format!("weekly\nrotate 4\ncreate\ninclude {}\n", conf_d.display()),
+    )
+    .expect("logrotate.conf");
+    let out = Command::new(logrotate())
+        .args(["--force", "--verbose", "--state"])
+        .arg(scratch.join("logrotate.state"))
+        .arg(&conf)
+        .output()
+        .expect("run logrotate");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "logrotate failed:\n{text}");
+    text
+}
+
+/// Every file of `dir` with its content (gzip files as they are).
+fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| {
+            let path = e.expect("entry").path();
+            let name = path.file_name().expect("name").to_string_lossy().into_owned();
+            (name, std::fs::read(&path).expect("read"))
+        })
+        .collect()
+}
+
+/// A log directory where the agent's own rotation has run: `antrea-agent.log` and its three
+/// backups, each two 30-byte lines, written through the agent's [`RotatingFile`] (64-byte files,
+/// 3 kept).
+fn agent_rotated_log(scratch: &Path) -> (PathBuf, RotatingFile) {
+    use std::io::Write;
+    let log_dir = scratch.join("var/log/antrea");
+    let mut agent = RotatingFile::open(&log_dir.join("antrea-agent.log"), 64, 3).expect("open the log");
+    for i in 1..=8 {
+        agent
+            .write_all(format!("I1207 agent log line {i:03}.....\n").as_bytes())
+            .expect("write");
+    }
+    agent.flush().expect("flush");
+    let files: Vec<String> = snapshot(&log_dir).into_keys().collect();
+    assert_eq!(
+        files,
+        [
+            "antrea-agent.log",
+            "antrea-agent.log.1",
+            "antrea-agent.log.2",
+            "antrea-agent.log.3"
+        ]
+    );
+    (log_dir, agent)
+}
+
+#[test]
+fn only_the_agent_rotates_its_log_the_shipped_logrotate_files_leave_it_alone() {
+    use std::io::Write;
+    let shipped = shipped_logrotate_files();
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let (log_dir, mut agent) = agent_rotated_log(scratch.path());
+    let before = snapshot(&log_dir);
+
+    let out = run_logrotate(scratch.path(), &log_dir, &shipped);
+    let shipped_names: Vec<&String> = shipped.iter().map(|(who, _)| who).collect();
+    assert_eq!(
+        snapshot(&log_dir),
+        before,
+        "logrotate, with the shipped {shipped_names:?}, touched the agent's log or its backups:\n{out}"
+    );
+
+    // The agent's rotation goes on as before: the next line past the limit shifts its files.
+    agent
+        .write_all(b"I1207 agent log line 009.....\n")
+        .expect("write");
+    agent.flush().expect("flush");
+    let after = snapshot(&log_dir);
+    let file = |m: &BTreeMap<String, Vec<u8>>, name: &str| m.get(name).cloned().unwrap_or_default();
+    assert_eq!(
+        file(&after, "antrea-agent.log"),
+        b"I1207 agent log line 009.....\n"
+    );
+    for (new, old) in [("1", ""), ("2", ".1"), ("3", ".2")] {
+        assert_eq!(
+            file(&after, &format!("antrea-agent.log.{new}")),
+            file(&before, &format!("antrea-agent.log{old}")),
+            "antrea-agent.log.{new}"
+        );
+    }
+    assert_eq!(after.len(), 4, "{:?}", after.keys());
+}
+
+#[test]
+fn the_logrotate_harness_catches_a_second_owner() {
+    // The stanza earlier packages shipped, run the same way: logrotate copies the live log over
+    // the agent's antrea-agent.log.1 (the agent's own .1 goes to .2.gz) and truncates the log:
+    // the collision of two owners that the test above rules out.
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let (log_dir, _agent) = agent_rotated_log(scratch.path());
+    let before = snapshot(&log_dir);
+    let out = run_logrotate(
+        scratch.path(),
+        &log_dir,
+        &[("the retired stanza".to_string(), RETIRED_STANZA.to_string())],
+    );
+    let after = snapshot(&log_dir);
+    assert_ne!(after, before, "{out}");
+    assert_eq!(
+        after.get("antrea-agent.log.1"),
+        before.get("antrea-agent.log"),
+        "logrotate's copy replaced the agent's .1:\n{out}"
+    );
+    assert_eq!(
+        after.get("antrea-agent.log").map(Vec::len),
+        Some(0),
+        "copytruncate: {out}"
+    );
+    assert!(after.contains_key("antrea-agent.log.2.gz"), "{:?}", after.keys());
 }

@@ -5,8 +5,9 @@
 //! holds the Go agent's logging flags that `run` accepts. [`compile`] turns a state document
 //! into the flows the agent would own (`compile --state`), [`translate`] Antrea-native policy
 //! files into controlplane objects. [`docs`] writes the man pages and shell completions from the
-//! command line's definition.
+//! command line's definition, [`args`] that definition itself.
 
+pub mod args;
 pub mod client;
 pub mod compile;
 pub mod docs;

@@ -362,6 +362,15 @@ impl Config {
     }
 }
 
+/// Every configuration key this agent reads or refuses, as full dotted paths (`auditLogging.maxSize`,
+/// `standalone.inputLimits`, `externalNode.policyBypassRules[].cidr` for the keys of a list item),
+/// sorted. Taken from the parser's own walk, so the reference documentation can be checked
+/// against it. `featureGates` is a map of gate names: see [`SUPPORTED_FEATURES_ON_EXTERNAL_NODE`]
+/// and [`REFUSED_FEATURE_GATES`] for those.
+pub fn known_config_keys() -> Vec<String> {
+    parse::known_keys()
+}
+
 /// The name of this ExternalNode: `NODE_NAME` if set and non-empty, else the kernel host name.
 pub fn node_name() -> String {
     if let Ok(name) = std::env::var("NODE_NAME") {

@@ -98,13 +98,25 @@ const TOP_LEVEL_KEYS: &[&str] = &[
 ];
 
 pub(super) fn parse(yaml: &str, base: &Path, source: &str) -> Result<Config, ConfigErrors> {
+    read(&mut Parser::new(base), yaml, source)
+}
+
+/// Every key path the walk below reads or refuses, sorted: the keys of every section (sections
+/// included), list items' keys as `list[].key`, and the [`UNIMPLEMENTED_KEYS`]. Found by walking
+/// an empty document, in which every section reads as empty but is still looked up with its
+/// keys, so a key added to the walk is listed without another list to update.
+pub(super) fn known_keys() -> Vec<String> {
+    let mut p = Parser::new(Path::new("/"));
+    // The empty document is invalid (no nodeType); only the walk matters here.
+    let _ = read(&mut p, "{}", "known keys");
+    p.declared
+        .extend(UNIMPLEMENTED_KEYS.iter().map(|(key, _, _)| key.to_string()));
+    p.declared.into_iter().collect()
+}
+
+fn read(p: &mut Parser<'_>, yaml: &str, source: &str) -> Result<Config, ConfigErrors> {
     let doc: Value = serde_norway::from_str(yaml)
         .map_err(|e| ConfigErrors::single(source, format!("failed to decode config file {source}: {e}")))?;
-    let mut p = Parser {
-        problems: Vec::new(),
-        ignored: Vec::new(),
-        base,
-    };
     let empty = Mapping::new();
     let root = match untag(&doc) {
         Value::Null => &empty,
@@ -120,7 +132,7 @@ pub(super) fn parse(yaml: &str, base: &Path, source: &str) -> Result<Config, Con
         }
     };
     let top = p.fields(root, "", TOP_LEVEL_KEYS);
-    refuse_unimplemented_keys(&mut p, root);
+    refuse_unimplemented_keys(p, root);
 
     // Structural reading: types and defaults. Problems are recorded in file order.
     let node_type_raw = p.string(&top, "nodeType", "");
@@ -396,9 +408,11 @@ pub(super) fn parse(yaml: &str, base: &Path, source: &str) -> Result<Config, Con
     }
 
     if !p.problems.is_empty() {
-        return Err(ConfigErrors { problems: p.problems });
+        return Err(ConfigErrors {
+            problems: std::mem::take(&mut p.problems),
+        });
     }
-    let mut ignored_keys = p.ignored;
+    let mut ignored_keys = std::mem::take(&mut p.ignored);
     ignored_keys.sort();
     ignored_keys.dedup();
     let Some(node_type) = node_type else {

@@ -1,9 +1,11 @@
 //! The walk over the YAML document: [`Parser`] reads typed values by key (strings, paths,
 //! booleans, integers, sections), records a problem naming the dotted key for every value of the
-//! wrong type, and collects the keys it does not know as ignored.
+//! wrong type, and collects the keys it does not know as ignored. It also records every key path
+//! it is told about ([`Parser::declared`]), present or not, so that the list of keys the agent
+//! reads comes from the walk itself (`config::known_config_keys`).
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     net::SocketAddr,
     path::{Path, PathBuf},
 };
@@ -17,10 +19,37 @@ use super::{InputLimits, MetricsServer, Problem, TlsFiles, MAX_NESTING_DEPTH_LIM
 pub(super) struct Parser<'b> {
     pub(super) problems: Vec<Problem>,
     pub(super) ignored: Vec<String>,
+    /// Every key path a section or list item of the walk accepts, whether the document has it
+    /// or not; list items as `list[].key`.
+    pub(super) declared: BTreeSet<String>,
     pub(super) base: &'b Path,
 }
 
+/// The keys of one `externalNode.policyBypassRules` item.
+const BYPASS_RULE_KEYS: &[&str] = &["direction", "protocol", "cidr", "port"];
+
 pub(super) type Fields<'a> = BTreeMap<String, &'a Value>;
+
+/// `a.list[3].b` as `a.list[].b`: the declared path of a key of any list item.
+fn any_item(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut in_index = false;
+    for c in path.chars() {
+        match c {
+            '[' => {
+                in_index = true;
+                out.push('[');
+            }
+            ']' => {
+                in_index = false;
+                out.push(']');
+            }
+            _ if in_index => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
 
 fn join(parent: &str, key: &str) -> String {
     if parent.is_empty() {
@@ -82,7 +111,24 @@ fn as_bool(v: &Value) -> Option<bool> {
     }
 }
 
-impl Parser<'_> {
+impl<'b> Parser<'b> {
+    pub(super) fn new(base: &'b Path) -> Self {
+        Parser {
+            problems: Vec::new(),
+            ignored: Vec::new(),
+            declared: BTreeSet::new(),
+            base,
+        }
+    }
+
+    /// Records `parent.key` for every known key (see [`Parser::declared`]).
+    pub(super) fn declare(&mut self, parent: &str, known: &[&str]) {
+        let parent = any_item(parent);
+        for key in known {
+            self.declared.insert(join(&parent, key));
+        }
+    }
+
     pub(super) fn problem(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.problems.push(Problem {
             path: path.into(),
@@ -92,6 +138,7 @@ impl Parser<'_> {
 
     /// Splits a mapping into the known keys (returned) and the rest (recorded as ignored).
     pub(super) fn fields<'a>(&mut self, map: &'a Mapping, parent: &str, known: &[&str]) -> Fields<'a> {
+        self.declare(parent, known);
         let mut out = Fields::new();
         for (k, v) in map {
             let key = key_text(k);
@@ -104,13 +151,16 @@ impl Parser<'_> {
         out
     }
 
-    /// A nested mapping `parent.key`; absent or null gives an empty set of fields.
-    pub(super) fn section<'a>(&mut self, fields: &Fields<'a>, key: &str, known: &[&str]) -> Fields<'a> {
+    /// A nested mapping, by its full dotted `path` (its last segment is its key in `fields`);
+    /// absent or null gives an empty set of fields. Its keys are declared either way.
+    pub(super) fn section<'a>(&mut self, fields: &Fields<'a>, path: &str, known: &[&str]) -> Fields<'a> {
+        self.declare(path, known);
+        let key = path.rsplit('.').next().unwrap_or(path);
         match fields.get(key).map(|v| untag(v)) {
             None | Some(Value::Null) => Fields::new(),
-            Some(Value::Mapping(m)) => self.fields(m, key, known),
+            Some(Value::Mapping(m)) => self.fields(m, path, known),
             Some(other) => {
-                self.problem(key, format!("expected a mapping, got {}", describe(other)));
+                self.problem(path, format!("expected a mapping, got {}", describe(other)));
                 Fields::new()
             }
         }
@@ -190,7 +240,7 @@ impl Parser<'_> {
         const PARENT: &str = "standalone.inputLimits";
         let fields = self.section(
             standalone,
-            "inputLimits",
+            PARENT,
             &["maxFileBytes", "maxNestingDepth", "maxElements"],
         );
         let defaults = InputLimits::default();
@@ -307,6 +357,7 @@ impl Parser<'_> {
 
     pub(super) fn bypass_rules(&mut self, v: Option<&&Value>) -> Vec<RawBypassRule> {
         const BASE: &str = "externalNode.policyBypassRules";
+        self.declare(&format!("{BASE}[]"), BYPASS_RULE_KEYS);
         let seq = match v.map(|v| untag(v)) {
             None | Some(Value::Null) => return Vec::new(),
             Some(Value::Sequence(s)) => s,
@@ -331,7 +382,7 @@ impl Parser<'_> {
                     continue;
                 }
             };
-            let f = self.fields(map, &path, &["direction", "protocol", "cidr", "port"]);
+            let f = self.fields(map, &path, BYPASS_RULE_KEYS);
             let before = self.problems.len();
             let rule = RawBypassRule {
                 direction: self.string(&f, "direction", &path).unwrap_or_default(),

@@ -784,3 +784,66 @@ fn gates_antrea_turns_on_by_default_are_on_unless_false() {
     assert!(!config.gate_on_by_default("NetworkPolicyStats"));
     assert!(config.gate_on_by_default("AntreaPolicy"));
 }
+
+#[test]
+fn known_config_keys_are_the_keys_the_parser_reads() {
+    let keys = known_config_keys();
+    for key in [
+        "nodeType",
+        "auditLogging.maxSize",
+        "standalone.inputLimits",
+        "standalone.inputLimits.maxFileBytes",
+        "externalNode.policyBypassRules",
+        "externalNode.policyBypassRules[].direction",
+        "externalNode.policyBypassRules[].port",
+        "metricsServer.tlsCertFile",
+        "metricsServer.bearerTokenFile",
+        "agentAPI.socket",
+        "tlsMinVersion",
+    ] {
+        assert!(keys.iter().any(|k| k == key), "{key} missing from {keys:?}");
+    }
+    assert!(keys.windows(2).all(|w| w[0] < w[1]), "sorted, no duplicates");
+    // Every listed key of a mapping is read, not ignored: set to null (absent for the parser)
+    // beside a minimal valid config, it is not reported as ignored. The refused keys are not in
+    // the walk's sections: they are ignored unless set.
+    for key in keys.iter().filter(|k| !k.contains("[]")) {
+        let mut doc: Value = serde_norway::from_str(MINIMAL).expect("minimal");
+        let mut at = &mut doc;
+        let parts: Vec<&str> = key.split('.').collect();
+        for (i, part) in parts.iter().enumerate() {
+            let Value::Mapping(m) = at else {
+                panic!("{key}: {part} is under a non-mapping in {doc:?}")
+            };
+            let leaf = i + 1 == parts.len();
+            at = m.entry(Value::String(part.to_string())).or_insert_with(|| {
+                if leaf {
+                    Value::Null
+                } else {
+                    Value::Mapping(Mapping::new())
+                }
+            });
+        }
+        let yaml = serde_norway::to_string(&doc).expect("yaml");
+        let c = parse_ok(&yaml);
+        let refused = [
+            "kubeAPIServerOverride",
+            "tlsMinVersion",
+            "tlsCipherSuites",
+            "enablePrometheusMetrics",
+        ];
+        assert_eq!(
+            c.ignored_keys.contains(key),
+            refused.contains(&key.as_str()),
+            "{key}: ignored {:?}",
+            c.ignored_keys
+        );
+    }
+    // A key no section lists is ignored, with its full path (nested sections included).
+    let c =
+        parse_ok(
+            &format!("{MINIMAL}standalone:\n  externalNodeFile: /e\n  inputLimits:\n    bogus: 1\n")
+                .replacen("standalone:\n  externalNodeFile: /etc/antrea/en.yaml\n", "", 1),
+        );
+    assert_eq!(c.ignored_keys, ["standalone.inputLimits.bogus"]);
+}

@@ -1,0 +1,118 @@
+//! The command line's definition: [`Cli`] and its subcommands ([`Command`]), parsed by the
+//! binary (`src/main.rs`, which runs them) and read as a model by `gen-docs` (man pages and
+//! completions) and by the documentation test (`tests/docs_drift.rs`: every subcommand, `get`
+//! resource and flag is in docs/cli.md). Kept in the library for that second use.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use super::klog::LogArgs;
+use super::{OutputFormat, Resource};
+
+/// The top of `--help` and of the man page: what the agent does and where its files live.
+const LONG_ABOUT: &str = "Antrea NetworkPolicy for VMs and bare-metal servers.
+
+antrea-vm-agent is Antrea's ExternalNode agent: it attaches the host's NICs to the Open vSwitch \
+bridge, installs Antrea's ExternalNode OpenFlow pipeline and enforces Antrea NetworkPolicies, \
+watched from antrea-controller (Kubernetes mode) or read from local files (standalone mode). \
+It reports AntreaAgentInfo, policy status and per-rule statistics, and serves /metrics, \
+/livez, /readyz and a local API read by `antrea-vm-agent get`.
+
+Files: /etc/antrea/antrea-agent.conf (configuration; `check-config` validates it), \
+/var/lib/antrea-vm-agent (state: interface records, the last policies), \
+/var/log/antrea/antrea-agent.log (log), /run/antrea/antrea-vm-agent.sock (agent API). \
+The systemd unit is antrea-vm-agent.service; stopping it leaves the NICs attached and the \
+policies enforced, `detach-all` restores the NICs.";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "antrea-vm-agent",
+    version = crate::version::VERSION,
+    long_version = crate::version::LONG_VERSION,
+    about = "Antrea NetworkPolicy for VMs and bare-metal servers",
+    long_about = LONG_ABOUT
+)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Path of antrea-agent.conf: with no subcommand, runs the agent (as the Go antrea-agent).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the agent.
+    Run {
+        /// Path of antrea-agent.conf.
+        #[arg(long)]
+        config: PathBuf,
+        #[command(flatten)]
+        log: LogArgs,
+    },
+    /// Validate a configuration file and print every problem with its key path.
+    CheckConfig {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Print the flows the agent would own for a given state (interfaces, policyBypassRules and
+    /// controlplane objects), one per line in `ovs-ofctl dump-flows --names --no-stats` syntax,
+    /// sorted by table then priority. No OVS needed.
+    Compile {
+        /// YAML or JSON with `interfaces`, `policyBypassRules`, `networkPolicies`,
+        /// `addressGroups` and `appliedToGroups`.
+        #[arg(long)]
+        state: PathBuf,
+        /// Antrea-native policy files or directories (as `standalone.policyDir` holds), translated
+        /// by the local controller and added to the state's objects.
+        #[arg(long)]
+        policies: Vec<PathBuf>,
+        /// The ExternalNode file whose ExternalEntities (and labels) the policies apply to.
+        #[arg(long)]
+        external_node: Option<PathBuf>,
+    },
+    /// Translate Antrea-native policies (crd.antrea.io NetworkPolicy, ClusterNetworkPolicy, Tier,
+    /// ClusterGroup, Group, ExternalEntity; v1 Namespace) into the controlplane objects the
+    /// local controller produces, printed as YAML. Exit status 1 when any object is refused.
+    Translate {
+        /// Policy files or directories.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// The ExternalNode file whose ExternalEntities the AppliedToGroups hold.
+        #[arg(long)]
+        external_node: Option<PathBuf>,
+    },
+    /// Restore every interface the agent attached, with no agent running (refused while one
+    /// runs): NIC renamed back with its MAC, MTU, addresses and routes; its OVS ports deleted.
+    DetachAll {
+        /// Path of antrea-agent.conf.
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Show what the running agent holds, through its agent API socket (like `antctl get`).
+    Get {
+        #[arg(value_enum)]
+        resource: Resource,
+        /// A policy, group or interface name (for ovsflows: the policy, like --policy).
+        name: Option<String>,
+        #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+        output: OutputFormat,
+        /// ovsflows: only the flows of this NetworkPolicy (name, UID or namespace/name).
+        #[arg(long)]
+        policy: Option<String>,
+        /// The agent API socket (`agentAPI.socket` in the configuration).
+        #[arg(long, default_value = crate::config::DEFAULT_AGENT_API_SOCKET)]
+        socket: PathBuf,
+    },
+    /// Write the man pages and the bash, zsh and fish completions into a directory (used by
+    /// `make deb`).
+    #[command(hide = true)]
+    GenDocs {
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
