@@ -50,7 +50,8 @@ fn text(out: &Output) -> String {
     )
 }
 
-/// The two packages of this run: version 0.1.0-1 and the same content as 0.1.0-2 (the upgrade).
+/// The two packages of this run: version 0.1.0-2 (the package's own) and the same content as
+/// 0.1.0-3 (the upgrade).
 struct Packages {
     v1: PathBuf,
     v2: PathBuf,
@@ -63,8 +64,8 @@ fn packages() -> &'static Packages {
         let out_dir = repo().join("target/debian-test");
         let _ = std::fs::remove_dir_all(&out_dir);
         std::fs::create_dir_all(&out_dir).expect("create target/debian-test");
-        let v1 = out_dir.join("antrea-vm-agent_0.1.0-1.deb");
-        let v2 = out_dir.join("antrea-vm-agent_0.1.0-2.deb");
+        let v1 = out_dir.join("antrea-vm-agent_0.1.0-2.deb");
+        let v2 = out_dir.join("antrea-vm-agent_0.1.0-3.deb");
         run(Command::new("make")
             .current_dir(repo())
             .arg("deb")
@@ -72,7 +73,7 @@ fn packages() -> &'static Packages {
             .arg("DEB_BUILD=no")
             .arg("DEB_STRIP=--strip")
             .arg(format!(
-                "DEB_ARGS=--fast --deb-version 0.1.0-1 -o {}",
+                "DEB_ARGS=--fast --deb-version 0.1.0-2 -o {}",
                 v1.display()
             )));
         // The same assets again under the next revision: what an upgrade installs.
@@ -86,7 +87,7 @@ fn packages() -> &'static Packages {
                 "dev",
                 "--fast",
                 "--deb-version",
-                "0.1.0-2",
+                "0.1.0-3",
                 "-o",
             ])
             .arg(&v2));
@@ -256,7 +257,7 @@ fn package_installs_upgrades_removes_and_purges_in_a_clean_root() {
     let status = text(&run(Command::new("dpkg-query")
         .arg(format!("--admindir={}", root.join("var/lib/dpkg").display()))
         .args(["-W", "-f", "${Version} ${db:Status-Status}", "antrea-vm-agent"])));
-    assert_eq!(status.trim(), "0.1.0-2 installed");
+    assert_eq!(status.trim(), "0.1.0-3 installed");
     assert!(
         !root.join("etc/antrea/antrea-agent.conf.dpkg-dist").exists(),
         "no prompt material expected"
@@ -297,9 +298,9 @@ fn package_installs_upgrades_removes_and_purges_in_a_clean_root() {
     );
 }
 
-/// An earlier package, as the upgrade from it sees one: this build's package under version
-/// 0.1.0-0, with the logrotate conffile that packages up to 0.1.0-1 installed and without the
-/// preinst that retires it (those packages had none).
+/// The released 0.1.0-1, as the upgrade from it sees one: this build's package under that
+/// version, with the logrotate conffile 0.1.0-1 installed and without the preinst that retires it
+/// (it had none).
 fn earlier_package_with_logrotate(dir: &Path) -> PathBuf {
     const STANZA: &str = "/var/log/antrea/antrea-agent.log {\n    daily\n    maxsize 100M\n    rotate 7\n    missingok\n    notifempty\n    compress\n    delaycompress\n    copytruncate\n}\n";
     let tree = dir.join("earlier");
@@ -322,7 +323,7 @@ fn earlier_package_with_logrotate(dir: &Path) -> PathBuf {
         .lines()
         .map(|l| {
             if l.starts_with("Version: ") {
-                "Version: 0.1.0-0"
+                "Version: 0.1.0-1"
             } else {
                 l
             }
@@ -331,7 +332,7 @@ fn earlier_package_with_logrotate(dir: &Path) -> PathBuf {
         .collect();
     std::fs::write(debian.join("control"), control).expect("control");
     std::fs::remove_file(debian.join("preinst")).expect("this build's preinst");
-    let deb = dir.join("antrea-vm-agent_0.1.0-0.deb");
+    let deb = dir.join("antrea-vm-agent_0.1.0-1.deb");
     run(Command::new("dpkg-deb")
         .args(["--root-owner-group", "-Zgzip", "-b"])
         .arg(&tree)
@@ -541,7 +542,7 @@ fn unit_runs_under_a_real_systemd_and_package_removal_restores_the_nic() {
         .arg(&root)
         .args(["dpkg", "-i", "/tmp/antrea-vm-agent.deb"]));
     assert!(
-        text(&install).contains("Setting up antrea-vm-agent (0.1.0-1)"),
+        text(&install).contains("Setting up antrea-vm-agent (0.1.0-2)"),
         "{}",
         text(&install)
     );
