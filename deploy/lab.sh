@@ -257,21 +257,21 @@ agent_alive() { [[ -f $AGENT_PID ]] && kill -0 "$(cat "$AGENT_PID")" 2>/dev/null
 attached() {
     agent_alive || fail "the agent exited; log:$(echo; tail -n 40 "$AGENT_LOG")"
     link_exists 'eth0~' && [[ $(link_driver eth0) == tun ]] &&
-        vm ip -o addr show dev eth0 | grep -q "inet $VM_IP4/24"
+        grep -q "inet $VM_IP4/24" <<<"$(vm ip -o addr show dev eth0)"
 }
 
 # The bridge has flows (fail_mode secure: none means no traffic) and the flows were committed (the
 # agent records its round number on the bridge afterwards).
 flows_installed() {
     agent_alive || fail "the agent exited; log:$(echo; tail -n 40 "$AGENT_LOG")"
-    dump_flows | grep -q . && vsctl get Bridge br-int external_ids:roundNum
+    [[ -n $(dump_flows) ]] && vsctl get Bridge br-int external_ids:roundNum
 }
 
 # The NIC is back: no eth0~, eth0 is the veth with its address and default route.
 restored() {
     ! link_exists 'eth0~' && [[ $(link_driver eth0) == veth ]] &&
-        vm ip -o addr show dev eth0 | grep -q "inet $VM_IP4/24" &&
-        vm ip route show default | grep -q "via $EXT_IP4 dev eth0"
+        grep -q "inet $VM_IP4/24" <<<"$(vm ip -o addr show dev eth0)" &&
+        grep -q "via $EXT_IP4 dev eth0" <<<"$(vm ip route show default)"
 }
 
 # The userspace datapath lets the kernel see the uplink's frames too: keep the VM's own stack off
@@ -529,7 +529,12 @@ policy_unlisted() {
 
 # Both rules are reported in /metrics.
 rules_reported() { [[ -n $(rule_counter packets drop-8080) && -n $(rule_counter packets allow-icmp) ]]; }
-rules_unreported() { [[ -z $(rule_metrics) ]]; }
+# None of the policy's series is left, on a page that was scraped (it has the agent's other series).
+rules_unreported() {
+    local page
+    page=$(scrape_metrics) && grep -q '^antrea_vm_agent_' <<<"$page" &&
+        ! grep -q "policy_name=\"$POLICY_NAME\"" <<<"$page"
+}
 # counters_settled DROPPED ALLOWED: the counters reached at least what the traffic produced and
 # stay put for a second (the userspace datapath pushes its counts to the OpenFlow rules about
 # every half second, so a reading may lag the traffic).
@@ -573,12 +578,19 @@ section_policy() {
         fail "the rules counted packets before any traffic"
 
     section "Traffic under the policy"
+    # Each blocked connection must be counted by drop-8080: a connection that failed for any
+    # other reason would not move the rule's counter.
+    local dropped
     tcp_blocked "$VM_NS" "$EXT_NS" "$VM_IP4" 8080
+    wait_for 15 "drop-8080 counted the IPv4 connection's SYNs" counters_settled 1 0
+    dropped=$(rule_counter packets drop-8080)
     tcp_blocked "$VM_NS" "$EXT_NS" "$VM_IP6" 8080
+    wait_for 15 "drop-8080 counted the IPv6 connection's SYNs too" counters_settled $((dropped + 1)) 0
     tcp_check "$VM_NS" "$EXT_NS" "$VM_IP4" 8081
+    tcp_check "$VM_NS" "$EXT_NS" "$VM_IP6" 8081
     ping_check ext "$VM_IP4"
-    # Two blocked connections: at least one SYN each; 3 pings: 3 requests and 3 replies.
-    wait_for 15 "the per-rule counters moved and settled" counters_settled 2 6
+    # 3 pings: 3 requests and 3 replies.
+    wait_for 15 "the per-rule counters moved and settled" counters_settled $((dropped + 1)) 6
     info "per-rule counters in /metrics after traffic:"
     rule_metrics | sed 's/^/    /'
     local sessions
