@@ -31,16 +31,20 @@ pub enum Reason {
     Igmp,
     /// A source policy type the agent cannot place in the pipeline (e.g. a newer controller's).
     PolicyType,
+    /// Standalone mode: a peer that selects Pods, Nodes, ServiceAccounts, `namespaces` or a
+    /// ClusterSet, which the local controller cannot resolve to addresses (see [`RuleNote`]).
+    UnresolvedPeer,
 }
 
 impl Reason {
     /// Every reason, in label order (the gauge is exported for each, 0 included).
-    pub const ALL: [Reason; 5] = [
+    pub const ALL: [Reason; 6] = [
         Reason::Igmp,
         Reason::L7Protocols,
         Reason::LabelIdentities,
         Reason::PolicyType,
         Reason::ToServices,
+        Reason::UnresolvedPeer,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -50,6 +54,7 @@ impl Reason {
             Reason::LabelIdentities => "label_identities",
             Reason::Igmp => "igmp",
             Reason::PolicyType => "policy_type",
+            Reason::UnresolvedPeer => "unresolved_peer",
         }
     }
 }
@@ -64,6 +69,18 @@ pub struct NotEnforced {
     pub rule_index: usize,
     pub reason: Reason,
     /// Names the rule and says what is not enforced and what the agent does instead.
+    pub message: String,
+}
+
+/// What the local controller (standalone mode) says of a rule it translated fail-closed rather
+/// than as written: the controlplane object already holds the fail-closed form, and this note
+/// carries the why to the policy's status and `get networkpolicy`, as [`NotEnforced`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleNote {
+    /// Index of the rule in the controlplane policy's `rules`.
+    pub rule_index: usize,
+    pub reason: Reason,
+    /// What is enforced instead and why, without the rule's name.
     pub message: String,
 }
 

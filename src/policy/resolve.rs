@@ -394,6 +394,15 @@ fn resolve_policy(
                 message: format!("{}: {text}", refuse::rule_label(rule, i)),
             });
         }
+        // What the local controller translated fail-closed (the rule already is in that form).
+        for note in policy.rule_notes.iter().filter(|n| n.rule_index == i) {
+            out.not_enforced.push(NotEnforced {
+                policy: policy.name.clone(),
+                rule_index: i,
+                reason: note.reason,
+                message: format!("{}: {}", refuse::rule_label(rule, i), note.message),
+            });
+        }
         let rule_priority = i32::try_from(rule.priority).unwrap_or(i32::MAX);
         let direction = match rule.direction {
             Direction::In => rule::Direction::In,

@@ -349,10 +349,19 @@ impl LocalController {
         for key in delta.deleted {
             self.validated.remove(&key);
         }
+        // The rules translated fail-closed travel with their validated policy, to its status.
+        let notes = self
+            .state
+            .as_ref()
+            .map(NativeState::rule_notes)
+            .unwrap_or_default();
         for object in delta.upserted {
             let key = (object.kind(), object.metadata().name.clone());
-            self.validated
-                .insert(key, object.validate().map_err(|e| e.to_string()));
+            let mut valid = object.validate().map_err(|e| e.to_string());
+            if let (Ok(ValidObject::NetworkPolicy(p)), Some(list)) = (&mut valid, notes.get(key.1.as_str())) {
+                Arc::make_mut(p).rule_notes = list.to_vec();
+            }
+            self.validated.insert(key, valid);
         }
         if let Some(state) = &self.state {
             errors.extend(state.errors());
@@ -699,6 +708,75 @@ mod tests {
                 (p.name.clone(), source)
             })
             .collect()
+    }
+
+    /// A rule the local controller translates fail-closed (a peer whose addresses it cannot
+    /// know) carries its note to the validated policy, and from there to what the resolver
+    /// reports for the policy's status and `get networkpolicy`; a note that changes alone (the
+    /// same rule, another field) reaches it too.
+    #[test]
+    fn a_fail_closed_rule_is_reported_in_the_policy_status() {
+        let with = |field: &str| {
+            object(&format!(
+                "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\n\
+                 metadata: {{name: p, uid: p}}\n\
+                 spec: {{priority: 5, appliedTo: [{{externalEntitySelector: {{matchLabels: {{role: db}}}}}}],\n\
+                 ingress: [{{action: Drop, name: deny, from: [{{{field}: {{}}}}]}},\n\
+                 {{action: Allow, name: web, from: [{{externalEntitySelector: {{}}}}]}}]}}\n"
+            ))
+        };
+        let mut dir = new_dir();
+        let mut controller = LocalController::default();
+        let file = dir.set("/p/a.yaml", Some(vec![with("podSelector")]));
+        let s = dir.pass(&mut controller, &[file]);
+        assert_eq!(s.network_policies.len(), 1, "{:#?}", s.errors);
+        let notes = &s.network_policies[0].rule_notes;
+        assert_eq!(notes.len(), 1, "{notes:#?}");
+        assert_eq!(notes[0].rule_index, 0);
+        assert_eq!(notes[0].reason, crate::policy::refuse::Reason::UnresolvedPeer);
+        assert!(notes[0].message.starts_with(
+            "enforced fail-closed: the rule drops all traffic from any address, because \
+                          spec.ingress[0].from[0].podSelector: is not supported in standalone mode"
+        ));
+        // The same note as a line for the log, `get agentinfo` and `translate`.
+        assert_eq!(s.errors.len(), 1, "{:#?}", s.errors);
+        assert!(s.errors[0].starts_with(
+            "policy file /p/a.yaml: ClusterNetworkPolicy p: spec.ingress[0] (rule \"deny\"): enforced fail-closed"
+        ));
+        // The controlplane form is the same for a nodeSelector: the note alone changes.
+        let file = dir.set("/p/a.yaml", Some(vec![with("nodeSelector")]));
+        let s = dir.pass(&mut controller, &[file]);
+        let notes = &s.network_policies[0].rule_notes;
+        assert!(notes[0].message.contains("from[0].nodeSelector"), "{notes:#?}");
+
+        // The resolver reports it for the rule, as it reports what it installs fail-closed.
+        let mut store = crate::policy::controlplane::store::PolicyStore::new();
+        let atg = crate::policy::controlplane::ControlplaneObject::from_value(serde_json::json!({
+            "apiVersion": "controlplane.antrea.io/v1beta2", "kind": "AppliedToGroup",
+            "metadata": {"name": s.network_policies[0].applied_to_groups[0]},
+            "groupMembers": [{"externalEntity": {"name": "vm1", "namespace": "vm-ns"}}]}))
+        .expect("decodes");
+        store.apply(atg.validate().expect("valid")).expect("applies");
+        store
+            .apply(ValidObject::NetworkPolicy(Arc::clone(&s.network_policies[0])))
+            .expect("applies");
+        let iface = crate::attachment::AttachedInterface {
+            name: "eth0".into(),
+            ofport: 3,
+            uplink_name: "eth0~".into(),
+            uplink_ofport: 103,
+            ips: vec!["10.99.0.2".parse().expect("ip")],
+            entity: crate::attachment::EntityRef {
+                namespace: "vm-ns".into(),
+                name: "vm1".into(),
+            },
+        };
+        let resolved = crate::policy::resolve::resolve(&store, &[iface]);
+        assert_eq!(resolved.not_enforced.len(), 1, "{:#?}", resolved.not_enforced);
+        assert_eq!(resolved.not_enforced[0].rule_index, 0);
+        assert!(resolved.not_enforced[0].message.starts_with(
+            "rule \"deny\" (rules[0]): enforced fail-closed: the rule drops all traffic from any address"
+        ));
     }
 
     /// The same object twice in one file: `kubectl apply -f` applies a file's objects in

@@ -145,6 +145,9 @@ pub struct Policy {
     /// Tier priority (lower = higher precedence); `None` for K8s NetworkPolicies.
     pub tier_priority: Option<i32>,
     pub rules: Vec<Rule>,
+    /// Rules a local controller (standalone mode) translated fail-closed, not as written. Not
+    /// part of the wire form: set by the source after validation, empty for watched objects.
+    pub rule_notes: Vec<crate::policy::refuse::RuleNote>,
 }
 
 impl Policy {
@@ -611,6 +614,7 @@ impl Validate for NetworkPolicy {
                 priority: self.priority,
                 tier_priority: self.tier_priority,
                 rules,
+                rule_notes: Vec::new(),
             },
         )
     }

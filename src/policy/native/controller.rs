@@ -12,10 +12,11 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::objects::{check_ip_block, NativeKind, NativeObject};
+use super::objects::{check_ip_block, outside_vm, unsupported_peer, NativeKind, NativeObject};
 use super::selector::Selector;
 use super::types::{AppliedTo, IpBlock, LabelSelector, Meta, Peer, PolicySpec, Rule};
 use crate::policy::controlplane::types as cp;
+use crate::policy::refuse::{Reason, RuleNote};
 
 /// antrea-controller's namespace for the UUIDs it derives from names.
 const UUID_NAMESPACE: [u8; 16] = [
@@ -181,6 +182,8 @@ pub(super) struct Controller<'a> {
     applied_to_groups: BTreeMap<String, Source>,
     /// What the policy being translated has that matches nothing (it is translated still).
     notes: Vec<String>,
+    /// The rules of the policy being translated that are fail-closed, not as written.
+    rule_notes: Vec<RuleNote>,
     pub(super) errors: Vec<String>,
 }
 
@@ -191,6 +194,8 @@ pub(super) struct Controller<'a> {
 pub(super) struct PolicyOutput {
     pub result: Result<cp::NetworkPolicy, String>,
     pub notes: Vec<String>,
+    /// The rules translated fail-closed, for the policy's status (the notes say it too).
+    pub rule_notes: Vec<RuleNote>,
     pub address_groups: BTreeMap<String, Source>,
     pub applied_to_groups: BTreeMap<String, Source>,
 }
@@ -327,6 +332,7 @@ impl<'a> Controller<'a> {
             address_groups: BTreeMap::new(),
             applied_to_groups: BTreeMap::new(),
             notes: Vec::new(),
+            rule_notes: Vec::new(),
             errors: Vec::new(),
         }
     }
@@ -342,9 +348,11 @@ impl<'a> Controller<'a> {
         let address_groups = std::mem::replace(&mut self.address_groups, outer_ags);
         let applied_to_groups = std::mem::replace(&mut self.applied_to_groups, outer_atgs);
         let notes = std::mem::take(&mut self.notes);
+        let rule_notes = std::mem::take(&mut self.rule_notes);
         let ok = result.is_ok();
         Some(PolicyOutput {
             notes: if ok { notes } else { Vec::new() },
+            rule_notes: if ok { rule_notes } else { Vec::new() },
             result,
             address_groups: if ok { address_groups } else { BTreeMap::new() },
             applied_to_groups: if ok { applied_to_groups } else { BTreeMap::new() },
@@ -499,38 +507,44 @@ impl<'a> Controller<'a> {
                     .to_services
                     .as_ref()
                     .filter(|_| direction == "Out" || cluster);
-                let peer = if let Some(to_services) = to_services {
-                    cp::NetworkPolicyPeer {
-                        to_services: to_services
-                            .iter()
-                            .map(|s| cp::ServiceReference {
-                                name: s.name.clone(),
-                                namespace: if s.namespace.is_empty() {
-                                    meta.namespace.clone()
-                                } else {
-                                    s.namespace.clone()
-                                },
-                            })
-                            .collect(),
-                        ..Default::default()
-                    }
-                } else {
-                    self.peer(
-                        namespace,
-                        peers,
-                        &format!("{at}.{}", if direction == "In" { "from" } else { "to" }),
-                    )?
-                };
                 let name = if rule.name.is_empty() {
                     generated_rule_name(prefix, rule)
                 } else {
                     rule.name.clone()
                 };
+                let side = if direction == "In" { "from" } else { "to" };
+                let (peer, action) = if let Some(to_services) = to_services {
+                    (
+                        cp::NetworkPolicyPeer {
+                            to_services: to_services
+                                .iter()
+                                .map(|s| cp::ServiceReference {
+                                    name: s.name.clone(),
+                                    namespace: if s.namespace.is_empty() {
+                                        meta.namespace.clone()
+                                    } else {
+                                        s.namespace.clone()
+                                    },
+                                })
+                                .collect(),
+                            ..Default::default()
+                        },
+                        rule.action.clone(),
+                    )
+                } else {
+                    self.rule_peer(
+                        namespace,
+                        peers,
+                        &format!("{at}.{side}"),
+                        (rules.len(), &name),
+                        rule,
+                    )?
+                };
                 let mut out = cp::NetworkPolicyRule {
                     direction: direction.into(),
                     services: services(rule),
                     priority: idx as i32,
-                    action: rule.action.clone(),
+                    action,
                     enable_logging: rule.enable_logging,
                     applied_to_groups: atgs,
                     name,
@@ -597,6 +611,15 @@ impl<'a> Controller<'a> {
     fn applied_to(&mut self, namespace: &str, list: &[AppliedTo], at: &str) -> Result<Vec<String>, String> {
         let mut names = Vec::new();
         for (i, a) in list.iter().enumerate() {
+            if let Some((field, what)) = outside_vm(a) {
+                // Antrea accepts it, and it never selects an ExternalEntity: on this VM, as
+                // in a cluster, the entry selects nothing and the policy stands on the others.
+                self.notes.push(format!(
+                    "{at}[{i}].{field}: selects {what}, never an ExternalEntity: this appliedTo \
+                     selects nothing on this VM (the policy is enforced without it)"
+                ));
+                continue;
+            }
             if !a.group.is_empty() {
                 let key = group_key(namespace, &a.group);
                 // `createAppliedToGroupForGroup` gives no AppliedToGroup for a group that does
@@ -639,6 +662,97 @@ impl<'a> Controller<'a> {
         names.sort();
         names.dedup();
         Ok(names)
+    }
+
+    /// The peer and action of a rule whose peers are `peers`. Where a peer is one the agent
+    /// cannot know the addresses of (Antrea accepts it: see `unsupported_peer`), the rule is
+    /// translated fail-closed, never weaker than Antrea, and a note says so:
+    /// * an Allow rule goes on without that peer (it matches nothing): it allows less;
+    /// * a Drop or Reject rule applies to every address (its ports and protocols kept): it
+    ///   denies more;
+    /// * a Pass rule becomes a Drop of every address. Pass hands traffic to the Baseline tier,
+    ///   so a Pass that matches less or more can let a lower rule allow what the Baseline tier
+    ///   drops; a Drop of more denies only more.
+    fn rule_peer(
+        &mut self,
+        namespace: &str,
+        peers: &[Peer],
+        at: &str,
+        (index, name): (usize, &str),
+        rule: &Rule,
+    ) -> Result<(cp::NetworkPolicyPeer, Option<String>), String> {
+        let unsupported: Vec<String> = peers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| unsupported_peer(p).map(|(field, why)| format!("{at}[{i}].{field}: {why}")))
+            .collect();
+        if unsupported.is_empty() {
+            return Ok((self.peer(namespace, peers, at)?, rule.action.clone()));
+        }
+        let action = rule.action.as_deref().unwrap_or("Allow");
+        let rule_at = at.rsplit_once('.').map_or(at, |(r, _)| r);
+        let any = if at.ends_with(".from") {
+            "from any address"
+        } else {
+            "to any address"
+        };
+        let ports = if rule.ports.as_deref().unwrap_or_default().is_empty()
+            && rule.protocols.as_deref().unwrap_or_default().is_empty()
+        {
+            ""
+        } else {
+            " on its ports and protocols"
+        };
+        let (peer, installed, what) = match action {
+            "Allow" => {
+                let supported: Vec<Peer> = peers
+                    .iter()
+                    .filter(|p| unsupported_peer(p).is_none())
+                    .cloned()
+                    .collect();
+                if supported.is_empty() {
+                    (
+                        cp::NetworkPolicyPeer::default(),
+                        rule.action.clone(),
+                        "not enforced: the rule allows nothing (dropping an Allow rule never \
+                         opens traffic)"
+                            .to_string(),
+                    )
+                } else {
+                    (
+                        self.peer(namespace, &supported, at)?,
+                        rule.action.clone(),
+                        "enforced fail-closed: the rule allows only its other peers".to_string(),
+                    )
+                }
+            }
+            "Pass" => (
+                match_all_peer(),
+                Some("Drop".to_string()),
+                format!(
+                    "enforced fail-closed: the Pass rule is installed as a Drop of all traffic \
+                     {any}{ports} (a Pass that matches less or more could let a lower rule allow \
+                     what the Baseline tier drops)"
+                ),
+            ),
+            _ => (
+                match_all_peer(),
+                rule.action.clone(),
+                format!(
+                    "enforced fail-closed: the rule {} all traffic {any}{ports}",
+                    if action == "Reject" { "rejects" } else { "drops" }
+                ),
+            ),
+        };
+        let because = unsupported.join("; ");
+        self.notes
+            .push(format!("{rule_at} (rule {name:?}): {what}, because {because}"));
+        self.rule_notes.push(RuleNote {
+            rule_index: index,
+            reason: Reason::UnresolvedPeer,
+            message: format!("{what}, because {because}"),
+        });
+        Ok((peer, installed))
     }
 
     /// `toAntreaPeerForCRD`: an empty list is every address; otherwise AddressGroups for

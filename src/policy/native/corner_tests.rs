@@ -526,3 +526,189 @@ fn an_applied_to_group_that_is_missing_or_holds_ip_blocks_is_skipped_alone() {
         ]
     );
 }
+
+/// The translation of one policy object with its notes (which must decode and translate).
+fn translate_one(object: Value) -> Translation {
+    translate(&Inputs {
+        objects: vec![("test.yaml".into(), decode(object).expect("decodes"))],
+        local_entities: local(),
+    })
+}
+
+/// Refusal is never weaker than Antrea. antrea-controller accepts a peer that selects Pods,
+/// Nodes or ServiceAccounts (`toAntreaPeerForCRD`), `namespaces: {match: Self}`
+/// (`processAntreaPeerNamespaces`) and `scope: ClusterSet`; the agent cannot know their
+/// addresses. Antrea-native policies have no implicit isolation, so refusing the policy would
+/// lift its other rules' Drops. The policy is translated: its other rules as written, the rule
+/// at fault fail-closed (an Allow without that peer, a Drop/Reject of any address, a Pass as a
+/// Drop of any address), with one note per such rule.
+#[test]
+fn a_rule_the_agent_cannot_honour_is_fail_closed_and_the_others_stand() {
+    let pods = json!({"podSelector": {"matchLabels": {"app": "x"}}});
+    let net = json!({"ipBlock": {"cidr": "10.1.0.0/16"}});
+    let net_peer = json!({"ipBlocks": [{"cidr": {"ip": "AAAAAAAAAAAAAP//CgEAAA==", "prefixLength": 16}}]});
+    let tcp22 = json!([{"protocol": "TCP", "port": 22}]);
+    // (case, ingress rule, its translated `from`, its installed action, the note's verdict)
+    let cases: Vec<(&str, Value, Value, &str, &str)> = vec![
+        (
+            "Allow from Pods only: allows nothing",
+            json!({"action": "Allow", "name": "r", "from": [pods]}),
+            json!({}),
+            "Allow",
+            "not enforced: the rule allows nothing",
+        ),
+        (
+            "Allow from Pods and a CIDR: allows the CIDR",
+            json!({"action": "Allow", "name": "r", "from": [pods, net]}),
+            net_peer.clone(),
+            "Allow",
+            "enforced fail-closed: the rule allows only its other peers",
+        ),
+        (
+            "Allow from namespaces match Self and a CIDR",
+            json!({"action": "Allow", "name": "r",
+                   "from": [{"namespaces": {"match": "Self"}}, net]}),
+            net_peer,
+            "Allow",
+            "enforced fail-closed: the rule allows only its other peers",
+        ),
+        (
+            "Drop from Pods and a CIDR on TCP 22: drops any address on TCP 22",
+            json!({"action": "Drop", "name": "r", "from": [pods, net], "ports": tcp22}),
+            match_all(),
+            "Drop",
+            "enforced fail-closed: the rule drops all traffic from any address on its ports and protocols",
+        ),
+        (
+            "Reject from a nodeSelector",
+            json!({"action": "Reject", "name": "r", "from": [{"nodeSelector": {}}]}),
+            match_all(),
+            "Reject",
+            "enforced fail-closed: the rule rejects all traffic from any address",
+        ),
+        (
+            "Drop from a ClusterSet scope",
+            json!({"action": "Drop", "name": "r",
+                   "from": [{"externalEntitySelector": {}, "scope": "ClusterSet"}]}),
+            match_all(),
+            "Drop",
+            "enforced fail-closed: the rule drops all traffic from any address",
+        ),
+        (
+            "Pass from a serviceAccount: a Drop of any address",
+            json!({"action": "Pass", "name": "r",
+                   "from": [{"serviceAccount": {"name": "sa", "namespace": "ns"}}]}),
+            match_all(),
+            "Drop",
+            "enforced fail-closed: the Pass rule is installed as a Drop of all traffic from any address",
+        ),
+    ];
+    for (case, rule, from, action, verdict) in cases {
+        // The policy's other rules: an ingress and an egress Drop, which must stand.
+        let t = translate_one(policy(
+            true,
+            json!([rule, {"action": "Drop", "name": "deny-in", "from": [{"ipBlock": {"cidr": "10.9.0.0/16"}}]}]),
+            json!([{"action": "Drop", "name": "deny-out", "to": [{"ipBlock": {"cidr": "10.8.0.0/16"}}]}]),
+        ));
+        assert_eq!(t.network_policies.len(), 1, "{case}: {:#?}", t.errors);
+        let rules: Vec<Value> = t.network_policies[0]
+            .rules
+            .iter()
+            .map(|r| serde_json::to_value(r).expect("encodes"))
+            .collect();
+        assert_eq!(rules.len(), 3, "{case}");
+        assert_eq!(rules[0]["from"], from, "{case}");
+        assert_eq!(rules[0]["action"], action, "{case}");
+        assert_eq!(rules[0]["name"], "r", "{case}");
+        for (i, name, cidr) in [(1, "deny-in", "CgkAAA=="), (2, "deny-out", "CggAAA==")] {
+            assert_eq!(rules[i]["name"], name, "{case}");
+            assert_eq!(rules[i]["action"], "Drop", "{case}");
+            let side = if i == 1 { "from" } else { "to" };
+            assert_eq!(
+                rules[i][side]["ipBlocks"][0]["cidr"]["ip"],
+                format!("AAAAAAAAAAAAAP//{cidr}"),
+                "{case}: {} stands as written",
+                name
+            );
+        }
+        // Ports and protocols are kept: the fail-closed match is broader, never other.
+        assert_eq!(
+            rules[0].get("services").is_some(),
+            case.contains("TCP 22"),
+            "{case}"
+        );
+        assert_eq!(t.errors.len(), 1, "{case}: {:#?}", t.errors);
+        let note = &t.errors[0];
+        assert!(
+            note.starts_with(&format!(
+                "test.yaml: ClusterNetworkPolicy p: spec.ingress[0] (rule \"r\"): {verdict}"
+            )),
+            "{case}: {note}"
+        );
+        assert!(note.contains(", because spec.ingress[0].from["), "{case}: {note}");
+    }
+}
+
+/// Once compiled, the fail-closed Drop drops: a Drop from Pods (whose addresses the agent
+/// cannot know) is installed as a Drop from any address, next to the policy's Allow.
+#[test]
+fn a_fail_closed_drop_is_installed_from_any_address() {
+    let t = translate_one(policy(
+        false,
+        json!([{"action": "Drop", "name": "r", "from": [{"podSelector": {}}]}]),
+        json!([]),
+    ));
+    assert_eq!(t.network_policies.len(), 1, "{:#?}", t.errors);
+    let state = "interfaces:\n- {name: eth0, ofport: 3, uplinkOfport: 2, ips: [10.99.0.2], \
+                 externalEntity: {namespace: vm-ns, name: vm1-3e616}}\n";
+    let out = crate::cli::compile::compile_state_with(state, t.objects()).expect("compiles");
+    let ingress = |clause: &str| {
+        out.flows
+            .iter()
+            .any(|f| f.contains("table=AntreaPolicyIngressRule") && f.contains(clause))
+    };
+    // Both clauses of the conjunction (source: any address; destination: this VM) have flows.
+    assert!(ingress(",1/2)") && ingress(",2/2)"), "{:#?}", out.flows);
+}
+
+/// An appliedTo entry that selects Pods, Nodes or Services (`createAppliedToGroup` resolves it
+/// to Pods or Nodes, never ExternalEntities) selects nothing on this VM, as in a cluster: the
+/// policy stands on its other entries, and a rule whose only appliedTo is such an entry
+/// applies to nothing here, while the other rules stand.
+#[test]
+fn an_applied_to_of_pods_or_nodes_selects_nothing_here_and_the_policy_stands() {
+    let ee = json!({"externalEntitySelector": {"matchLabels": {"role": "db"}}});
+    let mut spec_level = policy(true, json!([{"action": "Drop", "name": "d"}]), json!([]));
+    spec_level["spec"]["appliedTo"] = json!([{"podSelector": {}}, {"nodeSelector": {}}, ee]);
+    let t = translate_one(spec_level);
+    assert_eq!(t.network_policies.len(), 1, "{:#?}", t.errors);
+    assert_eq!(t.network_policies[0].applied_to_groups.len(), 1);
+    assert_eq!(t.applied_to_groups[0].group_members.len(), 1);
+    assert_eq!(
+        t.errors,
+        [
+            "test.yaml: ClusterNetworkPolicy p: spec.appliedTo[0].podSelector: selects Pods, never an \
+             ExternalEntity: this appliedTo selects nothing on this VM (the policy is enforced without it)",
+            "test.yaml: ClusterNetworkPolicy p: spec.appliedTo[1].nodeSelector: selects Nodes, never an \
+             ExternalEntity: this appliedTo selects nothing on this VM (the policy is enforced without it)",
+        ]
+    );
+    // Per rule: the rule applied to a Service applies to nothing, the Drop applied here stands.
+    let mut per_rule = policy(
+        true,
+        json!([{"action": "Drop", "name": "svc", "appliedTo": [{"service": {"name": "s", "namespace": "n"}}]},
+               {"action": "Drop", "name": "here", "appliedTo": [ee]}]),
+        json!([]),
+    );
+    per_rule["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("appliedTo");
+    let t = translate_one(per_rule);
+    assert_eq!(t.network_policies.len(), 1, "{:#?}", t.errors);
+    let rules = &t.network_policies[0].rules;
+    assert!(rules[0].applied_to_groups.is_empty());
+    assert_eq!(rules[1].applied_to_groups.len(), 1);
+    assert_eq!(t.errors.len(), 1, "{:#?}", t.errors);
+    assert!(t.errors[0].contains("spec.ingress[0].appliedTo[0].service: selects the Pods of a Service"));
+}

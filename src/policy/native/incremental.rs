@@ -26,6 +26,7 @@ use super::objects::{NativeKind, NativeObject};
 use super::selector::Selector;
 use crate::policy::controlplane::types as cp;
 use crate::policy::controlplane::Kind;
+use crate::policy::refuse::RuleNote;
 
 /// An Antrea-native object's identity: kind, namespace, name.
 pub type NativeKey = (NativeKind, String, String);
@@ -202,6 +203,18 @@ impl NativeState {
                 .collect(),
             errors: self.errors(),
         }
+    }
+
+    /// The rules translated fail-closed, by controlplane policy name (policies with some only).
+    pub fn rule_notes(&self) -> BTreeMap<&str, &[RuleNote]> {
+        self.policies
+            .values()
+            .filter(|s| !s.output.rule_notes.is_empty())
+            .filter_map(|s| {
+                let p = s.output.result.as_ref().ok()?;
+                Some((p.metadata.name.as_str(), s.output.rule_notes.as_slice()))
+            })
+            .collect()
     }
 
     /// One line per problem, in the order [`super::translate`] reports them.
@@ -595,7 +608,10 @@ impl NativeState {
         let new = self.policies.get(key);
         let old_policy = old.as_ref().and_then(|s| s.output.result.as_ref().ok());
         let new_policy = new.and_then(|s| s.output.result.as_ref().ok());
-        if old_policy != new_policy {
+        let notes = |s: Option<&PolicyState>| s.map(|s| &s.output.rule_notes).cloned();
+        // A note can change alone (the same fail-closed rule, for another field): the policy
+        // is handed over again so that its status says the new one.
+        if old_policy != new_policy || notes(old.as_ref()) != notes(new) {
             for p in old_policy.into_iter().chain(new_policy) {
                 self.dirty.policies.insert(p.metadata.name.clone());
             }

@@ -470,21 +470,8 @@ fn check_applied_to(spec: &PolicySpec) -> Result<(), String> {
                     Selector::parse(sel).map_err(|e| format!("{here}.{field}: {e}"))?;
                 }
             }
-            for (field, present) in [
-                ("podSelector", a.pod_selector.is_some()),
-                ("serviceAccount", a.service_account.is_some()),
-                ("service", a.service.is_some()),
-                ("nodeSelector", a.node_selector.is_some()),
-            ] {
-                if present {
-                    return Err(format!("{here}.{field}: {NO_CLUSTER}"));
-                }
-            }
-            if a.namespace_selector.is_some() && a.external_entity_selector.is_none() {
-                return Err(format!(
-                    "{here}.namespaceSelector: without externalEntitySelector it selects Pods, which {NO_CLUSTER}"
-                ));
-            }
+            // What selects Pods, Nodes or Services is accepted, as Antrea accepts it, and
+            // selects nothing here: see `outside_vm`.
         }
         Ok(())
     };
@@ -559,32 +546,69 @@ fn check_peer(ingress: bool, peer: &Peer) -> Result<(), String> {
         }
         crate::policy::fqdn_selector::validate(&peer.fqdn).map_err(|e| format!("fqdn: {e}"))?;
     }
+    if !matches!(peer.scope.as_str(), "" | "Cluster" | "ClusterSet") {
+        // The CRD schema's enum.
+        return Err(format!(
+            "scope: Unsupported value: {:?}: supported values: \"Cluster\", \"ClusterSet\"",
+            peer.scope
+        ));
+    }
+    // The fields Antrea accepts and the agent cannot honour are not refused here: the rule is
+    // translated without their exact meaning, never weaker (see `unsupported_peer`).
+    Ok(())
+}
+
+/// Why the agent cannot know the addresses a rule peer stands for, although Antrea accepts it:
+/// the field at fault and the reason. `None` for a peer the local controller translates.
+pub(super) fn unsupported_peer(peer: &Peer) -> Option<(&'static str, String)> {
     for (field, present) in [
         ("podSelector", peer.pod_selector.is_some()),
         ("serviceAccount", peer.service_account.is_some()),
         ("nodeSelector", peer.node_selector.is_some()),
     ] {
         if present {
-            return Err(format!("{field}: {NO_CLUSTER}"));
+            return Some((field, NO_CLUSTER.to_string()));
         }
     }
     if peer.namespaces.is_some() {
-        return Err(
-            "namespaces: `match: Self` and `sameLabels` are not supported by the local controller yet".into(),
-        );
+        return Some((
+            "namespaces",
+            "`match: Self` and `sameLabels` are not supported by the local controller yet".into(),
+        ));
     }
-    if !peer.scope.is_empty() && peer.scope != "Cluster" {
-        return Err(format!(
-            "scope: {:?} needs Antrea Multi-cluster; only \"Cluster\" is supported",
-            peer.scope
+    if peer.scope == "ClusterSet" {
+        return Some((
+            "scope",
+            "\"ClusterSet\" needs Antrea Multi-cluster; only \"Cluster\" is supported".into(),
         ));
     }
     if peer.namespace_selector.is_some() && peer.external_entity_selector.is_none() {
-        return Err(format!(
-            "namespaceSelector: without externalEntitySelector it selects Pods, which {NO_CLUSTER}"
+        return Some((
+            "namespaceSelector",
+            format!("without externalEntitySelector it selects Pods, which {NO_CLUSTER}"),
         ));
     }
-    Ok(())
+    None
+}
+
+/// An appliedTo entry that selects Pods, Nodes or Services (accepted by Antrea): the field and
+/// what it selects. In Antrea it never selects an ExternalEntity, so it selects nothing on
+/// this VM either. `None` for an entry that selects ExternalEntities or names a group.
+pub(super) fn outside_vm(a: &AppliedTo) -> Option<(&'static str, &'static str)> {
+    for (field, present, what) in [
+        ("podSelector", a.pod_selector.is_some(), "Pods"),
+        ("serviceAccount", a.service_account.is_some(), "Pods"),
+        ("service", a.service.is_some(), "the Pods of a Service"),
+        ("nodeSelector", a.node_selector.is_some(), "Nodes"),
+    ] {
+        if present {
+            return Some((field, what));
+        }
+    }
+    if a.namespace_selector.is_some() && a.external_entity_selector.is_none() {
+        return Some(("namespaceSelector", "Pods (without externalEntitySelector)"));
+    }
+    None
 }
 
 /// `validateIPBlock`.

@@ -439,11 +439,12 @@ fn webhook_checks_with_upstream_messages() {
         policy("{priority: 1, appliedTo: [{externalEntitySelector: {}}], egress: [{action: Allow, to: [{fqdn: 'a b.com'}]}]}"),
         "NetworkPolicy n/p: spec.egress[0].to[0]: invalid characters in egress rule fqdn field: a b.com"
     );
-    // Standalone refusals name the field.
-    assert!(
-        policy("{priority: 1, appliedTo: [{podSelector: {}}], ingress: [{action: Allow}]}").starts_with(
-            "NetworkPolicy n/p: spec.appliedTo[0].podSelector: is not supported in standalone mode"
-        )
+    // What Antrea accepts and a VM cannot honour (a podSelector, ...) is not refused here: the
+    // rule is translated fail-closed (corner_tests, `a_rule_the_agent_cannot_honour_...`).
+    // A peer scope outside the CRD's enum is refused.
+    assert_eq!(
+        policy("{priority: 1, appliedTo: [{externalEntitySelector: {}}], ingress: [{action: Allow, from: [{externalEntitySelector: {}, scope: Galaxy}]}]}"),
+        "NetworkPolicy n/p: spec.ingress[0].from[0]: scope: Unsupported value: \"Galaxy\": supported values: \"Cluster\", \"ClusterSet\""
     );
     // Unknown fields are refused (a typo is not silently dropped).
     assert!(policy(
