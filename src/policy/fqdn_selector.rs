@@ -8,15 +8,20 @@
 //! Antrea's semantics: a selector is an exact name or a pattern where `*` stands for any
 //! sequence of characters, dots included, anchored at both ends (upstream turns `*` into the
 //! regular expression `.*`). So `*foobar.com` matches `foobar.com`, `www.foobar.com` and
-//! `a.b.foobar.com`; `*.foobar.com` matches the last two only. Matching is case-insensitive and
-//! ignores one trailing dot (DNS names on the wire are absolute).
+//! `a.b.foobar.com`; `*.foobar.com` matches the last two only; `*` alone matches every name
+//! (antrea-controller's webhook accepts it, and the agent's `toRegex` makes it `^.*$`).
+//! Matching is case-insensitive and ignores one trailing dot (DNS names on the wire are
+//! absolute).
 
 /// Why a selector is refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SelectorError {
     #[error("empty name")]
     Empty,
-    #[error("{0:?} has no name part besides wildcards (it would match every name)")]
+    #[error(
+        "{0:?} has only wildcards and ends with a dot: Antrea matches it against names without \
+         their trailing dot, so it matches no name, where this agent would read it as every name"
+    )]
     OnlyWildcards(String),
     #[error("{0:?} is not a DNS name: {1}")]
     Invalid(String, &'static str),
@@ -33,7 +38,12 @@ pub fn validate(selector: &str) -> Result<(), SelectorError> {
     if s.is_empty() {
         return Err(SelectorError::Empty);
     }
-    if s.chars().all(|c| c == '*' || c == '.') {
+    // `*` (or `*.*`) is accepted as antrea-controller's webhook accepts it
+    // (`validateFQDNSelectors` checks the characters only) and means what Antrea's agent makes
+    // of it (`fqdnToSelectorItem`, `toRegex`: `^.*$`, every name). With a trailing dot, though,
+    // Antrea's pattern ends in a literal dot that no name has once the agent trims it
+    // (`parseDNSResponse`), while this module drops the dot: `*.` would become every name.
+    if s.len() != selector.len() && s.chars().all(|c| c == '*' || c == '.') {
         return Err(SelectorError::OnlyWildcards(selector.to_owned()));
     }
     if s.len() > 253 {
@@ -108,11 +118,35 @@ mod tests {
         ));
     }
 
+    /// antrea-io/antrea `validateFQDNSelectors` (webhook: characters only, so `*` is
+    /// accepted) and the agent's `fqdnToSelectorItem`/`toRegex` (`*` becomes `^.*$`, and `*.*`
+    /// `^.*[.].*$`): `*` selects every name, `*.*` every name with a dot.
+    #[test]
+    fn a_lone_wildcard_matches_every_name_as_fqdn_to_selector_item() {
+        // (selector, name, matched)
+        let cases: [(&str, &str, bool); 9] = [
+            ("*", "example.com", true),
+            ("*", "a.b.c.example.org", true),
+            ("*", "localhost", true),
+            ("*", "x", true),
+            ("**", "example.com", true),
+            ("*.*", "example.com", true),
+            ("*.*", "localhost", false),
+            ("*", &normalize("WWW.Example.COM."), true),
+            ("*.example.com", "example.com", false),
+        ];
+        for (selector, name, matched) in cases {
+            assert_eq!(validate(selector), Ok(()), "{selector}");
+            assert_eq!(matches(&normalize(selector), name), matched, "{selector} {name}");
+        }
+    }
+
     #[test]
     fn bad_selectors_are_refused() {
         assert_eq!(validate(""), Err(SelectorError::Empty));
-        assert!(matches!(validate("*"), Err(SelectorError::OnlyWildcards(_))));
-        assert!(matches!(validate("*.*"), Err(SelectorError::OnlyWildcards(_))));
+        // Wildcards with a trailing dot: no name in Antrea, every name once the dot is dropped.
+        assert!(matches!(validate("*."), Err(SelectorError::OnlyWildcards(_))));
+        assert!(matches!(validate("*.*."), Err(SelectorError::OnlyWildcards(_))));
         assert!(matches!(validate("a..b"), Err(SelectorError::Invalid(..))));
         assert!(matches!(validate("a b.com"), Err(SelectorError::Invalid(..))));
         assert!(validate("*.example.com").is_ok());

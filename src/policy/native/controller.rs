@@ -175,6 +175,11 @@ pub(super) struct Controller<'a> {
     entities: Vec<&'a Entity>,
     namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
     tiers: BTreeMap<String, i32>,
+    /// The user Tiers refused for their priority, with why (named in their policies' errors).
+    refused_tiers: BTreeMap<String, String>,
+    /// The Groups (namespaced) that select ExternalEntities outside their namespace, which
+    /// cannot be an appliedTo (see [`Controller::applied_to`]); keyed `namespace/name`.
+    pub(super) foreign_groups: BTreeSet<String>,
     /// Keyed like antrea-controller: `name` for a ClusterGroup, `namespace/name` for a Group.
     groups: BTreeMap<String, GroupDef<'a>>,
     /// The groups the policies use, by controlplane name.
@@ -272,6 +277,7 @@ pub fn translate(inputs: &Inputs) -> Translation {
     }
     c.read_tiers(inputs.objects.iter());
     c.read_groups(inputs.objects.iter());
+    c.foreign_groups = c.groups_selecting_other_namespaces();
 
     let mut policies = Vec::new();
     for (origin, object) in &inputs.objects {
@@ -328,6 +334,8 @@ impl<'a> Controller<'a> {
             entities: Vec::new(),
             namespace_labels: BTreeMap::new(),
             tiers: DEFAULT_TIERS.iter().map(|(n, p)| (n.to_string(), *p)).collect(),
+            refused_tiers: BTreeMap::new(),
+            foreign_groups: BTreeSet::new(),
             groups: BTreeMap::new(),
             address_groups: BTreeMap::new(),
             applied_to_groups: BTreeMap::new(),
@@ -359,11 +367,15 @@ impl<'a> Controller<'a> {
         })
     }
 
+    /// The Tiers of `objects`, checked as antrea-controller's Tier webhook checks them when
+    /// they are created (`tierValidator.createValidate`): a priority a default tier has, or one
+    /// another Tier already has, is refused ("overlaps with existing Tier"). A cluster refuses
+    /// the second Tier created, so the first one stays with its policies; standalone mode has
+    /// no creation order, so "created first" is [`first_created`]'s. A refused Tier does not
+    /// exist: the policies naming it are refused as the webhook refuses them
+    /// (`validateTierForPolicy`), and said why.
     pub(super) fn read_tiers(&mut self, objects: impl Iterator<Item = &'a (String, NativeObject)>) {
-        let mut by_priority: BTreeMap<i32, Vec<(&str, &str)>> = BTreeMap::new();
-        for (name, priority) in DEFAULT_TIERS {
-            by_priority.entry(priority).or_default().push(("", name));
-        }
+        let mut by_priority: BTreeMap<i32, Vec<(&str, &Meta)>> = BTreeMap::new();
         for (origin, object) in objects {
             if let NativeObject::Tier { meta, spec } = object {
                 if DEFAULT_TIERS.iter().any(|(n, _)| *n == meta.name) {
@@ -380,35 +392,53 @@ impl<'a> Controller<'a> {
                     }
                     continue;
                 }
-                by_priority
-                    .entry(spec.priority)
-                    .or_default()
-                    .push((origin, &meta.name));
+                by_priority.entry(spec.priority).or_default().push((origin, meta));
             }
         }
         let mut user_tiers = 0usize;
-        for (priority, tiers) in by_priority {
-            let default_here = tiers.iter().any(|(o, _)| o.is_empty());
-            for (origin, name) in &tiers {
-                if origin.is_empty() {
-                    continue;
-                }
-                if default_here || tiers.len() > 1 {
+        for (priority, mut tiers) in by_priority {
+            if let Some((_, default)) = DEFAULT_TIERS.iter().find(|(_, p)| *p == priority) {
+                // The default tiers exist before any user Tier: the user Tier is refused.
+                for (origin, meta) in tiers {
+                    let name = &meta.name;
                     self.errors.push(format!(
                         "{origin}: Tier {name}: spec.priority: tier {name} priority {priority} overlaps \
                          with existing Tier; policies in it are not translated"
                     ));
-                    continue;
+                    self.refused_tiers.insert(
+                        name.clone(),
+                        format!("its priority {priority} is the default tier {default}'s"),
+                    );
                 }
-                user_tiers += 1;
-                if user_tiers + DEFAULT_TIERS.len() > MAX_TIERS {
-                    self.errors.push(format!(
-                        "{origin}: Tier {name}: maximum number of Tiers supported: {MAX_TIERS}"
-                    ));
-                    continue;
-                }
-                self.tiers.insert(name.to_string(), priority);
+                continue;
             }
+            first_created(&mut tiers);
+            let mut tiers = tiers.into_iter();
+            let Some((origin, first)) = tiers.next() else {
+                continue;
+            };
+            for (other_origin, meta) in tiers {
+                let name = &meta.name;
+                self.errors.push(format!(
+                    "{other_origin}: Tier {name}: spec.priority: tier {name} priority {priority} \
+                     overlaps with existing Tier {} ({origin}), which was created first and is kept; \
+                     Tier {name} is refused and the policies in it are not translated",
+                    first.name
+                ));
+                self.refused_tiers.insert(
+                    name.clone(),
+                    format!("its priority {priority} is Tier {}'s, created first", first.name),
+                );
+            }
+            user_tiers += 1;
+            if user_tiers + DEFAULT_TIERS.len() > MAX_TIERS {
+                self.errors.push(format!(
+                    "{origin}: Tier {}: maximum number of Tiers supported: {MAX_TIERS}",
+                    first.name
+                ));
+                continue;
+            }
+            self.tiers.insert(first.name.clone(), priority);
         }
     }
 
@@ -473,7 +503,10 @@ impl<'a> Controller<'a> {
         self.tiers
             .get(name)
             .copied()
-            .ok_or_else(|| format!("spec.tier: tier {tier} does not exist"))
+            .ok_or_else(|| match self.refused_tiers.get(name) {
+                Some(why) => format!("spec.tier: tier {tier} does not exist (Tier {tier} is refused: {why})"),
+                None => format!("spec.tier: tier {tier} does not exist"),
+            })
     }
 
     fn policy(
@@ -639,6 +672,19 @@ impl<'a> Controller<'a> {
                         group_kind(namespace)
                     ));
                     continue;
+                }
+                // `getInternalGroupWorkloads`: a Group (namespaced) may select only entities in
+                // its own namespace when it is an appliedTo; one that selects any elsewhere (by
+                // its namespaceSelector or a child's) fails its AppliedToGroup's sync, and every
+                // policy using that AppliedToGroup gets the error (`syncInternalNetworkPolicy`):
+                // it spans no Node, so no agent enforces any of its rules. Its other policies,
+                // and this Group as a rule peer, are not affected.
+                if self.foreign_groups.contains(&key) {
+                    return Err(format!(
+                        "{at}[{i}].group: Group {key} with ExternalEntities in other Namespaces can not \
+                         be used as AppliedTo (antrea-controller's NetworkPolicyAppliedToUnsupportedGroup): \
+                         the policy is in error and sent to no agent; not enforced"
+                    ));
                 }
                 self.applied_to_groups.insert(
                     key.clone(),
@@ -845,6 +891,32 @@ impl<'a> Controller<'a> {
         })
     }
 
+    /// The keys of the Groups (namespaced) that select an ExternalEntity outside their own
+    /// namespace, from every entity (not only this agent's: antrea-controller looks at all of
+    /// a Group's members).
+    fn groups_selecting_other_namespaces(&self) -> BTreeSet<String> {
+        self.groups
+            .iter()
+            .filter(|(_, g)| g.kind == NativeKind::Group)
+            .filter(|(_, g)| {
+                let mut selected = BTreeSet::new();
+                self.select(
+                    &Source::Named {
+                        namespace: g.meta.namespace.clone(),
+                        name: g.meta.name.clone(),
+                    },
+                    1,
+                    &mut selected,
+                );
+                selected
+                    .into_iter()
+                    .filter_map(|i| self.entities.get(i))
+                    .any(|e| e.namespace != g.meta.namespace)
+            })
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
     /// The members of a group: ExternalEntities (with IPs for an AddressGroup, only this
     /// agent's for an AppliedToGroup), sorted.
     fn members(&self, source: &Source, address_group: bool) -> Vec<cp::GroupMember> {
@@ -931,6 +1003,35 @@ impl<'a> Controller<'a> {
             }
         }
     }
+}
+
+/// Orders the user Tiers of one priority by creation, the first created first. A cluster keeps
+/// the first Tier created at a priority (the webhook refuses the later ones); standalone mode
+/// reads files, which have no creation order of their own, so: when every one of them has a
+/// `metadata.creationTimestamp` (as `kubectl get -o yaml` prints it), the earliest; otherwise
+/// (or on a tie) the one whose file comes first in path order, then by name. The order
+/// depends on the objects and their files only, never on when the agent saw them, so
+/// `translate`, `compile` and the agent (fresh or running) agree.
+fn first_created(tiers: &mut [(&str, &Meta)]) {
+    let stamps: Option<Vec<chrono::DateTime<chrono::FixedOffset>>> =
+        tiers.iter().map(|(_, meta)| creation_timestamp(meta)).collect();
+    match stamps {
+        Some(stamps) => {
+            let mut keyed: Vec<_> = stamps.into_iter().zip(tiers.iter().copied()).collect();
+            keyed.sort_by(|(ta, (oa, ma)), (tb, (ob, mb))| (ta, oa, &ma.name).cmp(&(tb, ob, &mb.name)));
+            for (slot, (_, tier)) in tiers.iter_mut().zip(keyed) {
+                *slot = tier;
+            }
+        }
+        None => tiers.sort_by(|(oa, ma), (ob, mb)| (oa, &ma.name).cmp(&(ob, &mb.name))),
+    }
+}
+
+/// `metadata.creationTimestamp`, when it is there and well formed (RFC 3339, as the apiserver
+/// writes it).
+fn creation_timestamp(meta: &Meta) -> Option<chrono::DateTime<chrono::FixedOffset>> {
+    let text = meta.ignored.get("creationTimestamp")?.as_str()?;
+    chrono::DateTime::parse_from_rfc3339(text).ok()
 }
 
 /// How deep childGroups go: a group (level 1) and its children (level 2), which have none.

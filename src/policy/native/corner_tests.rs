@@ -712,3 +712,437 @@ fn an_applied_to_of_pods_or_nodes_selects_nothing_here_and_the_policy_stands() {
     assert_eq!(t.errors.len(), 1, "{:#?}", t.errors);
     assert!(t.errors[0].contains("spec.ingress[0].appliedTo[0].service: selects the Pods of a Service"));
 }
+
+/// Groups for the appliedTo-namespace cases: the local entity `vm-ns/vm1-3e616` has
+/// `role: db`; `other/db2` too, in another namespace.
+const NAMESPACED: &str = "
+apiVersion: v1
+kind: Namespace
+metadata: {name: other, labels: {env: prod}}
+---
+apiVersion: crd.antrea.io/v1alpha2
+kind: ExternalEntity
+metadata: {name: db2, namespace: other, labels: {role: db}}
+spec: {endpoints: [{ip: 172.16.0.2}]}
+---
+apiVersion: crd.antrea.io/v1alpha2
+kind: ExternalEntity
+metadata: {name: web3, namespace: vm-ns, labels: {role: web}}
+spec: {endpoints: [{ip: 172.16.0.3}]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: Group
+metadata: {name: gOwn, namespace: vm-ns}
+spec: {externalEntitySelector: {matchLabels: {role: db}}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: Group
+metadata: {name: gEverywhere, namespace: vm-ns}
+spec: {namespaceSelector: {}, externalEntitySelector: {matchLabels: {role: db}}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: Group
+metadata: {name: gEverywhereOnlyHere, namespace: vm-ns}
+spec: {namespaceSelector: {}, externalEntitySelector: {matchLabels: {role: web}}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: Group
+metadata: {name: gOwnByLabel, namespace: vm-ns}
+spec: {namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: vm-ns}},
+       externalEntitySelector: {matchLabels: {role: db}}}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: Group
+metadata: {name: gParent, namespace: vm-ns}
+spec: {childGroups: [gOwn, gEverywhere]}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterGroup
+metadata: {name: cgEverywhere}
+spec: {externalEntitySelector: {matchLabels: {role: db}}}
+";
+
+/// `getInternalGroupWorkloads` (the `validateNamespace` check and
+/// `ErrNetworkPolicyAppliedToUnsupportedGroup`), then `syncInternalNetworkPolicy` and
+/// `GenerateNetworkPolicyCondition`: a Group used as an AntreaNetworkPolicy's appliedTo (the
+/// policy's or a rule's) whose members include an ExternalEntity of another namespace, directly
+/// or through a child, makes the policy unrealizable: it spans no Node, so no agent enforces
+/// it. The check is on the members, not the selector (a namespaceSelector that happens to
+/// select only the Group's namespace is fine); as a rule peer the same Group is fine; a
+/// ClusterGroup may select every namespace; other policies are not affected.
+#[test]
+fn a_group_selecting_other_namespaces_as_applied_to_is_an_error_as_get_internal_group_workloads() {
+    // (case, policy kind, appliedTo, rule appliedTo, peer, enforced)
+    let cases: [(&str, &str, &str, &str, &str, bool); 9] = [
+        ("own namespace", "NetworkPolicy", "gOwn", "", "", true),
+        (
+            "every namespace, a member elsewhere",
+            "NetworkPolicy",
+            "gEverywhere",
+            "",
+            "",
+            false,
+        ),
+        (
+            "every namespace, members only here",
+            "NetworkPolicy",
+            "gEverywhereOnlyHere",
+            "",
+            "",
+            true,
+        ),
+        (
+            "namespaceSelector naming its own",
+            "NetworkPolicy",
+            "gOwnByLabel",
+            "",
+            "",
+            true,
+        ),
+        ("through a child", "NetworkPolicy", "gParent", "", "", false),
+        (
+            "in a rule's appliedTo",
+            "NetworkPolicy",
+            "",
+            "gEverywhere",
+            "",
+            false,
+        ),
+        ("as a rule peer", "NetworkPolicy", "gOwn", "", "gEverywhere", true),
+        (
+            "ClusterGroup in an ACNP",
+            "ClusterNetworkPolicy",
+            "cgEverywhere",
+            "",
+            "",
+            true,
+        ),
+        ("missing Group", "NetworkPolicy", "gNoSuch", "", "", true),
+    ];
+    let mut yaml = NAMESPACED.to_string();
+    for (i, (_, kind, applied_to, rule_applied_to, peer, _)) in cases.iter().enumerate() {
+        let namespace = if *kind == "NetworkPolicy" {
+            ", namespace: vm-ns"
+        } else {
+            ""
+        };
+        let spec_applied_to = if applied_to.is_empty() {
+            String::new()
+        } else {
+            format!(", appliedTo: [{{group: {applied_to}}}]")
+        };
+        let rule_applied_to = if rule_applied_to.is_empty() {
+            String::new()
+        } else {
+            format!(", appliedTo: [{{group: {rule_applied_to}}}]")
+        };
+        let from = if peer.is_empty() {
+            String::new()
+        } else {
+            format!(", from: [{{group: {peer}}}]")
+        };
+        yaml.push_str(&format!(
+            "---\napiVersion: crd.antrea.io/v1beta1\nkind: {kind}\n\
+             metadata: {{name: p{i}, uid: p{i}{namespace}}}\n\
+             spec: {{priority: 1{spec_applied_to}, ingress: [{{action: Drop, name: d{rule_applied_to}{from}}}]}}\n"
+        ));
+    }
+    let t = translate_yaml(&yaml);
+    for (i, (case, _, applied_to, rule_applied_to, _, enforced)) in cases.iter().enumerate() {
+        let name = format!("p{i}");
+        let present = t.network_policies.iter().any(|p| p.metadata.name == name);
+        assert_eq!(present, *enforced, "{case}: {:#?}", t.errors);
+        let error = t
+            .errors
+            .iter()
+            .find(|e| e.contains(&format!("NetworkPolicy vm-ns/{name}:")));
+        if !enforced {
+            let (at, group) = if applied_to.is_empty() {
+                ("spec.ingress[0].appliedTo[0]", *rule_applied_to)
+            } else {
+                ("spec.appliedTo[0]", *applied_to)
+            };
+            assert_eq!(
+                error.map(String::as_str),
+                Some(
+                    format!(
+                        "test.yaml: NetworkPolicy vm-ns/{name}: {at}.group: Group vm-ns/{group} with \
+                         ExternalEntities in other Namespaces can not be used as AppliedTo \
+                         (antrea-controller's NetworkPolicyAppliedToUnsupportedGroup): the policy is \
+                         in error and sent to no agent; not enforced"
+                    )
+                    .as_str()
+                ),
+                "{case}"
+            );
+        }
+    }
+    // A policy in error creates no group: its AppliedToGroup is not sent either.
+    assert!(t
+        .applied_to_groups
+        .iter()
+        .all(|g| g.metadata.name != "vm-ns/gEverywhere" && g.metadata.name != "vm-ns/gParent"));
+    // The peer case keeps the Group, with its member elsewhere, as an AddressGroup.
+    let peer = t
+        .address_groups
+        .iter()
+        .find(|g| g.metadata.name == "vm-ns/gEverywhere")
+        .expect("the peer's AddressGroup");
+    assert_eq!(peer.group_members.len(), 2);
+}
+
+/// The running controller follows the members: an ExternalEntity moving into another namespace
+/// puts the policies applied to its Group in error (deleted from the agent's view, as
+/// antrea-controller stops sending them), moving back restores them; each step equals the full
+/// translation of the same objects.
+#[test]
+fn a_member_moving_namespace_puts_the_policy_in_error_and_back() {
+    let objects = |db2_namespace: &str| -> Vec<(String, NativeObject)> {
+        let yaml = format!(
+            "{NAMESPACED}---\napiVersion: crd.antrea.io/v1alpha2\nkind: ExternalEntity\n\
+             metadata: {{name: db4, namespace: {db2_namespace}, labels: {{role: api}}}}\n\
+             spec: {{endpoints: [{{ip: 172.16.0.4}}]}}\n---\n\
+             apiVersion: crd.antrea.io/v1beta1\nkind: Group\n\
+             metadata: {{name: gApi, namespace: vm-ns}}\n\
+             spec: {{namespaceSelector: {{}}, externalEntitySelector: {{matchExpressions: \
+             [{{key: role, operator: In, values: [api, db]}}]}}}}\n---\n\
+             apiVersion: crd.antrea.io/v1beta1\nkind: Group\n\
+             metadata: {{name: gApiHere, namespace: vm-ns}}\n\
+             spec: {{namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: vm-ns}}}}, \
+             externalEntitySelector: {{matchExpressions: [{{key: role, operator: In, values: [api, db]}}]}}}}\n---\n\
+             apiVersion: crd.antrea.io/v1beta1\nkind: NetworkPolicy\n\
+             metadata: {{name: p, namespace: vm-ns, uid: p}}\n\
+             spec: {{priority: 1, appliedTo: [{{group: gApiHere}}], ingress: [{{action: Drop}}]}}\n"
+        );
+        serde_norway::Deserializer::from_str(&yaml)
+            .filter_map(|doc| {
+                let value: Value = serde::Deserialize::deserialize(doc).expect("yaml");
+                (!value.is_null()).then(|| ("test.yaml".to_string(), decode(value).expect("decodes")))
+            })
+            .collect()
+    };
+    let mut state = NativeState::new(objects("vm-ns"), local());
+    assert_eq!(state.translation().network_policies.len(), 1);
+    // gApiHere never selects elsewhere: its policy stays. Now point the policy at gApi, whose
+    // namespaceSelector is every namespace but whose members are all in vm-ns while db4 is.
+    let mut with_api = objects("vm-ns");
+    let policy = with_api.pop().expect("policy");
+    let repointed = |o: &NativeObject| {
+        let NativeObject::Policy { kind, meta, spec } = o else {
+            panic!("policy")
+        };
+        let mut spec = spec.clone();
+        spec.applied_to[0].group = "gApi".into();
+        NativeObject::Policy {
+            kind: *kind,
+            meta: meta.clone(),
+            spec,
+        }
+    };
+    state.apply([Change::Upsert {
+        origin: "test.yaml".into(),
+        object: Box::new(repointed(&policy.1)),
+    }]);
+    // db2 (role db, namespace other) is already a member elsewhere: the policy is in error.
+    assert!(state.translation().network_policies.is_empty());
+    with_api.push(("test.yaml".into(), repointed(&policy.1)));
+    assert_eq!(
+        state.translation(),
+        translate(&Inputs {
+            objects: with_api.clone(),
+            local_entities: local(),
+        })
+    );
+    // db2 leaves: only vm-ns members remain, the policy comes back.
+    let delta = state.apply([Change::Delete((
+        NativeKind::ExternalEntity,
+        "other".into(),
+        "db2".into(),
+    ))]);
+    assert!(
+        delta
+            .upserted
+            .iter()
+            .any(|o| matches!(o, crate::policy::controlplane::types::ControlplaneObject::NetworkPolicy(p) if p.metadata.name == "p")),
+        "{delta:?}"
+    );
+    with_api.retain(|(_, o)| o.meta().name != "db2");
+    assert_eq!(
+        state.translation(),
+        translate(&Inputs {
+            objects: with_api.clone(),
+            local_entities: local(),
+        })
+    );
+    assert_eq!(state.translation().network_policies.len(), 1);
+    // db4 moves to `other`: in error again, the policy is deleted.
+    let moved = objects("other")
+        .into_iter()
+        .find(|(_, o)| o.meta().name == "db4")
+        .expect("db4");
+    let delta = state.apply([
+        Change::Delete((NativeKind::ExternalEntity, "vm-ns".into(), "db4".into())),
+        Change::Upsert {
+            origin: moved.0.clone(),
+            object: Box::new(moved.1.clone()),
+        },
+    ]);
+    assert!(
+        delta
+            .deleted
+            .contains(&(crate::policy::controlplane::Kind::NetworkPolicy, "p".to_string())),
+        "{delta:?}"
+    );
+    with_api.retain(|(_, o)| o.meta().name != "db4");
+    with_api.push(moved);
+    assert_eq!(
+        state.translation(),
+        translate(&Inputs {
+            objects: with_api,
+            local_entities: local(),
+        })
+    );
+}
+
+/// A user Tier at `priority`, optionally with a creationTimestamp, and an ACNP in it.
+fn tier_and_policy(tier: &str, priority: i32, created: Option<&str>) -> Vec<NativeObject> {
+    let mut meta = json!({"name": tier});
+    if let Some(at) = created {
+        meta["creationTimestamp"] = json!(at);
+    }
+    vec![
+        decode(
+            json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "Tier", "metadata": meta,
+                      "spec": {"priority": priority}}),
+        )
+        .expect("tier"),
+        decode(
+            json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+                      "metadata": {"name": format!("in-{tier}"), "uid": format!("in-{tier}")},
+                      "spec": {"tier": tier, "priority": 1,
+                               "appliedTo": [{"externalEntitySelector": {"matchLabels": {"role": "db"}}}],
+                               "ingress": [{"action": "Drop"}]}}),
+        )
+        .expect("policy"),
+    ]
+}
+
+/// `tierValidator.createValidate` ("priority overlaps with existing Tier"): a cluster refuses
+/// the second Tier created at a priority, so the first one stays and its policies are
+/// enforced; the refused Tier does not exist, and `validateTierForPolicy` refuses the policies
+/// naming it ("tier does not exist"), as a cluster would have. Standalone mode's "created
+/// first" (`first_created`): the earliest creationTimestamp when both have one, otherwise the
+/// file first in path order, then the name. Checked through `translate_files`, the agent's own
+/// loading, which `translate` and `compile` share.
+#[test]
+fn the_first_tier_created_is_kept_as_tier_validator_create_validate() {
+    use crate::sources::native_policies::translate_files;
+    use std::path::PathBuf;
+    // (case, files: (path, tier, creationTimestamp), kept tier)
+    type File = (&'static str, &'static str, Option<&'static str>);
+    let cases: [(&str, [File; 2], &str); 5] = [
+        (
+            "no timestamps: file order",
+            [("/d/b.yaml", "alpha", None), ("/d/a.yaml", "beta", None)],
+            "beta",
+        ),
+        (
+            "both timestamps: the earliest, whatever the files",
+            [
+                ("/d/a.yaml", "alpha", Some("2024-05-01T10:00:00Z")),
+                ("/d/b.yaml", "beta", Some("2024-04-01T10:00:00Z")),
+            ],
+            "beta",
+        ),
+        (
+            "timestamps with offsets compare as instants",
+            [
+                ("/d/a.yaml", "alpha", Some("2024-05-01T10:00:00+02:00")),
+                ("/d/b.yaml", "beta", Some("2024-05-01T09:00:00Z")),
+            ],
+            "alpha",
+        ),
+        (
+            "one timestamp only: file order",
+            [
+                ("/d/a.yaml", "alpha", None),
+                ("/d/b.yaml", "beta", Some("2020-01-01T00:00:00Z")),
+            ],
+            "alpha",
+        ),
+        (
+            "one file: the name",
+            [("/d/a.yaml", "beta", None), ("/d/a.yaml", "alpha", None)],
+            "alpha",
+        ),
+    ];
+    for (case, files, kept) in cases {
+        let mut by_path: std::collections::BTreeMap<PathBuf, Vec<NativeObject>> = Default::default();
+        for (path, tier, created) in files {
+            by_path
+                .entry(PathBuf::from(path))
+                .or_default()
+                .extend(tier_and_policy(tier, 120, created));
+        }
+        let (t, errors) = translate_files(by_path.into_iter().collect(), &local());
+        let refused = if kept == "alpha" { "beta" } else { "alpha" };
+        let enforced: Vec<(&str, Option<i32>)> = t
+            .network_policies
+            .iter()
+            .map(|p| (p.metadata.name.as_str(), p.tier_priority))
+            .collect();
+        assert_eq!(enforced, [(format!("in-{kept}").as_str(), Some(120))], "{case}");
+        let file_of = |tier: &str| {
+            files
+                .iter()
+                .find(|(_, t, _)| *t == tier)
+                .map(|(p, _, _)| *p)
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            errors,
+            [
+                format!(
+                    "policy file {}: Tier {refused}: spec.priority: tier {refused} priority 120 \
+                     overlaps with existing Tier {kept} (policy file {}), which was created first \
+                     and is kept; Tier {refused} is refused and the policies in it are not translated",
+                    file_of(refused),
+                    file_of(kept)
+                ),
+                format!(
+                    "policy file {}: ClusterNetworkPolicy in-{refused}: spec.tier: tier {refused} \
+                     does not exist (Tier {refused} is refused: its priority 120 is Tier {kept}'s, \
+                     created first)",
+                    file_of(refused)
+                ),
+            ],
+            "{case}"
+        );
+    }
+}
+
+/// `validateFQDNSelectors` checks an FQDN's characters only, so `fqdn: "*"` is accepted; the
+/// agent's `fqdnToSelectorItem` makes it a pattern matching every name. The policy is
+/// translated with it as written (the FQDN selector tests pin the matching).
+#[test]
+fn fqdn_star_is_accepted_as_validate_fqdn_selectors() {
+    for fqdn in ["*", "*.*"] {
+        let rules = rules(policy(
+            false,
+            json!([]),
+            json!([{"action": "Drop", "name": "r", "to": [{"fqdn": fqdn}]}]),
+        ));
+        assert_eq!(rules[0]["to"], json!({"fqdns": [fqdn]}), "{fqdn}");
+    }
+    // The webhook's character check still refuses what it refuses.
+    let e = decode(policy(
+        false,
+        json!([]),
+        json!([{"action": "Drop", "name": "r", "to": [{"fqdn": "*/x"}]}]),
+    ))
+    .expect_err("refused");
+    assert_eq!(
+        e,
+        "NetworkPolicy vm-ns/p: spec.egress[0].to[0]: invalid characters in egress rule fqdn field: */x"
+    );
+}

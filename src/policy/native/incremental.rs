@@ -112,6 +112,11 @@ pub struct NativeState {
     policies: BTreeMap<NativeKey, PolicyState>,
     address_groups: BTreeMap<String, GroupState>,
     applied_to_groups: BTreeMap<String, GroupState>,
+    /// For each Group (namespaced, by `namespace/name`) that selects ExternalEntities outside
+    /// its namespace, those entities: such a Group cannot be an appliedTo (see
+    /// `Controller::applied_to`). Kept per entity so that an entity's change costs a test per
+    /// Group; the policies are translated again only when a Group enters or leaves the map.
+    foreign: BTreeMap<String, BTreeSet<EntityKey>>,
     dirty: Dirty,
 }
 
@@ -150,6 +155,7 @@ impl NativeState {
         for (name, labels) in state.namespace_labels.iter_mut() {
             labels.insert("kubernetes.io/metadata.name".into(), name.clone());
         }
+        state.foreign = state.all_foreign();
         state.translate_all_policies();
         state.dirty = Dirty::default();
         state
@@ -333,6 +339,7 @@ impl NativeState {
                 self.objects.insert(key, (origin, object));
                 if changed {
                     self.resolve_all_groups(|_| true);
+                    self.refresh_foreign();
                 }
             }
             NativeObject::Policy { .. } => {
@@ -341,6 +348,7 @@ impl NativeState {
             }
             NativeObject::Tier { .. } | NativeObject::Group { .. } => {
                 self.objects.insert(key, (origin, object));
+                self.foreign = self.all_foreign();
                 self.translate_all_policies();
             }
         }
@@ -359,10 +367,14 @@ impl NativeState {
                     [("kubernetes.io/metadata.name".to_string(), meta.name.clone())].into();
                 if self.namespace_labels.insert(meta.name, labels.clone()) != Some(labels) {
                     self.resolve_all_groups(|_| true);
+                    self.refresh_foreign();
                 }
             }
             NativeObject::Policy { .. } => self.translate_policy(key),
-            NativeObject::Tier { .. } | NativeObject::Group { .. } => self.translate_all_policies(),
+            NativeObject::Tier { .. } | NativeObject::Group { .. } => {
+                self.foreign = self.all_foreign();
+                self.translate_all_policies();
+            }
         }
     }
 
@@ -422,6 +434,7 @@ impl NativeState {
         if before == after {
             return;
         }
+        self.entity_foreign_changed(key, after);
         for address in [true, false] {
             let groups = if address {
                 &self.address_groups
@@ -527,6 +540,93 @@ impl NativeState {
         }
     }
 
+    /// The Groups (namespaced) of the current objects, as `(namespace, name)`.
+    fn namespaced_groups(&self) -> impl Iterator<Item = (&String, &String)> {
+        // Keys sort by kind first: the Groups are one range, not a scan of every object.
+        let from = (NativeKind::Group, String::new(), String::new());
+        self.objects
+            .range(from..)
+            .map(|(key, _)| key)
+            .take_while(|(kind, _, _)| *kind == NativeKind::Group)
+            .map(|(_, namespace, name)| (namespace, name))
+    }
+
+    /// Whether the Group `namespace/name` selects `entity` from outside its namespace.
+    fn selects_foreign(&self, namespace: &str, name: &str, entity: &Entity) -> bool {
+        entity.namespace != namespace
+            && self.selects(
+                &Source::Named {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                },
+                entity,
+                1,
+            )
+    }
+
+    /// [`Self::foreign`] computed from scratch (a Group or a Namespace's labels changed).
+    fn all_foreign(&self) -> BTreeMap<String, BTreeSet<EntityKey>> {
+        let inventory = self
+            .inventory
+            .iter()
+            .filter(|(key, _)| !self.local.contains_key(*key));
+        let entities: Vec<(&EntityKey, &Entity)> = self.local.iter().chain(inventory).collect();
+        let mut out: BTreeMap<String, BTreeSet<EntityKey>> = BTreeMap::new();
+        for (namespace, name) in self.namespaced_groups() {
+            let selected: BTreeSet<EntityKey> = entities
+                .iter()
+                .filter(|(_, e)| self.selects_foreign(namespace, name, e))
+                .map(|(key, _)| (*key).clone())
+                .collect();
+            if !selected.is_empty() {
+                out.insert(format!("{namespace}/{name}"), selected);
+            }
+        }
+        out
+    }
+
+    /// Recomputes [`Self::foreign`] after a Namespace's labels changed; translates the policies
+    /// again when a Group entered or left it.
+    fn refresh_foreign(&mut self) {
+        let foreign = self.all_foreign();
+        let flipped = !foreign.keys().eq(self.foreign.keys());
+        self.foreign = foreign;
+        if flipped {
+            self.translate_all_policies();
+        }
+    }
+
+    /// Updates [`Self::foreign`] for the entity under `key`, now `after`; translates the
+    /// policies again when a Group entered or left it (which changes whether the policies
+    /// applied to it are in error).
+    fn entity_foreign_changed(&mut self, key: &EntityKey, after: Option<&Entity>) {
+        let now: Vec<(String, bool)> = self
+            .namespaced_groups()
+            .map(|(namespace, name)| {
+                (
+                    format!("{namespace}/{name}"),
+                    after.is_some_and(|e| self.selects_foreign(namespace, name, e)),
+                )
+            })
+            .collect();
+        let mut flipped = false;
+        for (group, is) in now {
+            if is {
+                let set = self.foreign.entry(group).or_default();
+                flipped |= set.is_empty();
+                set.insert(key.clone());
+            } else if let Some(set) = self.foreign.get_mut(&group) {
+                if set.remove(key) && set.is_empty() {
+                    self.foreign.remove(&group);
+                    flipped = true;
+                }
+            }
+        }
+        if flipped {
+            self.translate_all_policies();
+        }
+    }
+
     /// Every entity `source` selects, as members.
     fn resolve(&self, source: &Source, address: bool) -> BTreeMap<EntityKey, cp::GroupMember> {
         let inventory = self
@@ -571,8 +671,12 @@ impl NativeState {
 
     /// A controller holding the tiers and groups of the current objects (no entities: members
     /// are resolved here).
-    fn policy_layer(objects: &BTreeMap<NativeKey, (String, NativeObject)>) -> Controller<'_> {
+    fn policy_layer<'s>(
+        objects: &'s BTreeMap<NativeKey, (String, NativeObject)>,
+        foreign: &BTreeMap<String, BTreeSet<EntityKey>>,
+    ) -> Controller<'s> {
         let mut c = Controller::new();
+        c.foreign_groups = foreign.keys().cloned().collect();
         let tiers_and_groups = || {
             objects
                 .values()
@@ -587,7 +691,7 @@ impl NativeState {
     fn translate_policy(&mut self, key: &NativeKey) {
         let new = match self.objects.get(key) {
             Some((origin, object)) => {
-                let mut c = Self::policy_layer(&self.objects);
+                let mut c = Self::policy_layer(&self.objects, &self.foreign);
                 c.translate_policy(object).map(|output| PolicyState {
                     origin: origin.clone(),
                     describe: object.describe(),
@@ -691,7 +795,7 @@ impl NativeState {
     /// Translates every policy again (a Tier or group changed), then re-resolves the groups
     /// defined by ClusterGroup/Group name (their definitions may be what changed).
     fn translate_all_policies(&mut self) {
-        let mut c = Self::policy_layer(&self.objects);
+        let mut c = Self::policy_layer(&self.objects, &self.foreign);
         let mut outputs: Vec<(NativeKey, PolicyState)> = Vec::new();
         for (key, (origin, object)) in &self.objects {
             if let Some(output) = c.translate_policy(object) {

@@ -53,10 +53,13 @@ fn cluster_group(i: usize, variant: usize) -> Value {
 }
 
 fn group(variant: usize) -> Value {
-    let spec = if variant.is_multiple_of(2) {
-        json!({"externalEntitySelector": {"matchLabels": {"app": "z"}}})
-    } else {
-        json!({"ipBlocks": [{"cidr": "172.16.0.0/16"}]})
+    let spec = match variant % 3 {
+        0 => json!({"externalEntitySelector": {"matchLabels": {"app": "z"}}}),
+        1 => json!({"ipBlocks": [{"cidr": "172.16.0.0/16"}]}),
+        // Selects in `b` too whenever an entity there has app=z: as an ANNP's appliedTo, the
+        // policy is then in error (antrea-controller's `getInternalGroupWorkloads`).
+        _ => json!({"externalEntitySelector": {"matchLabels": {"app": "z"}},
+                    "namespaceSelector": {"matchLabels": {"env": "prod"}}}),
     };
     json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "Group",
            "metadata": {"name": "g0", "namespace": "a"}, "spec": spec})
@@ -80,6 +83,8 @@ fn policy(i: usize, variant: usize) -> Value {
     };
     let applied_to = if variant % 5 == 4 {
         json!([{"group": "cg1"}])
+    } else if variant % 5 == 3 && i.is_multiple_of(2) {
+        json!([{"group": "g0"}])
     } else {
         json!([{"externalEntitySelector": {"matchLabels": {"role": "db"}}}])
     };
@@ -199,8 +204,16 @@ fn to_change(op: &Op, state: &NativeState) -> Change {
 }
 
 fn initial() -> NativeState {
+    // Group g0 with a namespaceSelector (variant 2), applied to by ANNP p0 (slot 14, variant
+    // 3): the changes then move p0 in and out of error as entities with app=z come and go in
+    // a prod namespace other than `a`.
+    let variant = |slot: usize| match slot {
+        12 => 2,
+        14 => 3,
+        _ => slot,
+    };
     let objects = (0..SLOTS)
-        .map(|slot| (format!("file{}", slot % 2), object(slot, slot)))
+        .map(|slot| (format!("file{}", slot % 2), object(slot, variant(slot))))
         .collect();
     NativeState::new(objects, local(0))
 }

@@ -391,8 +391,10 @@ fn rule_shape_problems() {
         "rules[1].from.fqdns: only allowed in egress (Out) rules"
     );
     assert_eq!(
-        one_problem(json!({"direction": "Out", "from": {}, "to": {"fqdns": ["*"]}})),
-        "rules[1].to.fqdns[0]: \"*\" has no name part besides wildcards (it would match every name)"
+        one_problem(json!({"direction": "Out", "from": {}, "to": {"fqdns": ["*."]}})),
+        "rules[1].to.fqdns[0]: \"*.\" has only wildcards and ends with a dot: Antrea matches it \
+         against names without their trailing dot, so it matches no name, where this agent would \
+         read it as every name"
     );
     assert_eq!(
         one_problem(json!({"direction": "Out", "from": {}, "to": {"fqdns": [""]}})),
