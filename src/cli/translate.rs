@@ -3,7 +3,7 @@
 //! controlplane objects it produces, as YAML documents, for review in CI; `compile --policies`
 //! uses the same reading. The objects are told apart, decoded and checked as the agent does
 //! (`native::is_native`, `native::decode`), and translated by the agent's own local controller
-//! (`sources::native_policies::translate_files`: the same duplicates, conflicts and uid checks),
+//! (`sources::native_policies::translate_files`: the same duplicates, conflicts and uid names),
 //! so that what passes here is what the agent enforces. Valid controlplane objects in the input
 //! are not translated and are left out of the output (they are already in that form); invalid
 //! ones are errors, as they are for the agent.
@@ -26,8 +26,9 @@ pub struct TranslatedFiles {
     pub translation: Translation,
     /// Problems reading or decoding (the translation's own are in `translation.errors`).
     pub errors: Vec<String>,
-    /// What the agent reports too but still enforces as a cluster would (an object defined
-    /// twice in one file: the last definition is used).
+    /// What the agent reports too but still enforces as a cluster would: an object defined
+    /// twice in one file (the last definition is used) or in several files (the last file's, in
+    /// path order), policies sharing a `metadata.uid` (all enforced, under distinct names).
     pub warnings: Vec<String>,
     /// How many valid controlplane objects the input held (not translated).
     pub controlplane_objects: usize,
@@ -132,9 +133,10 @@ pub fn translate_paths(paths: &[PathBuf], external_node: Option<&Path>) -> Trans
             }
         }
     }
-    let (translation, errors) = translate_files(native_files, &local);
+    let (translation, errors, warnings) = translate_files(native_files, &local);
     out.translation = translation;
     out.translation.errors = errors;
+    out.warnings.extend(warnings);
     out
 }
 

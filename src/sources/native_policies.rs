@@ -5,6 +5,7 @@
 //! hand-written ones. One pipeline: everything downstream sees controlplane objects only.
 
 use crate::policy::controlplane::Validate as _;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -90,13 +91,8 @@ pub struct LocalController {
     defined_in: BTreeMap<NativeKey, Vec<PathBuf>>,
     /// The keys defined in more than one file: reported on every pass while they last.
     conflicts: BTreeSet<NativeKey>,
-    /// The controlplane name (uid) each policy key in use claims, and the keys claiming each.
-    uid_of: BTreeMap<NativeKey, String>,
-    claims: BTreeMap<String, BTreeSet<NativeKey>>,
-    /// The policy holding each claimed uid: the one translated first keeps it while it lasts.
-    uid_owner: BTreeMap<String, NativeKey>,
-    /// The policies refused for a uid another one holds, with the error reported on every pass.
-    uid_refused: BTreeMap<NativeKey, String>,
+    /// The controlplane name of every policy defined now.
+    names: PolicyNames,
 }
 
 impl std::fmt::Debug for LocalController {
@@ -105,7 +101,7 @@ impl std::fmt::Debug for LocalController {
             .field("objects", &self.state.as_ref().map_or(0, |s| s.objects().count()))
             .field("outputs", &self.validated.len())
             .field("conflicts", &self.conflicts.len())
-            .field("uid_refused", &self.uid_refused.len())
+            .field("shared_uids", &self.names.renamed.len())
             .finish()
     }
 }
@@ -153,14 +149,32 @@ pub fn duplicates_in_file(path: &Path, objects: &[(usize, NativeKey)]) -> Vec<St
         .collect()
 }
 
+/// The warning for an object defined in several files (`paths`, in path order): the last file's
+/// definition is used. `kubectl apply -f DIR` applies the directory's files in lexical order of
+/// their paths (cli-runtime's `ExpandPathsToFileVisitors` walks the directory with
+/// `filepath.Walk`, which visits entries in lexical order), each apply replacing the object the
+/// one before left, so a cluster ends with the last file's definition.
+fn conflict_warning(key: &NativeKey, paths: &[PathBuf]) -> String {
+    let files: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    let last = files.last().cloned().unwrap_or_default();
+    format!(
+        "policy files {}: {} is defined in more than one file: the definition in {last} (the last \
+         file in path order) is used, as `kubectl apply -f` on the directory leaves it",
+        files.join(", "),
+        describe_key(key)
+    )
+}
+
 /// What the agent's first pass makes of `files` (each with its Antrea-native objects in file
-/// order): the translation, and every problem (conflicts between files, uids claimed twice,
-/// the controller's errors). `translate` and `compile --policies` use it, so that they refuse
-/// and keep exactly what the running agent does.
+/// order): the translation, the errors (the controller's) and the warnings (objects defined in
+/// several files, uids claimed twice: used as a cluster would, and reported). `translate` and
+/// `compile --policies` use it, so that they refuse and keep exactly what the running agent
+/// does; since every choice of the controller is a function of the files' current contents,
+/// this is also what a running agent holds after any sequence of edits ending in `files`.
 pub fn translate_files(
     files: Vec<(PathBuf, Vec<NativeObject>)>,
     local: &[Entity],
-) -> (native::Translation, Vec<String>) {
+) -> (native::Translation, Vec<String>, Vec<String>) {
     let files: BTreeMap<PathBuf, Vec<NativeObject>> = files.into_iter().collect();
     let changed: Vec<ChangedFile> = files
         .keys()
@@ -172,29 +186,43 @@ pub fn translate_files(
     let current = |path: &Path| files.get(path).map_or(&[][..], Vec::as_slice);
     let mut controller = LocalController::default();
     let mut snapshot = PolicySnapshot::default();
-    let mut errors = Vec::new();
-    controller.translate_into(&changed, &current, local, &mut snapshot, &mut errors);
+    let (mut errors, mut warnings) = (Vec::new(), Vec::new());
+    controller.pass(
+        &changed,
+        &current,
+        local,
+        &mut snapshot,
+        &mut errors,
+        &mut warnings,
+    );
     let mut translation = controller
         .state
         .as_ref()
         .map(NativeState::translation)
         .unwrap_or_default();
     translation.errors = Vec::new();
-    (translation, errors)
+    (translation, errors, warnings)
 }
 
 impl LocalController {
     /// Brings the controller to the directory's Antrea-native objects after the files in
-    /// `changed` changed, and adds its output to `snapshot`. `current` gives the Antrea-native
-    /// objects a file holds now (empty for a removed file); only the changed files' objects are
-    /// compared with the ones held. An object defined in two files is a conflict: the version
-    /// translated before the conflict stays in force (a second copy of a policy must never
-    /// remove the first one's enforcement), and when there was none, no definition is used
-    /// until only one is left. A file defining an object more than once defines it by the last
-    /// of its definitions (as `kubectl apply -f` leaves it; `load_file` warns with their
-    /// positions, see [`duplicates_in_file`]). Two policies with one uid (see
-    /// [`uid_settled`](Self::uid_settled)) are never both translated. A translated object
-    /// whose name a hand-written controlplane object already has is left out.
+    /// `changed` changed, and adds its output to `snapshot`, with its errors and warnings in
+    /// `errors`. `current` gives the Antrea-native objects a file holds now (empty for a removed
+    /// file); only the changed files' objects are compared with the ones held.
+    ///
+    /// Every choice is a function of the files' current contents, never of the order in which
+    /// they changed, so that a restarted agent and `translate` ([`translate_files`]) hold what a
+    /// running agent holds, and no edit or restart lifts a rule the directory still defines:
+    /// - a file defining an object more than once defines it by the last of its definitions (as
+    ///   `kubectl apply -f` leaves it; `load_file` warns with their positions, see
+    ///   [`duplicates_in_file`]);
+    /// - an object defined in several files is the definition of the file last in path order
+    ///   (see `conflict_warning`), with a warning;
+    /// - policies sharing a `metadata.uid` are all enforced, each but one under a name derived
+    ///   from its kind, namespace and name (see `PolicyNames`), with a warning.
+    ///
+    /// A translated object whose name a hand-written controlplane object already has is left
+    /// out.
     pub fn translate_into<'a>(
         &mut self,
         changed: &[ChangedFile],
@@ -202,6 +230,21 @@ impl LocalController {
         local: &[Entity],
         snapshot: &mut PolicySnapshot,
         errors: &mut Vec<String>,
+    ) {
+        let mut warnings = Vec::new();
+        self.pass(changed, current, local, snapshot, errors, &mut warnings);
+        errors.extend(warnings);
+    }
+
+    /// [`translate_into`](Self::translate_into), with the warnings apart.
+    fn pass<'a>(
+        &mut self,
+        changed: &[ChangedFile],
+        current: &dyn Fn(&Path) -> &'a [NativeObject],
+        local: &[Entity],
+        snapshot: &mut PolicySnapshot,
+        errors: &mut Vec<String>,
+        warnings: &mut Vec<String>,
     ) {
         // Which keys the changed files touch, and their current definitions by key.
         let mut touched: BTreeSet<NativeKey> = BTreeSet::new();
@@ -247,34 +290,19 @@ impl LocalController {
             touched = self.defined_in.keys().cloned().collect();
         }
         // The definition of `key` in `path` now: looked up among the changed files' objects, or
-        // (a conflict ending by the other file's change) searched in the unchanged file.
+        // (the winning file of a conflict unchanged while another one changed) searched in the
+        // unchanged file.
         let definition = |path: &Path, key: &NativeKey| -> Option<&'a NativeObject> {
             match now_in.get(path) {
                 Some(objects) => objects.get(key).copied(),
                 None => current(path).iter().rfind(|o| native_key(o) == *key),
             }
         };
-        let state = self.state.as_ref();
-        // What each key's files ask for now (before the uid check).
+        // What each key's files define now: the definition of the last file in path order.
         let defined_in = &self.defined_in;
         let desire = |key: &NativeKey| {
-            let paths = defined_in.get(key).map_or(&[][..], Vec::as_slice);
-            match paths {
-                [] => None,
-                [path] => definition(path, key).map(|object| (file_origin(path), object)),
-                _ => {
-                    let files: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-                    state.and_then(|s| s.object(key)).map(|(_, object)| {
-                        (
-                            format!(
-                                "policy files {} (the version enforced before the conflict)",
-                                files.join(", ")
-                            ),
-                            object,
-                        )
-                    })
-                }
-            }
+            let path = defined_in.get(key)?.last()?;
+            definition(path, key).map(|object| (file_origin(path), object))
         };
         let mut desired: BTreeMap<NativeKey, Option<(String, &NativeObject)>> = BTreeMap::new();
         for key in &touched {
@@ -285,14 +313,8 @@ impl LocalController {
             }
             desired.insert(key.clone(), desire(key));
         }
-        Self::settle_uids(
-            &mut self.uid_of,
-            &mut self.claims,
-            &mut self.uid_owner,
-            &mut self.uid_refused,
-            &mut desired,
-            &desire,
-        );
+        self.names.settle(&mut desired, &desire);
+        let state = self.state.as_ref();
         let mut changes: Vec<Change> = Vec::new();
         let mut fresh: Vec<(String, NativeObject)> = Vec::new();
         for (key, desired) in desired {
@@ -301,13 +323,14 @@ impl LocalController {
                 (None, Some(_)) => changes.push(Change::Delete(key)),
                 (None, None) => {}
                 (Some((origin, object)), held) => {
-                    let unchanged = held.is_some_and(|(o, h)| *o == origin && h == object);
+                    let object = self.names.named(&key, object);
+                    let unchanged = held.is_some_and(|(o, h)| *o == origin && h == object.as_ref());
                     if state.is_none() {
-                        fresh.push((origin, object.clone()));
+                        fresh.push((origin, object.into_owned()));
                     } else if !unchanged {
                         changes.push(Change::Upsert {
                             origin,
-                            object: Box::new(object.clone()),
+                            object: Box::new(object.into_owned()),
                         });
                     }
                 }
@@ -315,20 +338,9 @@ impl LocalController {
         }
         for key in &self.conflicts {
             let paths = self.defined_in.get(key).map_or(&[][..], Vec::as_slice);
-            let files: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-            let outcome = if state.and_then(|s| s.object(key)).is_some() {
-                "keeping the version enforced before the conflict"
-            } else {
-                "none of the definitions is used"
-            };
-            errors.push(format!(
-                "policy files {}: {} is defined more than once: a conflict; {outcome} until only one \
-                 is left",
-                files.join(", "),
-                describe_key(key)
-            ));
+            warnings.push(conflict_warning(key, paths));
         }
-        errors.extend(self.uid_refused.values().cloned());
+        warnings.extend(self.names.renamed.values().cloned());
         let delta = match &mut self.state {
             None => {
                 let state = NativeState::new(fresh, local.to_vec());
@@ -369,104 +381,6 @@ impl LocalController {
         self.add_to(snapshot, errors);
     }
 
-    /// The uid check, after each touched key's `desired` definition is known. antrea-controller
-    /// names a policy's controlplane object after the CRD object's uid
-    /// (`internalNetworkPolicyKeyFunc`), which an apiserver makes unique; here two files can
-    /// hold one (a renamed copy of `kubectl get -o yaml`). Of the policies claiming a uid, the
-    /// one holding it keeps it while it claims it; when none holds it (the first pass, or its
-    /// holder gone), the first claimant in (kind, namespace, name) order takes it. The others
-    /// are refused, each with an error naming both objects and their files: a refusal never
-    /// lifts the rules of the policy already enforced under that name.
-    ///
-    /// Claimants not touched in this pass join `desired` when their standing changes (a refused
-    /// one takes the uid over, or is refused from now on).
-    fn settle_uids<'o>(
-        uid_of: &mut BTreeMap<NativeKey, String>,
-        claims: &mut BTreeMap<String, BTreeSet<NativeKey>>,
-        uid_owner: &mut BTreeMap<String, NativeKey>,
-        uid_refused: &mut BTreeMap<NativeKey, String>,
-        desired: &mut BTreeMap<NativeKey, Option<(String, &'o NativeObject)>>,
-        desire: &dyn Fn(&NativeKey) -> Option<(String, &'o NativeObject)>,
-    ) {
-        let mut affected: BTreeSet<String> = BTreeSet::new();
-        for (key, wanted) in desired.iter() {
-            let new_uid = wanted
-                .as_ref()
-                .and_then(|(_, o)| native::controller::policy_name(o));
-            let old_uid = uid_of.get(key).cloned();
-            if new_uid == old_uid {
-                affected.extend(new_uid);
-                continue;
-            }
-            if let Some(uid) = old_uid {
-                uid_of.remove(key);
-                uid_refused.remove(key);
-                if let Some(keys) = claims.get_mut(&uid) {
-                    keys.remove(key);
-                    if keys.is_empty() {
-                        claims.remove(&uid);
-                    }
-                }
-                affected.insert(uid);
-            }
-            if let Some(uid) = new_uid {
-                uid_of.insert(key.clone(), uid.clone());
-                claims.entry(uid.clone()).or_default().insert(key.clone());
-                affected.insert(uid);
-            }
-        }
-        for uid in affected {
-            let Some(keys) = claims.get(&uid) else {
-                uid_owner.remove(&uid);
-                continue;
-            };
-            let owner = match uid_owner.get(&uid) {
-                Some(owner) if keys.contains(owner) => owner.clone(),
-                // Not empty: emptied sets are removed above.
-                _ => match keys.first() {
-                    Some(first) => first.clone(),
-                    None => continue,
-                },
-            };
-            uid_owner.insert(uid.clone(), owner.clone());
-            if keys.len() == 1 {
-                uid_refused.remove(&owner);
-                if !desired.contains_key(&owner) {
-                    desired.insert(owner.clone(), desire(&owner));
-                }
-                continue;
-            }
-            let owner_definition = match desired.get(&owner) {
-                Some(d) => d.clone(),
-                None => desire(&owner),
-            };
-            let owner_origin = owner_definition
-                .as_ref()
-                .map_or_else(String::new, |(origin, _)| origin.clone());
-            if uid_refused.remove(&owner).is_some() && !desired.contains_key(&owner) {
-                desired.insert(owner.clone(), owner_definition);
-            }
-            for key in keys.iter().filter(|k| **k != owner) {
-                let origin = match desired.get(key) {
-                    Some(Some((origin, _))) => origin.clone(),
-                    _ => desire(key).map_or_else(String::new, |(origin, _)| origin),
-                };
-                uid_refused.insert(
-                    key.clone(),
-                    format!(
-                        "{origin}: {}: metadata.uid {uid:?} is also the uid of {} ({owner_origin}), \
-                         which keeps it: antrea-controller names a policy's controlplane object after \
-                         its uid, and two policies cannot share one; this one is refused (not \
-                         enforced) until its uid is unique",
-                        describe_key(key),
-                        describe_key(&owner),
-                    ),
-                );
-                desired.insert(key.clone(), None);
-            }
-        }
-    }
-
     /// Adds the validated output to `snapshot`, behind the hand-written controlplane objects.
     fn add_to(&self, snapshot: &mut PolicySnapshot, errors: &mut Vec<String>) {
         let taken_policies: BTreeSet<String> =
@@ -495,6 +409,173 @@ impl LocalController {
                 Err(e) => errors.push(format!("local controller: produced an invalid object: {e}")),
             }
         }
+    }
+}
+
+/// The controlplane name of every policy the directory defines, kept up to date from the keys
+/// each pass touches, and always the same function of the directory's current policies:
+///
+/// antrea-controller names a policy's controlplane NetworkPolicy after the CRD object's uid
+/// (`internalNetworkPolicyKeyFunc`), which is unique in a cluster: the apiserver gives every
+/// object a fresh uid when it creates it, whatever `metadata.uid` the request carried
+/// (`FillObjectMetaSystemFields`, k8s.io/apiserver's registry/rest, called by `BeforeCreate`).
+/// So a renamed copy of `kubectl get -o yaml` is a second policy, enforced next to the first.
+/// Here the files carry the uids, and two policies can claim one. The name of each:
+/// - a policy without `metadata.uid`: the name derived from its kind, namespace and name
+///   ([`native::controller::policy_uid`]);
+/// - a policy with uid `u`: `u` when it is the holder of `u`, otherwise its derived name (as if
+///   it had no uid), with a warning. The holder of `u` is the policy whose derived name is `u`
+///   if the directory has one (a derived name is never taken away: its policy has no other),
+///   else the first claimant of `u` in (kind, namespace, name) order.
+///
+/// Every policy is enforced, under a name no other one has. "The first claimant keeps it"
+/// rather than "every claimant is renamed": a policy's name then changes only when a claimant
+/// sorting before it comes or goes, not whenever a copy appears (renaming a policy replaces its
+/// controlplane object, and its per-policy statistics start over).
+#[derive(Default)]
+struct PolicyNames {
+    /// The `metadata.uid` of each policy defined now that has one, and the policies claiming
+    /// each uid.
+    uid_of: BTreeMap<NativeKey, String>,
+    claims: BTreeMap<String, BTreeSet<NativeKey>>,
+    /// The derived name of each policy defined now, and the policy each derived name is of.
+    derived_of: BTreeMap<NativeKey, String>,
+    derived_by: BTreeMap<String, NativeKey>,
+    /// The policies named by their derived name although they have a uid, with the warning
+    /// reported on every pass while it lasts.
+    renamed: BTreeMap<NativeKey, String>,
+}
+
+/// The name a policy's key derives when it has no uid.
+fn derived_name((kind, namespace, name): &NativeKey) -> String {
+    let meta = native::types::Meta {
+        name: name.clone(),
+        namespace: namespace.clone(),
+        ..Default::default()
+    };
+    native::controller::policy_uid(*kind, &meta)
+}
+
+impl PolicyNames {
+    /// Updates the names after each touched key's `desired` definition is known. Policies not
+    /// touched in this pass join `desired` when their name changes (a claimant coming before
+    /// them, or its going).
+    fn settle<'o>(
+        &mut self,
+        desired: &mut BTreeMap<NativeKey, Option<(String, &'o NativeObject)>>,
+        desire: &dyn Fn(&NativeKey) -> Option<(String, &'o NativeObject)>,
+    ) {
+        // The names whose holder or claimants may have changed (or whose warnings name a
+        // policy whose origin may have changed).
+        let mut affected: BTreeSet<String> = BTreeSet::new();
+        for (key, wanted) in desired.iter() {
+            let policy = wanted
+                .as_ref()
+                .is_some_and(|(_, o)| matches!(o, NativeObject::Policy { .. }));
+            match (policy, self.derived_of.get(key)) {
+                (true, Some(derived)) => {
+                    affected.insert(derived.clone());
+                }
+                (true, None) => {
+                    let derived = derived_name(key);
+                    self.derived_of.insert(key.clone(), derived.clone());
+                    self.derived_by.insert(derived.clone(), key.clone());
+                    affected.insert(derived);
+                }
+                (false, Some(_)) => {
+                    if let Some(derived) = self.derived_of.remove(key) {
+                        self.derived_by.remove(&derived);
+                        affected.insert(derived);
+                    }
+                }
+                (false, None) => {}
+            }
+            let new_uid = wanted
+                .as_ref()
+                .map(|(_, o)| o.meta().uid.clone())
+                .filter(|uid| policy && !uid.is_empty());
+            let old_uid = self.uid_of.get(key).cloned();
+            if new_uid == old_uid {
+                affected.extend(new_uid);
+                continue;
+            }
+            self.renamed.remove(key);
+            if let Some(uid) = old_uid {
+                self.uid_of.remove(key);
+                if let Some(keys) = self.claims.get_mut(&uid) {
+                    keys.remove(key);
+                    if keys.is_empty() {
+                        self.claims.remove(&uid);
+                    }
+                }
+                affected.insert(uid);
+            }
+            if let Some(uid) = new_uid {
+                self.uid_of.insert(key.clone(), uid.clone());
+                self.claims.entry(uid.clone()).or_default().insert(key.clone());
+                affected.insert(uid);
+            }
+        }
+        for uid in affected {
+            let Some(keys) = self.claims.get(&uid) else {
+                continue;
+            };
+            let holder = self.derived_by.get(&uid).or_else(|| keys.first());
+            let Some(holder) = holder.cloned() else {
+                continue;
+            };
+            let origin_of =
+                |key: &NativeKey, desired: &BTreeMap<NativeKey, Option<(String, &'o NativeObject)>>| {
+                    match desired.get(key) {
+                        Some(Some((origin, _))) => origin.clone(),
+                        Some(None) => String::new(),
+                        None => desire(key).map_or_else(String::new, |(origin, _)| origin),
+                    }
+                };
+            let holder_origin = origin_of(&holder, desired);
+            // The holder's derived name is `uid` when it is not a claimant (or claims its own).
+            let whose = if self.derived_by.get(&uid) == Some(&holder) && !keys.contains(&holder) {
+                "is the name derived for"
+            } else {
+                "is also the uid of"
+            };
+            for key in keys {
+                let was_renamed = self.renamed.contains_key(key);
+                if *key == holder {
+                    self.renamed.remove(key);
+                } else {
+                    let warning = format!(
+                        "{}: {}: metadata.uid {uid:?} {whose} {} ({holder_origin}): a cluster gives \
+                         every policy a uid of its own when it creates it, so both are enforced, \
+                         this one under the name {} derived from its kind, namespace and name",
+                        origin_of(key, desired),
+                        describe_key(key),
+                        describe_key(&holder),
+                        self.derived_of
+                            .get(key)
+                            .cloned()
+                            .unwrap_or_else(|| derived_name(key)),
+                    );
+                    self.renamed.insert(key.clone(), warning);
+                }
+                if was_renamed != self.renamed.contains_key(key) && !desired.contains_key(key) {
+                    desired.insert(key.clone(), desire(key));
+                }
+            }
+        }
+    }
+
+    /// `object` (the definition of `key`) as the controller is to translate it: without its uid
+    /// when another policy holds that uid, so that the controller names it by its derived name.
+    fn named<'o>(&self, key: &NativeKey, object: &'o NativeObject) -> Cow<'o, NativeObject> {
+        if !self.renamed.contains_key(key) {
+            return Cow::Borrowed(object);
+        }
+        let mut object = object.clone();
+        if let NativeObject::Policy { meta, .. } = &mut object {
+            meta.uid = String::new();
+        }
+        Cow::Owned(object)
     }
 }
 
@@ -626,9 +707,9 @@ mod tests {
         assert!(dir.asked.borrow().is_empty());
         assert_eq!(again, s);
 
-        // A copy of h1 lands in inventory-b: a conflict, h1 stays as it was; the unchanged
-        // inventory-a is read only once the conflict ends (the copy removed), to find the
-        // definition left.
+        // A copy of h1 lands in inventory-b: a conflict, the copy in inventory-b (last in path
+        // order) is used, and h1 moves to api; the unchanged inventory-a is read only once the
+        // conflict ends (the copy removed), to find the definition left.
         let copy = dir.set(
             "/p/inventory-b.yaml",
             Some(vec![
@@ -641,16 +722,15 @@ mod tests {
             *dir.asked.borrow(),
             BTreeSet::from([PathBuf::from("/p/inventory-b.yaml")])
         );
-        assert_eq!(s.errors.len(), 1, "{:#?}", s.errors);
-        assert!(
-            s.errors[0].starts_with(
+        assert_eq!(
+            s.errors,
+            [
                 "policy files /p/inventory-a.yaml, /p/inventory-b.yaml: ExternalEntity vm-ns/h1 is \
-                 defined more than once: a conflict; keeping the version enforced"
-            ),
-            "{}",
-            s.errors[0]
+                 defined in more than one file: the definition in /p/inventory-b.yaml (the last file \
+                 in path order) is used, as `kubectl apply -f` on the directory leaves it"
+            ]
         );
-        assert_eq!(members(&s), groups(&[&["h1"], &["h2", "h3"]]));
+        assert_eq!(members(&s), groups(&[&[], &["h1", "h2", "h3"]]));
         let back = dir.set("/p/inventory-b.yaml", Some(vec![entity("h3", "api", "10.0.0.3")]));
         let s = dir.pass(&mut controller, &[back]);
         assert_eq!(s.errors, Vec::<String>::new());
@@ -686,7 +766,7 @@ mod tests {
     fn policy_with_uid(name: &str, uid: &str, app: &str) -> NativeObject {
         object(&format!(
             "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\n\
-             metadata: {{name: {name}, uid: {uid}}}\n\
+             metadata: {{name: {name}, uid: \"{uid}\"}}\n\
              spec: {{priority: 5, appliedTo: [{{externalEntitySelector: {{matchLabels: {{role: db}}}}}}],\n\
              ingress: [{{action: Drop, from: [{{externalEntitySelector: {{matchLabels: {{app: {app}}}}}}}]}}]}}\n"
         ))
@@ -802,13 +882,15 @@ mod tests {
         assert_eq!(s.network_policies.len(), 1);
         assert_eq!(members(&s), groups(&[&["h1"]]));
 
-        // A third definition in another file: a conflict between files (the rule for those
-        // stays: the version enforced before is kept).
+        // A third definition in another file: the file last in path order wins, with a warning.
         let copy = dir.set("/p/c.yaml", Some(vec![policy("p1", "web")]));
         let s = dir.pass(&mut controller, &[copy]);
         assert_eq!(s.errors.len(), 1, "{:#?}", s.errors);
-        assert!(s.errors[0].starts_with("policy files /p/a.yaml, /p/c.yaml: ClusterNetworkPolicy p1"));
-        assert_eq!(members(&s), groups(&[&["h1"]]));
+        assert!(s.errors[0].starts_with(
+            "policy files /p/a.yaml, /p/c.yaml: ClusterNetworkPolicy p1 is defined in more than one \
+             file: the definition in /p/c.yaml"
+        ));
+        assert_eq!(members(&s), groups(&[&["h2"]]));
         // The copy removed: a.yaml, unchanged, is read again and gives its last definition.
         let gone = dir.set("/p/c.yaml", None);
         let s = dir.pass(&mut controller, &[gone]);
@@ -816,11 +898,12 @@ mod tests {
         assert_eq!(members(&s), groups(&[&["h1"]]));
 
         // A fresh start (what `translate` and `compile` run) agrees.
-        let (t, errors) = translate_files(
+        let (t, errors, warnings) = translate_files(
             dir.files.iter().map(|(p, o)| (p.clone(), o.clone())).collect(),
             &[],
         );
         assert_eq!(errors, Vec::<String>::new());
+        assert_eq!(warnings, Vec::<String>::new());
         assert_eq!(t.address_groups.len(), 1);
         let member = t.address_groups[0].group_members[0]
             .external_entity
@@ -850,22 +933,40 @@ mod tests {
         assert!(duplicates_in_file(path, &[(0, key("p1")), (1, key("p2"))]).is_empty());
     }
 
-    /// Two policies with one `metadata.uid`: antrea-controller names the controlplane
-    /// NetworkPolicy after it (`internalNetworkPolicyKeyFunc`), so both cannot be translated.
-    /// The first in (kind, namespace, name) order takes it on a fresh start; in a running agent
-    /// the one already enforced keeps it, so that the refusal never lifts enforced rules; when
-    /// it goes, the other takes over.
+    /// The warning for `name` (in `file`) named by its derived name because `holder` (in
+    /// `holder_file`) holds uid "u1".
+    fn shares_u1(name: &str, file: &str, holder: &str, holder_file: &str) -> String {
+        let derived = derived_name(&native_key(&policy(name, "web")));
+        format!(
+            "policy file {file}: ClusterNetworkPolicy {name}: metadata.uid \"u1\" is also the uid of \
+             ClusterNetworkPolicy {holder} (policy file {holder_file}): a cluster gives every policy a \
+             uid of its own when it creates it, so both are enforced, this one under the name \
+             {derived} derived from its kind, namespace and name"
+        )
+    }
+
+    /// (controlplane name, source name) of the policies of `s`, sorted.
+    fn sorted_sources(s: &PolicySnapshot) -> Vec<(String, String)> {
+        let mut all = sources(s);
+        all.sort();
+        all
+    }
+
+    /// The derived name of ClusterNetworkPolicy `name`, with its source name.
+    fn derived(name: &str) -> (String, String) {
+        (derived_name(&native_key(&policy(name, "web"))), name.to_string())
+    }
+
+    /// Two policies with one `metadata.uid` (a renamed copy of `kubectl get -o yaml`): a cluster
+    /// enforces both, since the apiserver gives each a fresh uid on create
+    /// (`FillObjectMetaSystemFields`), and antrea-controller names each controlplane policy
+    /// after its own uid (`internalNetworkPolicyKeyFunc`). Here both are enforced too: the first
+    /// in (kind, namespace, name) order keeps the uid, the other takes its derived name, with a
+    /// warning. Which one is a function of the directory only, so a running agent, a fresh start
+    /// and `translate` agree, and no edit lifts either policy's Drop rule.
     #[test]
-    fn two_policies_with_one_uid_never_collapse_and_the_enforced_one_keeps_it() {
-        let refused = |name: &str, file: &str, owner: &str, owner_file: &str| {
-            format!(
-                "policy file {file}: ClusterNetworkPolicy {name}: metadata.uid \"u1\" is also the uid \
-                 of ClusterNetworkPolicy {owner} (policy file {owner_file}), which keeps it: \
-                 antrea-controller names a policy's controlplane object after its uid, and two \
-                 policies cannot share one; this one is refused (not enforced) until its uid is unique"
-            )
-        };
-        // Fresh: `pa` (in the later file) comes first by name and takes the uid.
+    fn two_policies_with_one_uid_are_both_enforced_and_the_first_by_name_keeps_it() {
+        // Fresh: `pa` (in the later file) comes first by name and keeps the uid.
         let mut dir = new_dir();
         let mut controller = LocalController::default();
         let all = vec![
@@ -873,58 +974,226 @@ mod tests {
             dir.set("/p/b.yaml", Some(vec![policy_with_uid("pa", "u1", "api")])),
         ];
         let s = dir.pass(&mut controller, &all);
-        assert_eq!(sources(&s), [("u1".to_string(), "pa".to_string())]);
-        assert_eq!(s.errors, [refused("pb", "/p/a.yaml", "pa", "/p/b.yaml")]);
-        let (t, errors) = translate_files(
+        // The name docs/policies.md shows for `pb`.
+        assert_eq!(derived("pb").0, "b500cbcf-2edf-5c7f-85ef-338e1cd96c67");
+        let mut both = vec![("u1".to_string(), "pa".to_string()), derived("pb")];
+        both.sort();
+        assert_eq!(sorted_sources(&s), both);
+        assert!(s
+            .network_policies
+            .iter()
+            .all(|p| p.rules.len() == 1 && p.rules[0].action == crate::policy::controlplane::Action::Drop));
+        assert_eq!(s.errors, [shares_u1("pb", "/p/a.yaml", "pa", "/p/b.yaml")]);
+        let (t, errors, warnings) = translate_files(
             dir.files.iter().map(|(p, o)| (p.clone(), o.clone())).collect(),
             &[],
         );
-        assert_eq!(errors, s.errors);
-        assert_eq!(t.network_policies.len(), 1);
-        assert_eq!(
-            t.network_policies[0].source_ref.as_ref().map(|r| r.name.as_str()),
-            Some("pa")
-        );
+        assert_eq!(errors, Vec::<String>::new());
+        assert_eq!(warnings, s.errors);
+        let mut names: Vec<(String, String)> = t
+            .network_policies
+            .iter()
+            .map(|p| {
+                let source = p.source_ref.as_ref().map_or_else(String::new, |r| r.name.clone());
+                (p.metadata.name.clone(), source)
+            })
+            .collect();
+        names.sort();
+        assert_eq!(names, both);
 
-        // Running: `pb` enforced first keeps the uid when `pa` arrives; `pa` is refused.
+        // Running: `pb` enforced first under u1; `pa` arrives and, first by name, takes u1 over:
+        // `pb` stays enforced, under its derived name, with the same rules.
         let mut dir = new_dir();
         let mut controller = LocalController::default();
         let first = dir.set("/p/a.yaml", Some(vec![policy_with_uid("pb", "u1", "web")]));
         let s = dir.pass(&mut controller, &[first]);
         assert_eq!(s.errors, Vec::<String>::new());
-        let enforced = s.network_policies.clone();
+        let pb_rules = s.network_policies[0].rules.clone();
         let copy = dir.set("/p/b.yaml", Some(vec![policy_with_uid("pa", "u1", "api")]));
         let s = dir.pass(&mut controller, &[copy]);
-        assert_eq!(s.network_policies, enforced);
-        assert_eq!(s.errors, [refused("pa", "/p/b.yaml", "pb", "/p/a.yaml")]);
+        assert_eq!(sorted_sources(&s), both);
+        let pb = s.network_policies.iter().find(|p| p.name == derived("pb").0);
+        assert_eq!(pb.map(|p| &p.rules), Some(&pb_rules));
+        assert_eq!(s.errors, [shares_u1("pb", "/p/a.yaml", "pa", "/p/b.yaml")]);
         // Reported on every pass while it lasts.
         let s = dir.pass(&mut controller, &[]);
-        assert_eq!(s.errors, [refused("pa", "/p/b.yaml", "pb", "/p/a.yaml")]);
-        // `pb` edited: it still holds the uid.
+        assert_eq!(s.errors, [shares_u1("pb", "/p/a.yaml", "pa", "/p/b.yaml")]);
+        // A copy sorting after `pa`: `pa`'s name and object do not change.
+        let pa = s.network_policies.iter().find(|p| p.name == "u1").cloned();
+        let later = dir.set("/p/c.yaml", Some(vec![policy_with_uid("pc", "u1", "db")]));
+        let s = dir.pass(&mut controller, &[later]);
+        assert_eq!(s.network_policies.iter().find(|p| p.name == "u1").cloned(), pa);
+        assert_eq!(
+            s.errors,
+            [
+                shares_u1("pb", "/p/a.yaml", "pa", "/p/b.yaml"),
+                shares_u1("pc", "/p/c.yaml", "pa", "/p/b.yaml")
+            ]
+        );
+        let gone = dir.set("/p/c.yaml", None);
+        dir.pass(&mut controller, &[gone]);
+        // `pb` edited: still under its derived name.
         let edited = dir.set("/p/a.yaml", Some(vec![policy_with_uid("pb", "u1", "db")]));
         let s = dir.pass(&mut controller, &[edited]);
-        assert_eq!(sources(&s), [("u1".to_string(), "pb".to_string())]);
-        assert_eq!(s.errors, [refused("pa", "/p/b.yaml", "pb", "/p/a.yaml")]);
-        // `pb` removed: `pa`, unchanged, takes over.
-        let gone = dir.set("/p/a.yaml", None);
+        assert_eq!(sorted_sources(&s), both);
+        assert_eq!(s.errors, [shares_u1("pb", "/p/a.yaml", "pa", "/p/b.yaml")]);
+        // `pa` removed: `pb`, unchanged, takes u1 back.
+        let gone = dir.set("/p/b.yaml", None);
         let s = dir.pass(&mut controller, &[gone]);
         assert_eq!(s.errors, Vec::<String>::new());
-        assert_eq!(sources(&s), [("u1".to_string(), "pa".to_string())]);
-        // `pb` back with its own uid: both enforced.
-        let back = dir.set("/p/a.yaml", Some(vec![policy_with_uid("pb", "u2", "web")]));
+        assert_eq!(sources(&s), [("u1".to_string(), "pb".to_string())]);
+        // `pa` back with its own uid: both under their uids.
+        let back = dir.set("/p/b.yaml", Some(vec![policy_with_uid("pa", "u2", "api")]));
         let s = dir.pass(&mut controller, &[back]);
         assert_eq!(s.errors, Vec::<String>::new());
         assert_eq!(
-            sources(&s),
+            sorted_sources(&s),
             [
-                ("u1".to_string(), "pa".to_string()),
-                ("u2".to_string(), "pb".to_string())
+                ("u1".to_string(), "pb".to_string()),
+                ("u2".to_string(), "pa".to_string())
             ]
         );
-        // `pb` takes u1 again while `pa` holds it: refused, `pa` unchanged.
-        let clash = dir.set("/p/a.yaml", Some(vec![policy_with_uid("pb", "u1", "web")]));
+        // `pa` takes u1 again: it holds it, `pb` is renamed, both enforced.
+        let clash = dir.set("/p/b.yaml", Some(vec![policy_with_uid("pa", "u1", "api")]));
         let s = dir.pass(&mut controller, &[clash]);
-        assert_eq!(sources(&s), [("u1".to_string(), "pa".to_string())]);
-        assert_eq!(s.errors, [refused("pb", "/p/a.yaml", "pa", "/p/b.yaml")]);
+        assert_eq!(sorted_sources(&s), both);
+        assert_eq!(s.errors, [shares_u1("pb", "/p/a.yaml", "pa", "/p/b.yaml")]);
+    }
+
+    /// A uid equal to the name another policy derives (copied from `translate`'s output): the
+    /// derived name stays with the policy it is derived from, and the one with the uid takes its
+    /// own derived name. No two controlplane policies ever share a name.
+    #[test]
+    fn a_uid_that_is_another_policys_derived_name_leaves_it_that_name() {
+        let taken = derived_name(&native_key(&policy("pd", "web")));
+        let mut dir = new_dir();
+        let mut controller = LocalController::default();
+        let first = dir.set("/p/a.yaml", Some(vec![policy_with_uid("pe", &taken, "api")]));
+        let s = dir.pass(&mut controller, &[first]);
+        assert_eq!(sources(&s), [(taken.clone(), "pe".to_string())]);
+        let other = dir.set("/p/b.yaml", Some(vec![policy("pd", "web")]));
+        let s = dir.pass(&mut controller, &[other]);
+        assert_eq!(sorted_sources(&s), {
+            let mut v = vec![(taken.clone(), "pd".to_string()), derived("pe")];
+            v.sort();
+            v
+        });
+        assert_eq!(s.errors.len(), 1, "{:#?}", s.errors);
+        assert!(
+            s.errors[0].starts_with(&format!(
+                "policy file /p/a.yaml: ClusterNetworkPolicy pe: metadata.uid {taken:?} is the name \
+                 derived for ClusterNetworkPolicy pd (policy file /p/b.yaml)"
+            )),
+            "{}",
+            s.errors[0]
+        );
+        let (_, _, warnings) = translate_files(
+            dir.files.iter().map(|(p, o)| (p.clone(), o.clone())).collect(),
+            &[],
+        );
+        assert_eq!(warnings, s.errors);
+    }
+
+    /// What generated directories pick from: one key with two contents, uids shared (with a
+    /// claimant sorting before the others, and one changing its uid), a uid that is another
+    /// policy's derived name, entities defined twice, a tier-less policy and a tiered one.
+    fn pool() -> Vec<NativeObject> {
+        let derived_p4 = derived_name(&native_key(&policy("p4", "web")));
+        vec![
+            policy_with_uid("p1", "u1", "web"),
+            policy_with_uid("p1", "u1", "api"),
+            policy_with_uid("p2", "u1", "web"),
+            policy_with_uid("p0", "u1", "db"),
+            policy_with_uid("p3", "u2", "db"),
+            policy_with_uid("p3", "u1", "api"),
+            policy("p4", "web"),
+            policy_with_uid("p5", &derived_p4, "api"),
+            entity("h1", "web", "10.0.0.1"),
+            entity("h1", "api", "10.0.0.1"),
+            entity("h2", "api", "10.0.0.2"),
+            object(
+                "apiVersion: crd.antrea.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata: {name: p6}\n\
+                 spec: {priority: 5, tier: t1, appliedTo: [{externalEntitySelector: {}}],\n\
+                 ingress: [{action: Drop, from: [{externalEntitySelector: {matchLabels: {app: web}}}]}]}\n",
+            ),
+            object("apiVersion: crd.antrea.io/v1beta1\nkind: Tier\nmetadata: {name: t1}\nspec: {priority: 100}\n"),
+        ]
+    }
+
+    /// What a fresh start (`translate_files`) makes of `dir`, as the agent's snapshot shows it:
+    /// the validated objects sorted by name, and every line (errors and warnings) sorted.
+    fn fresh_start(dir: &Files) -> PolicySnapshot {
+        let (t, errors, warnings) = translate_files(
+            dir.files.iter().map(|(p, o)| (p.clone(), o.clone())).collect(),
+            &[],
+        );
+        let mut s = PolicySnapshot::default();
+        for object in t.objects() {
+            match object.validate() {
+                Ok(ValidObject::NetworkPolicy(p)) => s.network_policies.push(p),
+                Ok(ValidObject::AddressGroup(g)) => s.address_groups.push(g),
+                Ok(ValidObject::AppliedToGroup(g)) => s.applied_to_groups.push(g),
+                Ok(other) => panic!("unexpected {other:?}"),
+                Err(e) => s
+                    .errors
+                    .push(format!("local controller: produced an invalid object: {e}")),
+            }
+        }
+        s.errors.extend(errors);
+        s.errors.extend(warnings);
+        sorted(s)
+    }
+
+    fn sorted(mut s: PolicySnapshot) -> PolicySnapshot {
+        s.network_policies.sort_by(|a, b| a.name.cmp(&b.name));
+        s.address_groups.sort_by(|a, b| a.name.cmp(&b.name));
+        s.applied_to_groups.sort_by(|a, b| a.name.cmp(&b.name));
+        s.errors.sort();
+        s
+    }
+
+    /// One pass's changes: (file number, its new objects as pool indices or `None`: removed).
+    fn pass_changes() -> impl Strategy<Value = Vec<(usize, Option<Vec<usize>>)>> {
+        let len = pool().len();
+        proptest::collection::vec(
+            (
+                0..3usize,
+                proptest::option::weighted(0.85, proptest::collection::vec(0..len, 0..4)),
+            ),
+            1..3,
+        )
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+
+        /// No history: after any sequence of directory states applied pass by pass, the running
+        /// agent's local controller holds what a fresh start (a restarted agent, `translate`)
+        /// makes of the directory's current state: the same controlplane objects and the same
+        /// lines, at every step.
+        #[test]
+        fn the_running_agent_holds_what_a_fresh_start_makes_of_the_directory(
+            passes in proptest::collection::vec(pass_changes(), 1..7)
+        ) {
+            let pool = pool();
+            let mut dir = new_dir();
+            let mut controller = LocalController::default();
+            for changes in passes {
+                // One change per file and pass, the last one generated.
+                let changes: BTreeMap<usize, Option<Vec<usize>>> = changes.into_iter().collect();
+                let changed: Vec<ChangedFile> = changes
+                    .into_iter()
+                    .map(|(file, objects)| {
+                        let objects = objects.map(|o| o.iter().map(|i| pool[*i].clone()).collect());
+                        dir.set(["/p/a.yaml", "/p/b.yaml", "/p/c.yaml"][file], objects)
+                    })
+                    .collect();
+                let running = sorted(dir.pass(&mut controller, &changed));
+                prop_assert_eq!(&running, &fresh_start(&dir));
+                prop_assert_eq!(&running.errors, &sorted(dir.pass(&mut controller, &[])).errors);
+            }
+        }
     }
 }

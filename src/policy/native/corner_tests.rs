@@ -1084,7 +1084,7 @@ fn the_first_tier_created_is_kept_as_tier_validator_create_validate() {
                 .or_default()
                 .extend(tier_and_policy(tier, 120, created));
         }
-        let (t, errors) = translate_files(by_path.into_iter().collect(), &local());
+        let (t, errors, warnings) = translate_files(by_path.into_iter().collect(), &local());
         let refused = if kept == "alpha" { "beta" } else { "alpha" };
         let enforced: Vec<(&str, Option<i32>)> = t
             .network_policies
@@ -1118,6 +1118,7 @@ fn the_first_tier_created_is_kept_as_tier_validator_create_validate() {
             ],
             "{case}"
         );
+        assert!(warnings.is_empty(), "{case}: {warnings:?}");
     }
 }
 

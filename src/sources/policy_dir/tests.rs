@@ -490,34 +490,44 @@ fn antrea_native_objects_are_translated_next_to_controlplane_ones() {
     assert_eq!(names(&s).0, vec!["web"]);
 }
 
+/// An Antrea-native object defined in two files is the definition of the file last in path
+/// order, as `kubectl apply -f DIR` (files applied in lexical order, the last apply winning)
+/// leaves it, with a warning: a function of the directory alone, so a restart keeps it.
 #[test]
-fn an_antrea_native_policy_defined_twice_keeps_the_version_enforced_before() {
+fn an_antrea_native_policy_defined_twice_is_the_last_files_definition() {
     let mut l = Loader::default();
     db_node(&mut l);
     let s = build(&mut l, &[("annp.yaml", ANNP), ("inventory.yaml", FRONT)]);
     assert_eq!(s.errors, Vec::<String>::new());
     assert_eq!(names(&s).0, vec![annp1().as_str()]);
-    let before = s.network_policies[0].clone();
+    let ports = |s: &PolicySnapshot| format!("{:?}", s.network_policies[0].rules);
 
-    // A copy with another port lands in a second file: the first stays enforced as it was.
+    // A copy with another port lands in a second file, after annp.yaml: the copy is used.
     let copy = ANNP.replace("port: 22", "port: 2222");
-    let s = build(
-        &mut l,
-        &[
-            ("annp.yaml", ANNP),
-            ("copy.yaml", &copy),
-            ("inventory.yaml", FRONT),
-        ],
-    );
+    let both = [
+        ("annp.yaml", ANNP),
+        ("copy.yaml", copy.as_str()),
+        ("inventory.yaml", FRONT),
+    ];
+    let s = build(&mut l, &both);
     assert_eq!(s.errors.len(), 1, "{:#?}", s.errors);
     assert!(
-        s.errors[0].contains("is defined more than once: a conflict; keeping the version enforced"),
+        s.errors[0].contains(
+            "is defined in more than one file: the definition in /p/copy.yaml (the last file in path \
+             order) is used"
+        ),
         "{}",
         s.errors[0]
     );
-    assert_eq!(s.network_policies, vec![before.clone()]);
+    assert_eq!(s.network_policies.len(), 1);
+    assert!(ports(&s).contains("2222"), "{}", ports(&s));
 
-    // Editing one of the two copies changes nothing while the conflict lasts.
+    // A fresh start (a restarted agent) makes the same of the same directory.
+    let mut fresh = Loader::default();
+    db_node(&mut fresh);
+    assert_eq!(build(&mut fresh, &both), s);
+
+    // Editing the earlier file changes nothing; editing the later one is used.
     let edited = ANNP.replace("port: 22", "port: 2200");
     let s = build(
         &mut l,
@@ -527,23 +537,21 @@ fn an_antrea_native_policy_defined_twice_keeps_the_version_enforced_before() {
             ("inventory.yaml", FRONT),
         ],
     );
-    assert_eq!(s.network_policies, vec![before]);
-
-    // One definition left: it is used.
-    let s = build(&mut l, &[("copy.yaml", &copy), ("inventory.yaml", FRONT)]);
-    assert_eq!(s.errors, Vec::<String>::new());
-    let rule_ports = format!("{:?}", s.network_policies[0].rules);
-    assert!(rule_ports.contains("2222"), "{rule_ports}");
-
-    // Two new definitions of a name never enforced: neither is used, and it is said.
-    let mut fresh = Loader::default();
-    let s = build(&mut fresh, &[("annp.yaml", ANNP), ("copy.yaml", &copy)]);
-    assert!(s.network_policies.is_empty());
-    assert!(
-        s.errors[0].contains("none of the definitions is used"),
-        "{}",
-        s.errors[0]
+    assert!(ports(&s).contains("2222"), "{}", ports(&s));
+    let s = build(
+        &mut l,
+        &[
+            ("annp.yaml", &edited),
+            ("copy.yaml", &edited),
+            ("inventory.yaml", FRONT),
+        ],
     );
+    assert!(ports(&s).contains("2200"), "{}", ports(&s));
+
+    // One definition left: it is used, without a warning.
+    let s = build(&mut l, &[("annp.yaml", ANNP), ("inventory.yaml", FRONT)]);
+    assert_eq!(s.errors, Vec::<String>::new());
+    assert!(!ports(&s).contains("2222"), "{}", ports(&s));
 }
 
 #[test]
@@ -560,8 +568,8 @@ fn an_antrea_native_object_moved_between_files_stays_enforced() {
     assert_eq!(s.errors, Vec::<String>::new());
     assert_eq!(s.network_policies, enforced);
 
-    // Moved in two steps, copied first: a conflict while both files hold it, the version
-    // enforced stays; the copy alone once the first file is deleted.
+    // Moved in two steps, copied first: a warning while both files hold it (the same
+    // definition, so nothing changes); the copy alone once the first file is deleted.
     let s = build(
         &mut l,
         &[
@@ -573,8 +581,8 @@ fn an_antrea_native_object_moved_between_files_stays_enforced() {
     assert_eq!(s.errors.len(), 1, "{:#?}", s.errors);
     assert!(
         s.errors[0].starts_with(
-            "policy files /p/again.yaml, /p/moved.yaml: NetworkPolicy vm-ns/annp1 is defined more \
-                 than once: a conflict; keeping the version enforced"
+            "policy files /p/again.yaml, /p/moved.yaml: NetworkPolicy vm-ns/annp1 is defined in \
+             more than one file: the definition in /p/moved.yaml (the last file in path order) is used"
         ),
         "{}",
         s.errors[0]
