@@ -250,7 +250,7 @@ fn bad_policy_files_never_weaken_enforcement_nor_wedge_the_agent() {
     assert_drop_holds(&lab, "with the file emptied");
     write_policy(&lab, "10-drop.yaml", &drop_policy());
 
-    // The same name in a lexically earlier file, allowing: a conflict, the Drop stays.
+    // The same name in a lexically earlier file, allowing: the last file's Drop stays.
     write_policy(
         &lab,
         "05-allow.yaml",
@@ -258,9 +258,10 @@ fn bad_policy_files_never_weaken_enforcement_nor_wedge_the_agent() {
     );
     agent.wait_for_log(
         &format!(
-            "policy file {}: NetworkPolicy uid-drop is defined also in {}: a conflict; keeping the \
-             version enforced before the conflict until only one definition is left",
+            "policy files {}, {}: NetworkPolicy uid-drop is defined in more than one file: the \
+             last definition, in {} (the last file in path order), is used",
             log_name("05-allow.yaml"),
+            log_name("10-drop.yaml"),
             log_name("10-drop.yaml")
         ),
         Duration::from_secs(20),

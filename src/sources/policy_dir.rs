@@ -852,13 +852,12 @@ fn is_json_file(path: &Path) -> bool {
 }
 
 /// Builds snapshots, remembering per file the objects last loaded from it, and per object name
-/// the version last enforced (what stays in force while two files define the name).
+/// the version last enforced.
 #[derive(Debug, Default)]
 struct Loader {
     files: BTreeMap<PathBuf, LoadedFile>,
     enforced: BTreeMap<ObjectKey, ValidObject>,
-    /// The local controller, holding the Antrea-native definitions last translated (kept
-    /// through a conflict).
+    /// The local controller, holding the Antrea-native definitions last translated.
     native: LocalController,
     /// The local ExternalNode's ExternalEntities, for the local controller.
     node: LocalNode,
@@ -962,36 +961,39 @@ impl Loader {
         let mut snapshot = PolicySnapshot::default();
         let mut enforced = BTreeMap::new();
         for (key, definitions) in self.definitions() {
+            // Defined more than once (in several files, or twice in one): the last definition
+            // in path order, then file order, is used, as for Antrea-native objects
+            // (`native_policies::conflict_warning`): a function of the directory alone, so a
+            // restarted agent enforces what the running one did, and never neither.
             let object = match definitions.as_slice() {
+                [] => None,
                 [(_, object)] => Some((*object).clone()),
-                _ => {
-                    let kept = self.enforced.get(&key).cloned();
-                    let outcome = if kept.is_some() {
-                        "keeping the version enforced before the conflict"
-                    } else {
-                        "none of them is enforced"
-                    };
+                [.., (last_path, last)] => {
+                    let mut files: Vec<String> = Vec::new();
                     for (path, _) in &definitions {
-                        let others: Vec<String> = definitions
-                            .iter()
-                            .filter(|(p, _)| p != path)
-                            .map(|(p, _)| p.display().to_string())
-                            .collect();
-                        let elsewhere = if others.is_empty() {
-                            "more than once in the same file".to_string()
-                        } else {
-                            format!("also in {}", others.join(", "))
-                        };
-                        errors.push(format!(
-                            "policy file {}: {} {} is defined {elsewhere}: a conflict; {outcome} \
-                             until only one definition is left",
-                            path.display(),
-                            key.0,
-                            key.1,
-                        ));
+                        let shown = path.display().to_string();
+                        if files.last() != Some(&shown) {
+                            files.push(shown);
+                        }
                     }
-                    errors.dedup();
-                    kept
+                    let place = if files.len() == 1 {
+                        format!(
+                            "policy file {}: {} {} is defined more than once in the file",
+                            files[0], key.0, key.1
+                        )
+                    } else {
+                        format!(
+                            "policy files {}: {} {} is defined in more than one file",
+                            files.join(", "),
+                            key.0,
+                            key.1
+                        )
+                    };
+                    errors.push(format!(
+                        "{place}: the last definition, in {} (the last file in path order), is used",
+                        last_path.display()
+                    ));
+                    Some((*last).clone())
                 }
             };
             let Some(object) = object else { continue };

@@ -287,52 +287,47 @@ fn fingerprints_tell_text_changes_without_keeping_the_text() {
 }
 
 #[test]
-fn a_name_defined_in_two_files_keeps_the_enforced_version_never_the_file_order() {
+fn a_name_defined_twice_is_the_last_definition_in_path_order_running_or_restarted() {
     let mut l = Loader::default();
     // Only z.yaml defines `web`: it is enforced.
     let s = build(&mut l, &[("z.yaml", NP)]);
-    let enforced = s.network_policies.clone();
-    // a.yaml (earlier in file order) defines it too, differently: a conflict reported for
-    // both files, and z.yaml's version stays.
+    let z_version = s.network_policies.clone();
+    // a.yaml (earlier in path order) defines it too, differently: z.yaml's version is used, with
+    // one line naming both files.
     let other = NP.replace("action: Allow", "action: Drop");
     let s = build(&mut l, &[("a.yaml", &other), ("z.yaml", NP)]);
-    assert_eq!(s.network_policies, enforced);
+    assert_eq!(s.network_policies, z_version);
     assert_eq!(
         s.errors,
         [
-            "policy file /p/a.yaml: NetworkPolicy web is defined also in /p/z.yaml: a conflict; \
-                 keeping the version enforced before the conflict until only one definition is left",
-            "policy file /p/z.yaml: NetworkPolicy web is defined also in /p/a.yaml: a conflict; \
-                 keeping the version enforced before the conflict until only one definition is left",
+            "policy files /p/a.yaml, /p/z.yaml: NetworkPolicy web is defined in more than one file: \
+          the last definition, in /p/z.yaml (the last file in path order), is used"
         ]
     );
-    // z.yaml changes its version during the conflict: still the version enforced before.
-    let s = build(
-        &mut l,
-        &[
-            ("a.yaml", &other),
-            ("z.yaml", &NP.replace("priority: 5", "priority: 6")),
-        ],
-    );
-    assert_eq!(s.network_policies, enforced);
+    // A restarted agent makes the same of the same directory.
+    let fresh = build(&mut Loader::default(), &[("a.yaml", &other), ("z.yaml", NP)]);
+    assert_eq!(fresh.network_policies, z_version);
+    assert_eq!(fresh.errors, s.errors);
+    // z.yaml changes its version during the conflict: the new one is used.
+    let changed = NP.replace("priority: 5", "priority: 6");
+    let s = build(&mut l, &[("a.yaml", &other), ("z.yaml", &changed)]);
+    let alone = build(&mut Loader::default(), &[("x.yaml", &changed)]);
+    assert_eq!(s.network_policies, alone.network_policies);
     // Resolved by removing it from z.yaml: a.yaml's version is the only one, enforced.
     let s = build(&mut l, &[("a.yaml", &other), ("z.yaml", ATG)]);
     assert!(s.errors.is_empty(), "{:?}", s.errors);
     let alone = build(&mut Loader::default(), &[("x.yaml", &other)]);
     assert_eq!(s.network_policies, alone.network_policies);
-    // A conflict with nothing enforced before (both new, or twice in one file): neither.
-    let mut l = Loader::default();
-    let s = build(&mut l, &[("a.yaml", ATG), ("b.yaml", ATG)]);
-    assert!(s.applied_to_groups.is_empty());
-    assert!(s.errors[0].ends_with("none of them is enforced until only one definition is left"));
-    let mut l = Loader::default();
-    let s = build(&mut l, &[("a.yaml", &format!("{ATG}---\n{ATG}"))]);
-    assert!(s.applied_to_groups.is_empty());
+    // Both new, or twice in one file: never neither.
+    let s = build(&mut Loader::default(), &[("a.yaml", ATG), ("b.yaml", ATG)]);
+    assert_eq!(s.applied_to_groups.len(), 1);
+    let s = build(&mut Loader::default(), &[("a.yaml", &format!("{ATG}---\n{ATG}"))]);
+    assert_eq!(s.applied_to_groups.len(), 1);
     assert_eq!(
         s.errors,
         [
-            "policy file /p/a.yaml: AppliedToGroup vm1 is defined more than once in the same file: \
-              a conflict; none of them is enforced until only one definition is left"
+            "policy file /p/a.yaml: AppliedToGroup vm1 is defined more than once in the file: the last \
+          definition, in /p/a.yaml (the last file in path order), is used"
         ]
     );
 }
