@@ -105,7 +105,7 @@ fn translate(paths: &[PathBuf], external_node: Option<&Path>) -> ExitCode {
     for e in &errors {
         eprintln!("error: {e}");
     }
-    for w in &translated.warnings {
+    for w in translated.warnings.iter().chain(&translated.cluster_warnings) {
         eprintln!("warning: {w}");
     }
     if translated.controlplane_objects > 0 {
@@ -139,7 +139,7 @@ fn compile(path: &Path, policies: &[PathBuf], external_node: Option<&Path>) -> E
     let mut extra = Vec::new();
     if !policies.is_empty() {
         let translated = translate_paths(policies, external_node);
-        for w in &translated.warnings {
+        for w in translated.warnings.iter().chain(&translated.cluster_warnings) {
             eprintln!("warning: {w}");
         }
         let errors = translated.all_errors();

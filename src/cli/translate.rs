@@ -30,6 +30,10 @@ pub struct TranslatedFiles {
     /// twice in one file (the last definition is used) or in several files (the last file's, in
     /// path order), policies sharing a `metadata.uid` (all enforced, under distinct names).
     pub warnings: Vec<String>,
+    /// What the agent enforces although a cluster would refuse the object as written
+    /// (`native::cluster_warnings`: a field the Go type has and the CRD schema lacks, a name
+    /// the apiserver refuses): said by `translate` and `compile` only, for review in CI.
+    pub cluster_warnings: Vec<String>,
     /// How many valid controlplane objects the input held (not translated).
     pub controlplane_objects: usize,
 }
@@ -111,7 +115,16 @@ pub fn translate_paths(paths: &[PathBuf], external_node: Option<&Path>) -> Trans
                 // Told apart as the agent tells them (`is_native`): an object of another Antrea
                 // API group is refused by `decode`, never counted as controlplane.
                 let decoded = if native::is_native(&value) {
-                    native::decode(value).map(Some)
+                    let warnings = native::cluster_warnings(&value);
+                    let decoded = native::decode(value);
+                    if decoded.is_ok() {
+                        out.cluster_warnings.extend(
+                            warnings
+                                .into_iter()
+                                .map(|w| format!("policy file {}: object {}: {w}", file.display(), i + 1)),
+                        );
+                    }
+                    decoded.map(Some)
                 } else {
                     controlplane_object(value).map(|()| None)
                 };
@@ -325,6 +338,30 @@ mod tests {
         assert_eq!(s.errors, out.warnings);
         assert_eq!(s.network_policies.len(), 1);
         assert_eq!(s.network_policies[0].priority, Some(6.0));
+    }
+
+    /// An ACNP's `externalEntitySelector` is in its Go type but not in its CRD schema: the agent
+    /// enforces it, `translate` says a cluster would refuse it (strict field validation), and
+    /// the agent's own reading reports nothing, so the two still agree on errors.
+    #[test]
+    fn a_field_the_crd_schema_lacks_is_translated_with_a_cluster_warning() {
+        let (_tmp, dir, node) = directory(&[("a.yaml", vec![POOL[0]])]);
+        let out = translate_paths(std::slice::from_ref(&dir), Some(&node));
+        assert_eq!(out.all_errors(), Vec::<String>::new());
+        assert!(out.warnings.is_empty());
+        assert_eq!(out.translation.network_policies.len(), 1);
+        let prefix = format!(
+            "policy file {}: object 1: ClusterNetworkPolicy p1: a cluster would refuse this object: \
+             strict decoding error: unknown field",
+            dir.join("a.yaml").display()
+        );
+        assert_eq!(out.cluster_warnings.len(), 2, "{:#?}", out.cluster_warnings);
+        assert!(out.cluster_warnings[0]
+            .starts_with(&format!("{prefix} \"spec.appliedTo[0].externalEntitySelector\"")));
+        assert!(out.cluster_warnings[1].starts_with(&format!(
+            "{prefix} \"spec.ingress[0].from[0].externalEntitySelector\""
+        )));
+        assert!(agent(&dir, &node).errors.is_empty());
     }
 
     fn file() -> impl Strategy<Value = Vec<usize>> {

@@ -33,6 +33,16 @@ pub const DEFAULT_TIERS: [(&str, i32); 6] = [
     ("baseline", 253),
 ];
 
+/// The names of the static tiers of old releases, still accepted for the default tiers.
+const STATIC_TIER_NAMES: [&str; 6] = [
+    "Emergency",
+    "SecurityOps",
+    "NetworkOps",
+    "Platform",
+    "Application",
+    "Baseline",
+];
+
 /// The tier of a policy that names none.
 const DEFAULT_TIER_PRIORITY: i32 = 250;
 
@@ -493,9 +503,13 @@ impl<'a> Controller<'a> {
         if tier.is_empty() {
             return Ok(DEFAULT_TIER_PRIORITY);
         }
-        // Antrea lowercases the names of the static tiers of old releases.
+        // The static tiers of Antrea 0.9 were named `Emergency`, `SecurityOps`, `NetworkOps`,
+        // `Platform`, `Application` and `Baseline`; antrea-controller still takes exactly these
+        // spellings (`validateTierForPolicy` accepts them, `getTierPriority` lowercases them to
+        // the Tier's name). Any other spelling (`APPLICATION`, `networkOps`) names a Tier
+        // that does not exist, and the webhook refuses the policy.
         let lower = tier.to_ascii_lowercase();
-        let name = if DEFAULT_TIERS.iter().any(|(n, _)| *n == lower) {
+        let name = if STATIC_TIER_NAMES.contains(&tier) {
             lower.as_str()
         } else {
             tier

@@ -189,6 +189,41 @@ fn parse_kind(kind: &str) -> Option<NativeKind> {
     .find(|k| k.as_str() == kind)
 }
 
+/// What a cluster would refuse in `value` although the agent enforces it, one line each,
+/// naming the object: a name or namespace the apiserver refuses ([`check_names`]), and the
+/// fields its Go type has and its CRD schema does not ([`super::schema::unknown_fields`]).
+/// For `translate` to print beside its output; call it on an object that [`decode`] accepts.
+pub fn cluster_warnings(value: &Value) -> Vec<String> {
+    let (kind, namespace, name) = raw_key_text(value);
+    let Some(kind) = parse_kind(&kind) else {
+        return Vec::new();
+    };
+    let meta = Meta {
+        name,
+        namespace,
+        ..Meta::default()
+    };
+    let object = describe(kind, &meta);
+    let mut out = Vec::new();
+    if let Err(e) = check_names(kind, &meta) {
+        out.push(format!(
+            "{object}: a cluster would refuse this object: {e}; the agent takes the name as written"
+        ));
+    }
+    out.extend(
+        super::schema::unknown_fields(kind, value.get("spec"))
+            .into_iter()
+            .map(|e| {
+                format!(
+                    "{object}: a cluster would refuse this object: {e} (not in the CRD schema: \
+                     `kubectl apply` refuses it, a client without strict field validation has it \
+                     dropped); the agent enforces the field as antrea-controller's code reads it"
+                )
+            }),
+    );
+    out
+}
+
 /// Decodes and checks one object. The error names the object and the field.
 pub fn decode(value: Value) -> Result<NativeObject, String> {
     let api = value
@@ -251,6 +286,8 @@ pub fn decode(value: Value) -> Result<NativeObject, String> {
             .map_err(|e| format!("{object}: metadata.labels: Invalid value: {v:?}: {e}"))?;
     }
     let spec = envelope.spec.unwrap_or(Value::Object(Default::default()));
+    // The apiserver's CRD schema checks come before the webhook's.
+    super::schema::check(kind, Some(&spec)).map_err(|e| format!("{object}: {e}"))?;
     let bad = |e: serde_json::Error| format!("{object}: spec: {e}");
     match kind {
         NativeKind::NetworkPolicy | NativeKind::ClusterNetworkPolicy => {
@@ -309,6 +346,39 @@ pub fn decode(value: Value) -> Result<NativeObject, String> {
     }
 }
 
+/// The apiserver's `ValidateObjectMeta` of the names: a Namespace's name and any object's
+/// namespace are DNS labels, the name of a custom resource a DNS subdomain. Only warned about
+/// (by `translate`): names are looked up exactly, so an uppercase name refers to the same
+/// object everywhere in the files and opens nothing, and refusing would drop the deny rules
+/// of files written with the camelCase names of Antrea's own unit tests.
+fn check_names(kind: NativeKind, meta: &Meta) -> Result<(), String> {
+    const LABEL: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric \
+                         characters or '-', and must start and end with an alphanumeric character \
+                         (e.g. 'my-name',  or '123-abc', regex used for validation is \
+                         '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+    const SUBDOMAIN: &str = "a lowercase RFC 1123 subdomain must consist of lower case \
+                             alphanumeric characters, '-' or '.', and must start and end with an \
+                             alphanumeric character (e.g. 'example.com', regex used for validation \
+                             is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+    if kind == NativeKind::Namespace {
+        if !super::selector::is_dns_label(&meta.name) {
+            return Err(format!("metadata.name: Invalid value: {:?}: {LABEL}", meta.name));
+        }
+    } else if !super::selector::is_dns_subdomain(&meta.name) {
+        return Err(format!(
+            "metadata.name: Invalid value: {:?}: {SUBDOMAIN}",
+            meta.name
+        ));
+    }
+    if !meta.namespace.is_empty() && !super::selector::is_dns_label(&meta.namespace) {
+        return Err(format!(
+            "metadata.namespace: Invalid value: {:?}: {LABEL}",
+            meta.namespace
+        ));
+    }
+    Ok(())
+}
+
 /// What standalone mode has no objects for: refused rather than silently matching nothing.
 const NO_CLUSTER: &str = "is not supported in standalone mode (there are no Pods, Nodes, Services or \
                           ServiceAccounts without a cluster)";
@@ -346,7 +416,10 @@ fn check_policy(spec: &PolicySpec) -> Result<(), String> {
             None => return Err(format!("{at}.action: Required value")),
         }
     }
-    if spec.tier.eq_ignore_ascii_case("baseline") {
+    // `validateTierForPassAction` compares the lowercased name, but only after
+    // `validateTierForPolicy` refused any tier that does not exist: of the spellings of
+    // "baseline", only the Tier's name and the old static name `Baseline` get this far.
+    if matches!(spec.tier.as_str(), "baseline" | "Baseline") {
         for (at, _, rule) in rules() {
             if rule.action.as_deref() == Some("Pass") {
                 return Err(format!(
@@ -400,9 +473,7 @@ fn check_policy(spec: &PolicySpec) -> Result<(), String> {
     for (at, ingress, rule) in rules() {
         check_multicast_and_igmp(ingress, rule).map_err(|e| format!("{at}: {e}"))?;
         check_ports(rule).map_err(|e| format!("{at}.ports: {e}"))?;
-        if !rule.l7_protocols.is_empty() && rule.action.as_deref() != Some("Allow") {
-            return Err(format!("{at}.l7Protocols: layer 7 protocols only support Allow"));
-        }
+        check_l7(rule).map_err(|e| format!("{at}.l7Protocols: {e}"))?;
     }
     Ok(())
 }
@@ -425,7 +496,9 @@ fn check_applied_to(spec: &PolicySpec) -> Result<(), String> {
     if in_rules > 0 && in_rules != spec.ingress.len() + spec.egress.len() {
         return Err("appliedTo field should either be set in all rules or in none of them".into());
     }
-    let check = |at: &str, list: &[AppliedTo]| -> Result<(), String> {
+    // `egress` is whether the entries apply egress rules (a policy's with any egress rule).
+    let check = |at: &str, list: &[AppliedTo], egress: bool| -> Result<(), String> {
+        let services = list.iter().filter(|a| a.service.is_some()).count();
         for (i, a) in list.iter().enumerate() {
             let here = format!("{at}[{i}]");
             let set = [
@@ -460,6 +533,9 @@ fn check_applied_to(spec: &PolicySpec) -> Result<(), String> {
                     "{here}: service cannot be set with other peers in appliedTo"
                 ));
             }
+            if a.service.is_some() && egress {
+                return Err(format!("{here}: egress rule cannot be applied to Services"));
+            }
             for (field, sel) in [
                 ("podSelector", &a.pod_selector),
                 ("namespaceSelector", &a.namespace_selector),
@@ -473,14 +549,41 @@ fn check_applied_to(spec: &PolicySpec) -> Result<(), String> {
             // What selects Pods, Nodes or Services is accepted, as Antrea accepts it, and
             // selects nothing here: see `outside_vm`.
         }
+        if services > 0 && services < list.len() {
+            return Err(format!(
+                "{at}: a rule/policy cannot be applied to Services and other peers at the same time"
+            ));
+        }
         Ok(())
     };
-    check("spec.appliedTo", &spec.applied_to)?;
+    check("spec.appliedTo", &spec.applied_to, !spec.egress.is_empty())?;
     for (i, r) in spec.ingress.iter().enumerate() {
-        check(&format!("spec.ingress[{i}].appliedTo"), &r.applied_to)?;
+        check(&format!("spec.ingress[{i}].appliedTo"), &r.applied_to, false)?;
     }
     for (i, r) in spec.egress.iter().enumerate() {
-        check(&format!("spec.egress[{i}].appliedTo"), &r.applied_to)?;
+        check(&format!("spec.egress[{i}].appliedTo"), &r.applied_to, true)?;
+    }
+    // `validateAppliedToServiceIngressPeer`: what is applied to Services (judged by the first
+    // entry) takes ingress from ipBlocks alone.
+    let to_service = |list: &[AppliedTo]| list.first().is_some_and(|a| a.service.is_some());
+    for (i, r) in spec.ingress.iter().enumerate() {
+        if !(to_service(&spec.applied_to) || to_service(&r.applied_to)) {
+            continue;
+        }
+        for (p, peer) in r.from.iter().enumerate() {
+            let only_ip_block = peer.ip_block.is_some()
+                && *peer
+                    == Peer {
+                        ip_block: peer.ip_block.clone(),
+                        ..Peer::default()
+                    };
+            if !only_ip_block {
+                return Err(format!(
+                    "spec.ingress[{i}].from[{p}]: a rule/policy that is applied to Services can only \
+                     use ipBlock to select workloads"
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -492,6 +595,18 @@ fn check_peer(ingress: bool, peer: &Peer) -> Result<(), String> {
             "namespaces and namespaceSelector cannot be set at the same time for a single NetworkPolicyPeer"
                 .into(),
         );
+    }
+    if let Some(ns) = &peer.namespaces {
+        if !ns.match_type.is_empty() && !ns.same_labels.is_empty() {
+            return Err(
+                "namespaces: only one matching criteria can be specified in a single peer namespaces field"
+                    .into(),
+            );
+        }
+        for key in &ns.same_labels {
+            check_label_key(key)
+                .map_err(|_| format!("namespaces: Invalid label key in sameLabels rule: {key}"))?;
+        }
     }
     if let Some(ipb) = &peer.ip_block {
         check_ip_block(ipb).map_err(|e| format!("ipBlock: {e}"))?;
@@ -712,7 +827,35 @@ fn check_multicast_and_igmp(ingress: bool, rule: &Rule) -> Result<(), String> {
     Ok(())
 }
 
-/// `validatePort`, plus the CRD schema's port ranges.
+/// `validateL7Protocols` for one rule (minus its feature-gate check).
+fn check_l7(rule: &Rule) -> Result<(), String> {
+    if rule.l7_protocols.is_empty() {
+        return Ok(());
+    }
+    if rule.action.as_deref() != Some("Allow") {
+        return Err("layer 7 protocols only support Allow".into());
+    }
+    if !rule.to_services.as_deref().unwrap_or_default().is_empty() {
+        return Err("layer 7 protocols can not be used with toServices".into());
+    }
+    if !rule.l7_protocols.iter().any(|p| p.http.is_some()) {
+        return Ok(());
+    }
+    if rule
+        .ports
+        .iter()
+        .flatten()
+        .any(|p| p.protocol.as_deref().is_some_and(|p| p != "TCP"))
+    {
+        return Err("HTTP protocol can only be used when layer 4 protocol is TCP or unset".into());
+    }
+    if !rule.protocols.as_deref().unwrap_or_default().is_empty() {
+        return Err("HTTP protocol can not be used with protocol IGMP or ICMP".into());
+    }
+    Ok(())
+}
+
+/// `validatePort`, plus the port ranges this agent adds (the CRD schema has none).
 fn check_ports(rule: &Rule) -> Result<(), String> {
     for (i, port) in rule.ports.iter().flatten().enumerate() {
         if let Some(p) = &port.protocol {

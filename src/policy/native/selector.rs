@@ -129,7 +129,14 @@ fn is_name_part(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
-fn is_dns_subdomain(s: &str) -> bool {
+/// `validation.IsDNS1123Label`: at most 63 lowercase letters, digits and `-`, starting and
+/// ending with a letter or digit.
+pub fn is_dns_label(s: &str) -> bool {
+    s.len() <= 63 && !s.contains('.') && is_dns_subdomain(s)
+}
+
+/// `validation.IsDNS1123Subdomain`.
+pub fn is_dns_subdomain(s: &str) -> bool {
     s.len() <= 253
         && s.split('.').all(|label| {
             let b = label.as_bytes();
