@@ -1173,8 +1173,15 @@ fn load_file(
             Decoded::Controlplane { key, object } => (key, object),
             Decoded::Native(doc) => {
                 let key = native_raw_key(&doc);
+                // What a cluster would refuse but the agent enforces (a field the CRD schema
+                // lacks, a name that is not a DNS name): logged once per read of the file, as
+                // `translate` prints it; not an error, since the object is enforced.
+                let cluster_warnings = crate::policy::native::cluster_warnings(&doc);
                 match decode_native(doc) {
                     Ok(object) => {
+                        for warning in cluster_warnings {
+                            tracing::warn!("policy file {}: object {}: {warning}", path.display(), i + 1);
+                        }
                         if let Some((key, elements)) = piece {
                             let slot = Slot::Native(native_out.len());
                             pieces.insert(key, Piece { elements, slot });
