@@ -788,6 +788,9 @@ impl State {
             .selectors()
             .iter()
             .filter(|s| !s.contains('*') && !before.contains(s.as_str()))
+            // A selector no name can have (a trailing dot, an empty label) matches nothing:
+            // nothing to ask.
+            .filter(|s| crate::policy::fqdn_selector::can_match(s))
             .filter(|s| !self.cache.contains(s) && !self.schedule.contains(s))
             .filter(|s| !self.rule_names.contains(*s))
             .cloned()

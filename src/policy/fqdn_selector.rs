@@ -10,19 +10,17 @@
 //! regular expression `.*`). So `*foobar.com` matches `foobar.com`, `www.foobar.com` and
 //! `a.b.foobar.com`; `*.foobar.com` matches the last two only; `*` alone matches every name
 //! (antrea-controller's webhook accepts it, and the agent's `toRegex` makes it `^.*$`).
-//! Matching is case-insensitive and ignores one trailing dot (DNS names on the wire are
-//! absolute).
+//! Matching is case-insensitive. Names lose their trailing dot before matching (DNS names on the
+//! wire are absolute; Antrea's agent trims it in `parseDNSResponse`), selectors keep theirs: a
+//! selector written with a trailing dot (`example.com.`, `*.`, `.`), or with an empty label
+//! (`a..b`), is accepted as antrea-controller's webhook accepts it and, as in Antrea, matches no
+//! name. Refusing it would refuse the policy, and with it the policy's other Drop rules.
 
 /// Why a selector is refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SelectorError {
     #[error("empty name")]
     Empty,
-    #[error(
-        "{0:?} has only wildcards and ends with a dot: Antrea matches it against names without \
-         their trailing dot, so it matches no name, where this agent would read it as every name"
-    )]
-    OnlyWildcards(String),
     #[error("{0:?} is not a DNS name: {1}")]
     Invalid(String, &'static str),
 }
@@ -32,27 +30,28 @@ pub fn normalize(name: &str) -> String {
     name.trim_end_matches('.').to_ascii_lowercase()
 }
 
-/// Checks a selector as written in a policy.
+/// A normalized selector: lower case, its dots as written (see the module's header: a trailing
+/// dot makes it match no name, as in Antrea's agent, which lowercases the selector in
+/// `fqdnToSelectorItem` and matches it against names without their trailing dot).
+pub fn normalize_selector(selector: &str) -> String {
+    selector.to_ascii_lowercase()
+}
+
+/// Whether a normalized selector can match any name: not with a leading or trailing dot, nor an
+/// empty label (no name has them). Such a selector is kept, matching nothing; the FQDN module
+/// does not query DNS for it.
+pub fn can_match(selector: &str) -> bool {
+    !selector.is_empty() && !selector.starts_with('.') && !selector.ends_with('.') && !selector.contains("..")
+}
+
+/// Checks a selector as written in a policy: antrea-controller's webhook
+/// (`validateFQDNSelectors`) checks only its characters; `_` is accepted too, as names may
+/// carry it (SRV-style labels), and Antrea's agent accepts whatever the controller sends.
 pub fn validate(selector: &str) -> Result<(), SelectorError> {
-    let s = selector.trim_end_matches('.');
-    if s.is_empty() {
+    if selector.is_empty() {
         return Err(SelectorError::Empty);
     }
-    // `*` (or `*.*`) is accepted as antrea-controller's webhook accepts it
-    // (`validateFQDNSelectors` checks the characters only) and means what Antrea's agent makes
-    // of it (`fqdnToSelectorItem`, `toRegex`: `^.*$`, every name). With a trailing dot, though,
-    // Antrea's pattern ends in a literal dot that no name has once the agent trims it
-    // (`parseDNSResponse`), while this module drops the dot: `*.` would become every name.
-    if s.len() != selector.len() && s.chars().all(|c| c == '*' || c == '.') {
-        return Err(SelectorError::OnlyWildcards(selector.to_owned()));
-    }
-    if s.len() > 253 {
-        return Err(SelectorError::Invalid(
-            selector.to_owned(),
-            "longer than 253 characters",
-        ));
-    }
-    if !s
+    if !selector
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '*'))
     {
@@ -60,9 +59,6 @@ pub fn validate(selector: &str) -> Result<(), SelectorError> {
             selector.to_owned(),
             "only letters, digits, '-', '_', '.' and '*' are allowed",
         ));
-    }
-    if s.split('.').any(str::is_empty) {
-        return Err(SelectorError::Invalid(selector.to_owned(), "empty label"));
     }
     Ok(())
 }
@@ -113,7 +109,7 @@ mod tests {
         assert!(!matches("foobar.com", "www.foobar.com"));
         assert!(matches("foobar.com", "foobar.com"));
         assert!(matches(
-            &normalize("*.Allowed.Test."),
+            &normalize_selector("*.Allowed.Test"),
             &normalize("A.ALLOWED.test.")
         ));
     }
@@ -137,19 +133,56 @@ mod tests {
         ];
         for (selector, name, matched) in cases {
             assert_eq!(validate(selector), Ok(()), "{selector}");
-            assert_eq!(matches(&normalize(selector), name), matched, "{selector} {name}");
+            assert_eq!(
+                matches(&normalize_selector(selector), name),
+                matched,
+                "{selector} {name}"
+            );
         }
     }
 
     #[test]
     fn bad_selectors_are_refused() {
         assert_eq!(validate(""), Err(SelectorError::Empty));
-        // Wildcards with a trailing dot: no name in Antrea, every name once the dot is dropped.
-        assert!(matches!(validate("*."), Err(SelectorError::OnlyWildcards(_))));
-        assert!(matches!(validate("*.*."), Err(SelectorError::OnlyWildcards(_))));
-        assert!(matches!(validate("a..b"), Err(SelectorError::Invalid(..))));
         assert!(matches!(validate("a b.com"), Err(SelectorError::Invalid(..))));
+        assert!(matches!(validate("foo!bar"), Err(SelectorError::Invalid(..))));
         assert!(validate("*.example.com").is_ok());
         assert!(validate("example.com.").is_ok());
+    }
+
+    /// antrea-io/antrea: the webhook (`validateFQDNSelectors`) checks characters only, the
+    /// agent lowercases the selector (`fqdnToSelectorItem`) and trims the trailing dot of the
+    /// names it learns (`parseDNSResponse`) but not of the selector: a selector with a trailing
+    /// dot, a leading dot or an empty label is accepted and matches no name.
+    #[test]
+    fn a_selector_no_name_can_have_matches_nothing_as_fqdn_to_selector_item() {
+        for selector in [
+            "example.com.",
+            "*.",
+            "*.*.",
+            ".",
+            "..",
+            "a..b",
+            ".example.com",
+            "*.Example.COM.",
+        ] {
+            assert_eq!(validate(selector), Ok(()), "{selector}");
+            let selector = normalize_selector(selector);
+            assert!(!can_match(&selector), "{selector}");
+            for name in ["example.com", "www.example.com", "a.b", "localhost"] {
+                assert!(!matches(&selector, &normalize(name)), "{selector} {name}");
+                assert!(
+                    !matches(&selector, &normalize(&format!("{name}."))),
+                    "{selector} {name}."
+                );
+            }
+        }
+        for selector in ["example.com", "*.example.com", "*", "*.*"] {
+            assert!(can_match(&normalize_selector(selector)), "{selector}");
+        }
+        assert!(matches(
+            &normalize_selector("*.Example.COM"),
+            &normalize("WWW.example.com.")
+        ));
     }
 }

@@ -469,7 +469,7 @@ fn fqdn_peers(rule: &Rule, interfaces: &[LocalInterface]) -> Option<rule::FqdnPe
         .peer
         .fqdns
         .iter()
-        .map(|f| super::fqdn_selector::normalize(f))
+        .map(|f| super::fqdn_selector::normalize_selector(f))
         .collect();
     let ports: BTreeSet<u32> = interfaces.iter().map(|i| i.ofport).collect();
     Some(rule::FqdnPeers {
