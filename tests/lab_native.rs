@@ -141,7 +141,7 @@ fn antrea_native_policies_on_real_traffic() {
         lab.vm_addrs(NIC).iter().any(|a| a.starts_with(VM_IP4))
     });
     lab.vm_ok(&format!("ip route replace 172.16.100.0/24 via {EXT_IP4}"));
-    let mut listeners = vec![listen(&lab, 22), listen(&lab, 8080)];
+    let mut listeners = vec![listen(&lab, 22), listen(&lab, 8080), listen(&lab, 9443)];
 
     // The seed example.
     wait_outcome(
@@ -261,7 +261,8 @@ fn antrea_native_policies_on_real_traffic() {
 /// nothing, its valid ipBlock child included) and an Allow with `toServices: []` (a peer that
 /// matches nothing) admit nothing, so the seed ANNP's Reject of SSH stays; a Drop whose other
 /// peer names a missing ClusterGroup still drops through its ipBlock (the policy is enforced,
-/// not refused); an egress Drop with `toServices: []` blocks nothing.
+/// not refused); an egress Drop with `toServices: []` blocks nothing; a Drop from Pods (whose
+/// addresses the VM cannot know) is enforced fail-closed, from any address.
 const CORNERS: &str = "\
 apiVersion: crd.antrea.io/v1beta1
 kind: ClusterGroup
@@ -320,6 +321,15 @@ spec:
   appliedTo: [{externalEntitySelector: {matchLabels: {role: db}}}]
   egress:
   - {action: Drop, name: e, toServices: []}
+---
+apiVersion: crd.antrea.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: drop-9443-from-pods}
+spec:
+  priority: 5
+  appliedTo: [{externalEntitySelector: {matchLabels: {role: db}}}]
+  ingress:
+  - {action: Drop, name: pods, ports: [{protocol: TCP, port: 9443}], from: [{podSelector: {}}]}
 ";
 
 #[test]
@@ -341,7 +351,7 @@ fn antrea_native_corners_keep_denied_what_antrea_denies() {
         lab.vm_addrs(NIC).iter().any(|a| a.starts_with(VM_IP4))
     });
     lab.vm_ok(&format!("ip route replace 172.16.100.0/24 via {EXT_IP4}"));
-    let mut listeners = vec![listen(&lab, 22), listen(&lab, 8080)];
+    let mut listeners = vec![listen(&lab, 22), listen(&lab, 8080), listen(&lab, 9443)];
     let mut outside = lab.ns_command(lab.ext_ns(), "nc");
     outside.args(["-l", "-k", "-n", EXT_IP4, "9000"]);
     outside
@@ -375,6 +385,14 @@ fn antrea_native_corners_keep_denied_what_antrea_denies() {
         Outcome::Connected,
         "8080 from elsewhere"
     );
+    // Pods the VM cannot know the addresses of: Antrea drops from them, so the rule is kept
+    // fail-closed, dropping from every address, and the rest of the host stays reachable.
+    assert_eq!(
+        connect(&lab, OTHER_SRC, 9443),
+        Outcome::TimedOut,
+        "a Drop from Pods is enforced fail-closed, from any address"
+    );
+    agent.wait_for_log("enforced fail-closed", Duration::from_secs(20));
     let egress = lab.vm(&format!("nc -z -n -w 2 {EXT_IP4} 9000"));
     assert!(
         egress.status.success(),

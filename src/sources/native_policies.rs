@@ -170,7 +170,9 @@ fn conflict_warning(key: &NativeKey, paths: &[PathBuf]) -> String {
 /// several files, uids claimed twice: used as a cluster would, and reported). `translate` and
 /// `compile --policies` use it, so that they refuse and keep exactly what the running agent
 /// does; since every choice of the controller is a function of the files' current contents,
-/// this is also what a running agent holds after any sequence of edits ending in `files`.
+/// this is also what a running agent holds after any sequence of edits ending in `files`, except
+/// for an object edited into a refused form, whose last valid version only the running agent
+/// keeps (in memory).
 pub fn translate_files(
     files: Vec<(PathBuf, Vec<NativeObject>)>,
     local: &[Entity],
