@@ -12,7 +12,9 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::objects::{check_ip_block, outside_vm, unsupported_peer, NativeKind, NativeObject};
+use super::objects::{
+    check_ip_block, outside_vm, unresolvable_group, unsupported_peer, NativeKind, NativeObject, Unresolvable,
+};
 use super::selector::Selector;
 use super::types::{AppliedTo, IpBlock, LabelSelector, Meta, Peer, PolicySpec, Rule};
 use crate::policy::controlplane::types as cp;
@@ -687,6 +689,30 @@ impl<'a> Controller<'a> {
                     ));
                     continue;
                 }
+                // A group of Pods, Nodes or a Service: antrea-controller's AppliedToGroup for it
+                // (`createAppliedToGroupForGroup`) spans Pods or Nodes (`getAppliedToWorkloads`),
+                // never an ExternalEntity. On this VM it selects nothing, as `outside_vm`'s
+                // entries; a child of that kind adds nothing to its parent, whose other
+                // members stand.
+                if let Some(u) = unresolvable_group(group.spec) {
+                    self.notes.push(format!(
+                        "{at}[{i}].group: {} {key} selects {} (spec.{}), never an ExternalEntity: \
+                         this appliedTo selects nothing on this VM (the policy is enforced without it)",
+                        group_kind(namespace),
+                        u.selects,
+                        u.field
+                    ));
+                    continue;
+                }
+                let mut unknown = Vec::new();
+                self.unresolvable_members(group, 1, "", &mut unknown);
+                for (path, u) in unknown {
+                    self.notes.push(format!(
+                        "{at}[{i}].group: {path} selects {} (spec.{}), never an ExternalEntity: it \
+                         adds nothing to this appliedTo on this VM (the group's other members stand)",
+                        u.selects, u.field
+                    ));
+                }
                 // `getInternalGroupWorkloads`: a Group (namespaced) may select only entities in
                 // its own namespace when it is an appliedTo; one that selects any elsewhere (by
                 // its namespaceSelector or a child's) fails its AppliedToGroup's sync, and every
@@ -744,7 +770,10 @@ impl<'a> Controller<'a> {
         let unsupported: Vec<String> = peers
             .iter()
             .enumerate()
-            .filter_map(|(i, p)| unsupported_peer(p).map(|(field, why)| format!("{at}[{i}].{field}: {why}")))
+            .filter_map(|(i, p)| {
+                self.unresolved_peer(namespace, p)
+                    .map(|why| format!("{at}[{i}].{why}"))
+            })
             .collect();
         if unsupported.is_empty() {
             return Ok((self.peer(namespace, peers, at)?, rule.action.clone()));
@@ -767,7 +796,7 @@ impl<'a> Controller<'a> {
             "Allow" => {
                 let supported: Vec<Peer> = peers
                     .iter()
-                    .filter(|p| unsupported_peer(p).is_none())
+                    .filter(|p| self.unresolved_peer(namespace, p).is_none())
                     .cloned()
                     .collect();
                 if supported.is_empty() {
@@ -813,6 +842,57 @@ impl<'a> Controller<'a> {
             message: format!("{what}, because {because}"),
         });
         Ok((peer, installed))
+    }
+
+    /// Why the agent cannot know the addresses `peer` stands for although Antrea accepts it, as
+    /// `field: reason`: a field of the peer itself (`unsupported_peer`), or the ClusterGroup or
+    /// Group it names, when that group or a child of it selects Pods, Nodes or a Service
+    /// (`processRefGroupOrClusterGroup` gives such a group an AddressGroup of Pods or Nodes).
+    /// `None` for a peer the local controller translates.
+    fn unresolved_peer(&self, namespace: &str, peer: &Peer) -> Option<String> {
+        if let Some((field, why)) = unsupported_peer(peer) {
+            return Some(format!("{field}: {why}"));
+        }
+        if peer.group.is_empty() {
+            return None;
+        }
+        let group = self.groups.get(&group_key(namespace, &peer.group))?;
+        let mut found = Vec::new();
+        self.unresolvable_members(group, 1, "", &mut found);
+        found
+            .into_iter()
+            .next()
+            .map(|(path, u)| format!("group: {path}: spec.{}: {}", u.field, u.why))
+    }
+
+    /// The groups realized as part of `group` (itself, its children) whose members the agent
+    /// cannot know (see `unresolvable_group`), each with its path from the named group
+    /// (`ClusterGroup parent: spec.childGroups: ClusterGroup pods`); `level` is 1 for the named
+    /// group. Walks like `processInternalGroupForRuleAtLevel`: a group nested too deep is not
+    /// realized by antrea-controller either, and matches nothing there as here.
+    fn unresolvable_members(
+        &self,
+        group: &GroupDef,
+        level: usize,
+        parent: &str,
+        out: &mut Vec<(String, Unresolvable)>,
+    ) {
+        if level > MAX_GROUP_NESTING_LEVEL || self.nesting_exceeded(group) {
+            return;
+        }
+        let path = format!(
+            "{parent}{} {}",
+            group.kind,
+            group_key(&group.meta.namespace, &group.meta.name)
+        );
+        if let Some(u) = unresolvable_group(group.spec) {
+            out.push((path.clone(), u));
+        }
+        for child in &group.spec.child_groups {
+            if let Some(c) = self.groups.get(&group_key(&group.meta.namespace, child)) {
+                self.unresolvable_members(c, level + 1, &format!("{path}: spec.childGroups: "), out);
+            }
+        }
     }
 
     /// `toAntreaPeerForCRD`: an empty list is every address; otherwise AddressGroups for

@@ -1147,3 +1147,274 @@ fn fqdn_star_is_accepted_as_validate_fqdn_selectors() {
         "NetworkPolicy vm-ns/p: spec.egress[0].to[0]: invalid characters in egress rule fqdn field: */x"
     );
 }
+
+/// Groups of Pods, Nodes and a Service, as antrea-controller accepts them, next to a group of
+/// ExternalEntities (`ees`, which selects the local entity) and parents of both kinds.
+fn unresolvable_groups() -> Vec<Value> {
+    let cg = |name: &str, spec: Value| {
+        json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterGroup",
+               "metadata": {"name": name}, "spec": spec})
+    };
+    vec![
+        cg(
+            "web-pods",
+            json!({"podSelector": {"matchLabels": {"app": "web"}}}),
+        ),
+        cg("nodes", json!({"nodeSelector": {}})),
+        cg(
+            "svc",
+            json!({"serviceReference": {"name": "s", "namespace": "n"}}),
+        ),
+        cg(
+            "ns-pods",
+            json!({"namespaceSelector": {"matchLabels": {"env": "prod"}}}),
+        ),
+        cg(
+            "ees",
+            json!({"externalEntitySelector": {"matchLabels": {"role": "db"}}}),
+        ),
+        cg("parent", json!({"childGroups": ["ees", "web-pods"]})),
+        json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "Group",
+               "metadata": {"name": "g-pods", "namespace": "vm-ns"},
+               "spec": {"podSelector": {}}}),
+    ]
+}
+
+/// The translation of `policy` with [`unresolvable_groups`] (which must all decode).
+fn translate_with_groups(policy: Value) -> Translation {
+    let mut objects: Vec<(String, NativeObject)> = unresolvable_groups()
+        .into_iter()
+        .map(|g| {
+            (
+                "groups.yaml".to_string(),
+                decode(g).expect("a group of Pods decodes"),
+            )
+        })
+        .collect();
+    objects.push(("test.yaml".into(), decode(policy).expect("decodes")));
+    translate(&Inputs {
+        objects,
+        local_entities: local(),
+    })
+}
+
+/// (case, ACNP or ANNP, action, `from` of its rule, translated `from`, installed action,
+/// verdict, because).
+type GroupPeerCase = (
+    &'static str,
+    bool,
+    &'static str,
+    Value,
+    Value,
+    &'static str,
+    &'static str,
+    String,
+);
+
+/// A rule peer naming a ClusterGroup or Group of Pods, Nodes or a Service, directly or
+/// through a child. antrea-controller accepts such a group (`processClusterGroup`,
+/// `processGroup`, `processServiceReference`) and gives a rule naming it an AddressGroup
+/// (`processRefGroupOrClusterGroup`, `processInternalGroupForRuleAtLevel`: a child with
+/// selectors is enough) whose members are Pods or Nodes (`getAddressGroupMemberSet`,
+/// `getMemberSetForGroupType`). The agent cannot know those addresses: the peer is
+/// unsupported, and the rule takes the fail-closed path of an inline `podSelector` peer. It
+/// must never match nothing, which would lift a Drop that a cluster enforces.
+#[test]
+fn a_peer_group_of_pods_is_fail_closed_as_process_ref_group_or_cluster_group() {
+    let net = json!({"ipBlock": {"cidr": "10.1.0.0/16"}});
+    let net_peer = json!({"ipBlocks": [{"cidr": {"ip": "AAAAAAAAAAAAAP//CgEAAA==", "prefixLength": 16}}]});
+    let because = |i: usize, path: &str| format!("because spec.ingress[0].from[{i}].group: {path}");
+    let pods = "ClusterGroup web-pods: spec.podSelector: is not supported in standalone mode";
+    let child = "ClusterGroup parent: spec.childGroups: ClusterGroup web-pods: spec.podSelector:";
+    let cases: Vec<GroupPeerCase> = vec![
+        (
+            "Drop from a podSelector ClusterGroup: drops from any address",
+            true,
+            "Drop",
+            json!([{"group": "web-pods"}]),
+            match_all(),
+            "Drop",
+            "enforced fail-closed: the rule drops all traffic from any address",
+            because(0, pods),
+        ),
+        (
+            "Drop from a parent with a podSelector child: drops from any address",
+            true,
+            "Drop",
+            json!([{"group": "parent"}]),
+            match_all(),
+            "Drop",
+            "enforced fail-closed: the rule drops all traffic from any address",
+            because(0, child),
+        ),
+        (
+            "Reject from a serviceReference ClusterGroup",
+            true,
+            "Reject",
+            json!([{"group": "svc"}]),
+            match_all(),
+            "Reject",
+            "enforced fail-closed: the rule rejects all traffic from any address",
+            because(0, "ClusterGroup svc: spec.serviceReference:"),
+        ),
+        (
+            "Drop from a namespaceSelector-only ClusterGroup (Pods)",
+            true,
+            "Drop",
+            json!([{"group": "ns-pods"}]),
+            match_all(),
+            "Drop",
+            "enforced fail-closed: the rule drops all traffic from any address",
+            because(
+                0,
+                "ClusterGroup ns-pods: spec.namespaceSelector: without externalEntitySelector",
+            ),
+        ),
+        (
+            "Pass from a nodeSelector ClusterGroup: a Drop of any address",
+            true,
+            "Pass",
+            json!([{"group": "nodes"}]),
+            match_all(),
+            "Drop",
+            "enforced fail-closed: the Pass rule is installed as a Drop of all traffic from any address",
+            because(0, "ClusterGroup nodes: spec.nodeSelector:"),
+        ),
+        (
+            "Allow from a podSelector ClusterGroup and a CIDR: allows the CIDR",
+            true,
+            "Allow",
+            json!([{"group": "web-pods"}, net]),
+            net_peer,
+            "Allow",
+            "enforced fail-closed: the rule allows only its other peers",
+            because(0, pods),
+        ),
+        (
+            "Allow from a parent with a podSelector child and the ExternalEntity group",
+            true,
+            "Allow",
+            json!([{"group": "parent"}, {"group": "ees"}]),
+            json!({"addressGroups": ["ees"]}),
+            "Allow",
+            "enforced fail-closed: the rule allows only its other peers",
+            because(0, child),
+        ),
+        (
+            "Allow from a podSelector ClusterGroup only: allows nothing",
+            true,
+            "Allow",
+            json!([{"group": "web-pods"}]),
+            json!({}),
+            "Allow",
+            "not enforced: the rule allows nothing",
+            because(0, pods),
+        ),
+        (
+            "ANNP: Drop from a podSelector Group",
+            false,
+            "Drop",
+            json!([{"ipBlock": {"cidr": "10.1.0.0/16"}}, {"group": "g-pods"}]),
+            match_all(),
+            "Drop",
+            "enforced fail-closed: the rule drops all traffic from any address",
+            because(1, "Group vm-ns/g-pods: spec.podSelector:"),
+        ),
+    ];
+    for (case, cluster, written, from, translated, action, verdict, because) in cases {
+        let t = translate_with_groups(policy(
+            cluster,
+            json!([{"action": written, "name": "r", "from": from},
+                   {"action": "Drop", "name": "deny-in", "from": [{"ipBlock": {"cidr": "10.9.0.0/16"}}]}]),
+            json!([]),
+        ));
+        assert_eq!(t.network_policies.len(), 1, "{case}: {:#?}", t.errors);
+        let rules: Vec<Value> = t.network_policies[0]
+            .rules
+            .iter()
+            .map(|r| serde_json::to_value(r).expect("encodes"))
+            .collect();
+        assert_eq!(rules[0]["from"], translated, "{case}");
+        assert_eq!(rules[0]["action"], action, "{case}");
+        // The other rule stands as written.
+        assert_eq!(
+            rules[1]["from"]["ipBlocks"][0]["cidr"]["ip"], "AAAAAAAAAAAAAP//CgkAAA==",
+            "{case}"
+        );
+        assert_eq!(t.errors.len(), 1, "{case}: {:#?}", t.errors);
+        let kind = if cluster {
+            "ClusterNetworkPolicy p"
+        } else {
+            "NetworkPolicy vm-ns/p"
+        };
+        let note = &t.errors[0];
+        assert!(
+            note.starts_with(&format!(
+                "test.yaml: {kind}: spec.ingress[0] (rule \"r\"): {verdict}"
+            )),
+            "{case}: {note}"
+        );
+        assert!(note.contains(&because), "{case}: {note}");
+        // No AddressGroup is made for a group whose members cannot be known.
+        assert!(
+            t.address_groups.iter().all(|g| g.metadata.name == "ees"),
+            "{case}: {:?}",
+            t.address_groups
+        );
+    }
+}
+
+/// An appliedTo naming a group of Pods, Nodes or a Service: its AppliedToGroup
+/// (`createAppliedToGroupForGroup`) spans Pods or Nodes (`getAppliedToWorkloads`), never an
+/// ExternalEntity, so on this VM it selects nothing, and the policy stands on its other
+/// entries. A parent with such a child keeps its other members.
+#[test]
+fn an_applied_to_group_of_pods_selects_nothing_as_create_applied_to_group_for_group() {
+    let mut p = policy(true, json!([{"action": "Drop", "name": "d"}]), json!([]));
+    p["spec"]["appliedTo"] = json!([{"group": "web-pods"}, {"group": "nodes"}, {"group": "parent"}]);
+    let t = translate_with_groups(p);
+    assert_eq!(t.network_policies.len(), 1, "{:#?}", t.errors);
+    assert_eq!(t.network_policies[0].applied_to_groups, ["parent"]);
+    assert_eq!(t.applied_to_groups.len(), 1);
+    assert_eq!(
+        t.applied_to_groups[0].group_members.len(),
+        1,
+        "the local entity, through ees"
+    );
+    assert_eq!(
+        t.errors,
+        [
+            "test.yaml: ClusterNetworkPolicy p: spec.appliedTo[0].group: ClusterGroup web-pods selects \
+             Pods (spec.podSelector), never an ExternalEntity: this appliedTo selects nothing on this VM \
+             (the policy is enforced without it)",
+            "test.yaml: ClusterNetworkPolicy p: spec.appliedTo[1].group: ClusterGroup nodes selects \
+             Nodes (spec.nodeSelector), never an ExternalEntity: this appliedTo selects nothing on this \
+             VM (the policy is enforced without it)",
+            "test.yaml: ClusterNetworkPolicy p: spec.appliedTo[2].group: ClusterGroup parent: \
+             spec.childGroups: ClusterGroup web-pods selects Pods (spec.podSelector), never an \
+             ExternalEntity: it adds nothing to this appliedTo on this VM (the group's other members \
+             stand)",
+        ]
+    );
+    // Per rule: the rule applied to the Service's group applies to nothing; the other stands.
+    let mut per_rule = policy(
+        true,
+        json!([{"action": "Drop", "name": "svc", "appliedTo": [{"group": "svc"}]},
+               {"action": "Drop", "name": "here", "appliedTo": [{"group": "ees"}]}]),
+        json!([]),
+    );
+    per_rule["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("appliedTo");
+    let t = translate_with_groups(per_rule);
+    assert_eq!(t.network_policies.len(), 1, "{:#?}", t.errors);
+    let rules = &t.network_policies[0].rules;
+    assert!(rules[0].applied_to_groups.is_empty());
+    assert_eq!(rules[1].applied_to_groups, ["ees"]);
+    assert_eq!(t.errors.len(), 1, "{:#?}", t.errors);
+    assert!(t.errors[0].contains(
+        "spec.ingress[0].appliedTo[0].group: ClusterGroup svc selects the Pods of a Service \
+         (spec.serviceReference)"
+    ));
+}

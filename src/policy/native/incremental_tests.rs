@@ -43,6 +43,9 @@ fn cluster_group(i: usize, variant: usize) -> Value {
         // cg0 with a child of its own: cg1 as (_, 0) or (_, 2) makes a cycle, which matches
         // nothing (antrea-controller's `childGroupsNestingExceeded`).
         (0, _) if variant >= 6 => json!({"childGroups": ["cg1"]}),
+        // Pods, which the agent cannot resolve: a rule naming cg0, or cg1 as its parent, is
+        // fail-closed; as an appliedTo it selects nothing.
+        (0, _) if variant >= 3 => json!({"podSelector": {"matchLabels": {"app": "x"}}}),
         (0, _) => json!({"ipBlocks": [{"cidr": "192.168.0.0/24"}]}),
         (_, 0) => json!({"childGroups": ["cg0"]}),
         (_, 1) => json!({"externalEntitySelector": {"matchLabels": {"tier": "t1"}}}),
@@ -55,6 +58,8 @@ fn cluster_group(i: usize, variant: usize) -> Value {
 fn group(variant: usize) -> Value {
     let spec = match variant % 3 {
         0 => json!({"externalEntitySelector": {"matchLabels": {"app": "z"}}}),
+        // Pods of namespace `a`: unresolvable (see `cluster_group`).
+        1 if variant >= 6 => json!({"podSelector": {}}),
         1 => json!({"ipBlocks": [{"cidr": "172.16.0.0/16"}]}),
         // Selects in `b` too whenever an entity there has app=z: as an ANNP's appliedTo, the
         // policy is then in error (antrea-controller's `getInternalGroupWorkloads`).
@@ -88,8 +93,10 @@ fn policy(i: usize, variant: usize) -> Value {
     } else {
         json!([{"externalEntitySelector": {"matchLabels": {"role": "db"}}}])
     };
+    // Some Drops: a fail-closed Drop (a peer group of Pods) differs from a fail-closed Allow.
+    let action = if variant % 4 == 3 { "Drop" } else { "Allow" };
     let rule =
-        json!({"action": "Allow", "ports": [{"protocol": "TCP", "port": 1000 + variant}], "from": peer});
+        json!({"action": action, "ports": [{"protocol": "TCP", "port": 1000 + variant}], "from": peer});
     if i.is_multiple_of(2) {
         json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "NetworkPolicy",
                "metadata": {"name": format!("p{i}"), "namespace": "a"},
@@ -290,5 +297,60 @@ proptest! {
             prop_assert_eq!(&apply_delta(previous, &delta), &current, "delta of {:?}: {:?}", op, delta);
             previous = current;
         }
+    }
+}
+
+/// A ClusterGroup of Pods appearing, changing and going translates again the policies naming
+/// it, as antrea-controller re-syncs them on a ClusterGroup event (`triggerCNPUpdates`): a
+/// Drop from it goes from matching nothing (the group does not exist) to any address
+/// (fail-closed: its members are Pods), to the group's ExternalEntities, and back.
+#[test]
+fn a_group_of_pods_appearing_or_going_translates_its_policies_again() {
+    let policy = json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterNetworkPolicy",
+        "metadata": {"name": "p", "uid": "p"},
+        "spec": {"priority": 1, "appliedTo": [{"externalEntitySelector": {"matchLabels": {"role": "db"}}}],
+                 "ingress": [{"action": "Drop", "name": "d", "from": [{"group": "pods"}]}]}});
+    let group = |spec: Value| {
+        json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "ClusterGroup",
+               "metadata": {"name": "pods"}, "spec": spec})
+    };
+    let mut state = NativeState::new(
+        vec![("p.yaml".into(), decode(policy).expect("decodes"))],
+        local(0),
+    );
+    // (the group's spec or None for no group, the `from`'s ipBlocks and AddressGroups)
+    let steps: [(Option<Value>, usize, Vec<&str>); 5] = [
+        (Some(json!({"podSelector": {}})), 2, vec![]),
+        (Some(json!({"externalEntitySelector": {}})), 0, vec!["pods"]),
+        (Some(json!({"nodeSelector": {}})), 2, vec![]),
+        (None, 0, vec![]),
+        (
+            Some(json!({"serviceReference": {"name": "s", "namespace": "n"}})),
+            2,
+            vec![],
+        ),
+    ];
+    for (spec, blocks, groups) in steps {
+        let change = match &spec {
+            Some(spec) => Change::Upsert {
+                origin: "g.yaml".into(),
+                object: Box::new(decode(group(spec.clone())).expect("a group of Pods decodes")),
+            },
+            None => Change::Delete((
+                super::objects::NativeKind::ClusterGroup,
+                String::new(),
+                "pods".into(),
+            )),
+        };
+        let delta = state.apply([change]);
+        assert!(
+            delta.upserted.iter().any(|o| o.kind() == Kind::NetworkPolicy),
+            "{spec:?}: the policy is sent again: {delta:?}"
+        );
+        let t = state.translation();
+        assert_eq!(t, full(&state), "{spec:?}");
+        let from = &t.network_policies[0].rules[0].from;
+        assert_eq!(from.ip_blocks.len(), blocks, "{spec:?}: {from:?}");
+        assert_eq!(from.address_groups, groups, "{spec:?}");
     }
 }

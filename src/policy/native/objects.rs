@@ -905,7 +905,7 @@ fn check_ports(rule: &Rule) -> Result<(), String> {
 }
 
 /// `validateAntreaClusterGroupSpec` / `validateAntreaGroupSpec` (minus the checks of other
-/// groups, done at translation), then the standalone refusals.
+/// groups, done at translation).
 fn check_group(kind: NativeKind, meta: &Meta, spec: &GroupSpec) -> Result<(), String> {
     let set = [
         spec.pod_selector.is_some(),
@@ -969,19 +969,53 @@ fn check_group(kind: NativeKind, meta: &Meta, spec: &GroupSpec) -> Result<(), St
             )
         });
     }
-    for (field, present) in [
-        ("podSelector", spec.pod_selector.is_some()),
-        ("nodeSelector", spec.node_selector.is_some()),
-        ("serviceReference", spec.service_reference.is_some()),
+    // A group of Pods, Nodes or a Service is accepted, as Antrea accepts it: refusing it would
+    // make the rules naming it match nothing, lifting their Drops. See `unresolvable_group`.
+    Ok(())
+}
+
+/// Why the agent cannot know the members of a ClusterGroup or Group, although Antrea accepts
+/// it. antrea-controller turns `podSelector`, `nodeSelector` and a `namespaceSelector` without
+/// `externalEntitySelector` into a selector of Pods or Nodes (`processClusterGroup`,
+/// `processGroup`), and a `serviceReference` into one of the Service's Pods
+/// (`processServiceReference`); their members are Pods and Nodes (`getMemberSetForGroupType`),
+/// never ExternalEntities. `None` for a group of ExternalEntities, ipBlocks or children (the
+/// controller looks at the children).
+pub(super) fn unresolvable_group(spec: &GroupSpec) -> Option<Unresolvable> {
+    for (field, present, selects) in [
+        ("podSelector", spec.pod_selector.is_some(), "Pods"),
+        ("nodeSelector", spec.node_selector.is_some(), "Nodes"),
+        (
+            "serviceReference",
+            spec.service_reference.is_some(),
+            "the Pods of a Service",
+        ),
     ] {
         if present {
-            return Err(format!("spec.{field}: {NO_CLUSTER}"));
+            return Some(Unresolvable {
+                field,
+                selects,
+                why: NO_CLUSTER.to_string(),
+            });
         }
     }
     if spec.namespace_selector.is_some() && spec.external_entity_selector.is_none() {
-        return Err(format!(
-            "spec.namespaceSelector: without externalEntitySelector it selects Pods, which {NO_CLUSTER}"
-        ));
+        return Some(Unresolvable {
+            field: "namespaceSelector",
+            selects: "Pods (without externalEntitySelector)",
+            why: format!("without externalEntitySelector it selects Pods, which {NO_CLUSTER}"),
+        });
     }
-    Ok(())
+    None
+}
+
+/// What makes a group's members unknowable to the agent: see [`unresolvable_group`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Unresolvable {
+    /// The field of the group's spec at fault.
+    pub field: &'static str,
+    /// What it selects instead of ExternalEntities.
+    pub selects: &'static str,
+    /// Why its addresses cannot be known here.
+    pub why: String,
 }
