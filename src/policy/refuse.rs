@@ -34,14 +34,18 @@ pub enum Reason {
     /// Standalone mode: a peer that selects Pods, Nodes, ServiceAccounts, `namespaces` or a
     /// ClusterSet, which the local controller cannot resolve to addresses (see [`RuleNote`]).
     UnresolvedPeer,
+    /// Standalone mode: the policy's Tier does not exist (missing, or refused for its priority
+    /// or the 20-tier cap): its rules are translated fail-closed, ahead of every Tier.
+    MissingTier,
 }
 
 impl Reason {
     /// Every reason, in label order (the gauge is exported for each, 0 included).
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 7] = [
         Reason::Igmp,
         Reason::L7Protocols,
         Reason::LabelIdentities,
+        Reason::MissingTier,
         Reason::PolicyType,
         Reason::ToServices,
         Reason::UnresolvedPeer,
@@ -55,6 +59,7 @@ impl Reason {
             Reason::Igmp => "igmp",
             Reason::PolicyType => "policy_type",
             Reason::UnresolvedPeer => "unresolved_peer",
+            Reason::MissingTier => "missing_tier",
         }
     }
 }

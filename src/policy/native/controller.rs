@@ -20,6 +20,9 @@ use super::types::{AppliedTo, IpBlock, LabelSelector, Meta, Peer, PolicySpec, Ru
 use crate::policy::controlplane::types as cp;
 use crate::policy::refuse::{Reason, RuleNote};
 
+mod tiers;
+pub use tiers::FAIL_CLOSED_TIER_PRIORITY;
+
 /// antrea-controller's namespace for the UUIDs it derives from names.
 const UUID_NAMESPACE: [u8; 16] = [
     0xe4, 0xf2, 0x4a, 0x48, 0xca, 0x1f, 0x4d, 0x5b, 0x81, 0x9c, 0xea, 0x76, 0x32, 0xb2, 0x21, 0x15,
@@ -187,7 +190,8 @@ pub(super) struct Controller<'a> {
     entities: Vec<&'a Entity>,
     namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
     tiers: BTreeMap<String, i32>,
-    /// The user Tiers refused for their priority, with why (named in their policies' errors).
+    /// The user Tiers refused (for their priority or the 20-tier cap), with why (named in the
+    /// notes of their policies, which are translated fail-closed: see `tiers`).
     refused_tiers: BTreeMap<String, String>,
     /// The Groups (namespaced) that select ExternalEntities outside their namespace, which
     /// cannot be an appliedTo (see [`Controller::applied_to`]); keyed `namespace/name`.
@@ -379,81 +383,6 @@ impl<'a> Controller<'a> {
         })
     }
 
-    /// The Tiers of `objects`, checked as antrea-controller's Tier webhook checks them when
-    /// they are created (`tierValidator.createValidate`): a priority a default tier has, or one
-    /// another Tier already has, is refused ("overlaps with existing Tier"). A cluster refuses
-    /// the second Tier created, so the first one stays with its policies; standalone mode has
-    /// no creation order, so "created first" is [`first_created`]'s. A refused Tier does not
-    /// exist: the policies naming it are refused as the webhook refuses them
-    /// (`validateTierForPolicy`), and said why.
-    pub(super) fn read_tiers(&mut self, objects: impl Iterator<Item = &'a (String, NativeObject)>) {
-        let mut by_priority: BTreeMap<i32, Vec<(&str, &Meta)>> = BTreeMap::new();
-        for (origin, object) in objects {
-            if let NativeObject::Tier { meta, spec } = object {
-                if DEFAULT_TIERS.iter().any(|(n, _)| *n == meta.name) {
-                    // A default tier's own object (as `kubectl get tier -o yaml` prints it) is
-                    // accepted when it says what the tier is.
-                    if self.tiers.get(&meta.name) != Some(&spec.priority) {
-                        self.errors.push(format!(
-                            "{origin}: Tier {}: spec.priority: the default tier {} has priority {}, \
-                             which cannot change",
-                            meta.name,
-                            meta.name,
-                            self.tiers.get(&meta.name).copied().unwrap_or_default()
-                        ));
-                    }
-                    continue;
-                }
-                by_priority.entry(spec.priority).or_default().push((origin, meta));
-            }
-        }
-        let mut user_tiers = 0usize;
-        for (priority, mut tiers) in by_priority {
-            if let Some((_, default)) = DEFAULT_TIERS.iter().find(|(_, p)| *p == priority) {
-                // The default tiers exist before any user Tier: the user Tier is refused.
-                for (origin, meta) in tiers {
-                    let name = &meta.name;
-                    self.errors.push(format!(
-                        "{origin}: Tier {name}: spec.priority: tier {name} priority {priority} overlaps \
-                         with existing Tier; policies in it are not translated"
-                    ));
-                    self.refused_tiers.insert(
-                        name.clone(),
-                        format!("its priority {priority} is the default tier {default}'s"),
-                    );
-                }
-                continue;
-            }
-            first_created(&mut tiers);
-            let mut tiers = tiers.into_iter();
-            let Some((origin, first)) = tiers.next() else {
-                continue;
-            };
-            for (other_origin, meta) in tiers {
-                let name = &meta.name;
-                self.errors.push(format!(
-                    "{other_origin}: Tier {name}: spec.priority: tier {name} priority {priority} \
-                     overlaps with existing Tier {} ({origin}), which was created first and is kept; \
-                     Tier {name} is refused and the policies in it are not translated",
-                    first.name
-                ));
-                self.refused_tiers.insert(
-                    name.clone(),
-                    format!("its priority {priority} is Tier {}'s, created first", first.name),
-                );
-            }
-            user_tiers += 1;
-            if user_tiers + DEFAULT_TIERS.len() > MAX_TIERS {
-                self.errors.push(format!(
-                    "{origin}: Tier {}: maximum number of Tiers supported: {MAX_TIERS}",
-                    first.name
-                ));
-                continue;
-            }
-            self.tiers.insert(first.name.clone(), priority);
-        }
-    }
-
     pub(super) fn read_groups(&mut self, objects: impl Iterator<Item = &'a (String, NativeObject)>) {
         for (origin, object) in objects {
             if let NativeObject::Group { kind, meta, spec } = object {
@@ -501,37 +430,18 @@ impl<'a> Controller<'a> {
         self.errors.extend(problems);
     }
 
-    fn tier_priority(&self, tier: &str) -> Result<i32, String> {
-        if tier.is_empty() {
-            return Ok(DEFAULT_TIER_PRIORITY);
-        }
-        // The static tiers of Antrea 0.9 were named `Emergency`, `SecurityOps`, `NetworkOps`,
-        // `Platform`, `Application` and `Baseline`; antrea-controller still takes exactly these
-        // spellings (`validateTierForPolicy` accepts them, `getTierPriority` lowercases them to
-        // the Tier's name). Any other spelling (`APPLICATION`, `networkOps`) names a Tier
-        // that does not exist, and the webhook refuses the policy.
-        let lower = tier.to_ascii_lowercase();
-        let name = if STATIC_TIER_NAMES.contains(&tier) {
-            lower.as_str()
-        } else {
-            tier
-        };
-        self.tiers
-            .get(name)
-            .copied()
-            .ok_or_else(|| match self.refused_tiers.get(name) {
-                Some(why) => format!("spec.tier: tier {tier} does not exist (Tier {tier} is refused: {why})"),
-                None => format!("spec.tier: tier {tier} does not exist"),
-            })
-    }
-
     fn policy(
         &mut self,
         kind: NativeKind,
         meta: &Meta,
         spec: &PolicySpec,
     ) -> Result<cp::NetworkPolicy, String> {
-        let tier_priority = self.tier_priority(&spec.tier)?;
+        // A Tier that does not exist here (missing, or refused) does not refuse the policy: a
+        // cluster would keep its Drops, so it is translated fail-closed (`tier_fail_closed`).
+        let (tier_priority, missing_tier) = match self.tier_priority(&spec.tier) {
+            Ok(priority) => (priority, None),
+            Err(why) => (FAIL_CLOSED_TIER_PRIORITY, Some(why)),
+        };
         let cluster = kind == NativeKind::ClusterNetworkPolicy;
         // Selectors without a namespaceSelector look in the policy's namespace (none for an ACNP:
         // every namespace).
@@ -617,8 +527,16 @@ impl<'a> Controller<'a> {
                 } else {
                     out.to = peer;
                 }
+                if let Some(why) = &missing_tier {
+                    self.tier_fail_closed(&mut out, &at, rules.len(), why);
+                }
                 rules.push(out);
             }
+        }
+        if let (Some(why), true) = (&missing_tier, rules.is_empty()) {
+            // No rule to report it on; a CI gate still hears of the missing Tier.
+            self.notes
+                .push(format!("{why}: the policy has no rules, so nothing is enforced"));
         }
         Ok(cp::NetworkPolicy {
             metadata: cp::ObjectMeta {
@@ -1097,35 +1015,6 @@ impl<'a> Controller<'a> {
             }
         }
     }
-}
-
-/// Orders the user Tiers of one priority by creation, the first created first. A cluster keeps
-/// the first Tier created at a priority (the webhook refuses the later ones); standalone mode
-/// reads files, which have no creation order of their own, so: when every one of them has a
-/// `metadata.creationTimestamp` (as `kubectl get -o yaml` prints it), the earliest; otherwise
-/// (or on a tie) the one whose file comes first in path order, then by name. The order
-/// depends on the objects and their files only, never on when the agent saw them, so
-/// `translate`, `compile` and the agent (fresh or running) agree.
-fn first_created(tiers: &mut [(&str, &Meta)]) {
-    let stamps: Option<Vec<chrono::DateTime<chrono::FixedOffset>>> =
-        tiers.iter().map(|(_, meta)| creation_timestamp(meta)).collect();
-    match stamps {
-        Some(stamps) => {
-            let mut keyed: Vec<_> = stamps.into_iter().zip(tiers.iter().copied()).collect();
-            keyed.sort_by(|(ta, (oa, ma)), (tb, (ob, mb))| (ta, oa, &ma.name).cmp(&(tb, ob, &mb.name)));
-            for (slot, (_, tier)) in tiers.iter_mut().zip(keyed) {
-                *slot = tier;
-            }
-        }
-        None => tiers.sort_by(|(oa, ma), (ob, mb)| (oa, &ma.name).cmp(&(ob, &mb.name))),
-    }
-}
-
-/// `metadata.creationTimestamp`, when it is there and well formed (RFC 3339, as the apiserver
-/// writes it).
-fn creation_timestamp(meta: &Meta) -> Option<chrono::DateTime<chrono::FixedOffset>> {
-    let text = meta.ignored.get("creationTimestamp")?.as_str()?;
-    chrono::DateTime::parse_from_rfc3339(text).ok()
 }
 
 /// How deep childGroups go: a group (level 1) and its children (level 2), which have none.

@@ -71,7 +71,7 @@ fn group(variant: usize) -> Value {
 }
 
 fn tier(variant: usize) -> Value {
-    // 100 overlaps securityops: an error, and policies in the tier are refused.
+    // 100 overlaps securityops: an error, and policies in the tier are translated fail-closed.
     json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "Tier",
            "metadata": {"name": "mytier"}, "spec": {"priority": if variant.is_multiple_of(2) { 120 } else { 100 }}})
 }

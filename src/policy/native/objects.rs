@@ -285,9 +285,14 @@ pub fn decode(value: Value) -> Result<NativeObject, String> {
         super::selector::check_label_value(v)
             .map_err(|e| format!("{object}: metadata.labels: Invalid value: {v:?}: {e}"))?;
     }
+    // A Tier's schema requires `spec.priority` only when there is a `spec`: the Tier CRD does
+    // not require `spec`, so a cluster creates a Tier without one at priority 0 (the Go
+    // type's zero value). A `spec: null` is pruned by the apiserver, the same.
+    let tier_without_spec = kind == NativeKind::Tier && envelope.spec.is_none();
     let spec = envelope.spec.unwrap_or(Value::Object(Default::default()));
     // The apiserver's CRD schema checks come before the webhook's.
-    super::schema::check(kind, Some(&spec)).map_err(|e| format!("{object}: {e}"))?;
+    super::schema::check(kind, (!tier_without_spec).then_some(&spec))
+        .map_err(|e| format!("{object}: {e}"))?;
     let bad = |e: serde_json::Error| format!("{object}: spec: {e}");
     match kind {
         NativeKind::NetworkPolicy | NativeKind::ClusterNetworkPolicy => {

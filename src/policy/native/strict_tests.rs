@@ -340,7 +340,7 @@ fn the_edges_the_schema_allows_are_accepted() {
 
 /// `validateTierForPolicy` accepts an empty tier, a Tier's own name and the exact static names
 /// of Antrea 0.9 (`staticTierSet`); `getTierPriority` lowercases only those. Any other spelling
-/// names no Tier: the policy is refused, as the webhook refuses it.
+/// names no Tier: the webhook refuses the policy; the agent translates it fail-closed.
 #[test]
 fn default_tier_names_are_matched_as_get_tier_priority_does() {
     let local = vec![Entity {
@@ -378,7 +378,10 @@ fn default_tier_names_are_matched_as_get_tier_priority_does() {
                 assert_eq!(p["tierPriority"], json!(priority), "tier {name:?}");
             }
             Err(message) => {
-                assert!(t.network_policies.is_empty(), "tier {name:?}");
+                // Translated fail-closed: the Pass rule is a Drop ahead of every Tier.
+                let p = serde_json::to_value(&t.network_policies[0]).expect("encodes");
+                assert_eq!(p["tierPriority"], json!(-1), "tier {name:?}");
+                assert_eq!(p["rules"][0]["action"], json!("Drop"), "tier {name:?}");
                 assert!(
                     t.errors.iter().any(|e| e.contains(message)),
                     "tier {name:?}: {:?}",

@@ -215,8 +215,9 @@ spec:
 }
 
 /// antreaclusternetworkpolicy_test.go TestGetTierPriority: no tier is the application tier
-/// (250), a static tier's old capitalized name still resolves, a user Tier gives its priority,
-/// and an unknown tier is refused as the webhook does.
+/// (250), a static tier's old capitalized name still resolves, a user Tier gives its priority.
+/// A tier that does not exist (`validateTierForPolicy` refuses such a policy when it is
+/// created) is translated fail-closed ahead of every Tier: see corner_tests.
 #[test]
 fn tier_priorities() {
     let yaml = "apiVersion: crd.antrea.io/v1beta1
@@ -255,12 +256,17 @@ spec: {tier: nosuch, priority: 1, appliedTo: [{externalEntitySelector: {}}], ing
         [
             ("a".into(), Some(250)),
             ("b".into(), Some(50)),
-            ("c".into(), Some(10))
+            ("c".into(), Some(10)),
+            ("d".into(), Some(-1))
         ]
     );
     assert_eq!(
         t.errors,
-        ["test.yaml: ClusterNetworkPolicy d: spec.tier: tier nosuch does not exist"]
+        [
+            "test.yaml: ClusterNetworkPolicy d: spec.ingress[0] (rule \"ingress-drop-742ade5\"): enforced \
+          fail-closed: the rule drops what it matches ahead of every Tier (tier priority -1), where no \
+          rule of another policy precedes it, because spec.tier: tier nosuch does not exist"
+        ]
     );
     // An ACNP's selectors look in every namespace.
     assert_eq!(
@@ -281,7 +287,9 @@ fn tiers_with_reserved_or_taken_priorities_are_refused() {
     ));
     assert_eq!(
         t.errors,
-        ["test.yaml: Tier t: spec.priority: tier t priority 250 overlaps with existing Tier; policies in it are not translated"]
+        ["test.yaml: Tier t: spec.priority: tier t priority 250 overlaps with existing Tier; the policies in \
+          it are enforced fail-closed (their Drop and Reject rules ahead of every Tier, their Allow rules \
+          not enforced, their Pass rules as Drops)"]
     );
 }
 
