@@ -24,3 +24,5 @@ mod incremental_tests;
 mod strict_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tier_tests;
