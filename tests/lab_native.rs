@@ -121,27 +121,34 @@ fn wait_outcome(lab: &Lab, src: &str, port: u16, want: Outcome, what: &str) {
     wait_until(Duration::from_secs(20), what, || connect(lab, src, port) == want);
 }
 
-#[test]
-fn antrea_native_policies_on_real_traffic() {
-    let lab = Lab::new();
+/// The VM of both tests: attached in standalone mode with the inventory and the seed ANNP, the
+/// outside host's other addresses routed through it, and listeners on TCP 22, 8080 and 9443.
+fn seeded_vm(lab: &Lab) -> (AgentProcess, Vec<Child>) {
     // The outside host's other addresses, routed from the VM through it.
     lab.ext_ok(&format!(
         "ip addr add {DENIED_SRC}/32 dev {EXT_NIC} && ip addr add {OTHER_SRC}/32 dev {EXT_NIC}"
     ));
-    write_policy(&lab, "inventory.yaml", &inventory("front"));
-    write_policy(&lab, "annp1.yaml", SEED_ANNP);
+    write_policy(lab, "inventory.yaml", &inventory("front"));
+    write_policy(lab, "annp1.yaml", SEED_ANNP);
     let config = lab.write_config(&format!(
         "standalone:\n  policyDir: {}\n",
-        policy_dir(&lab).display()
+        policy_dir(lab).display()
     ));
-    write_db_external_node(&lab);
-    let mut agent = lab.start_agent(&config);
+    write_db_external_node(lab);
+    let agent = lab.start_agent(&config);
     lab.isolate_uplink();
     wait_until(Duration::from_secs(30), "attached", || {
         lab.vm_addrs(NIC).iter().any(|a| a.starts_with(VM_IP4))
     });
     lab.vm_ok(&format!("ip route replace 172.16.100.0/24 via {EXT_IP4}"));
-    let mut listeners = vec![listen(&lab, 22), listen(&lab, 8080), listen(&lab, 9443)];
+    let listeners = vec![listen(lab, 22), listen(lab, 8080), listen(lab, 9443)];
+    (agent, listeners)
+}
+
+#[test]
+fn antrea_native_policies_on_real_traffic() {
+    let lab = Lab::new();
+    let (mut agent, mut listeners) = seeded_vm(&lab);
 
     // The seed example.
     wait_outcome(
@@ -335,23 +342,7 @@ spec:
 #[test]
 fn antrea_native_corners_keep_denied_what_antrea_denies() {
     let lab = Lab::new();
-    lab.ext_ok(&format!(
-        "ip addr add {DENIED_SRC}/32 dev {EXT_NIC} && ip addr add {OTHER_SRC}/32 dev {EXT_NIC}"
-    ));
-    write_policy(&lab, "inventory.yaml", &inventory("front"));
-    write_policy(&lab, "annp1.yaml", SEED_ANNP);
-    let config = lab.write_config(&format!(
-        "standalone:\n  policyDir: {}\n",
-        policy_dir(&lab).display()
-    ));
-    write_db_external_node(&lab);
-    let mut agent = lab.start_agent(&config);
-    lab.isolate_uplink();
-    wait_until(Duration::from_secs(30), "attached", || {
-        lab.vm_addrs(NIC).iter().any(|a| a.starts_with(VM_IP4))
-    });
-    lab.vm_ok(&format!("ip route replace 172.16.100.0/24 via {EXT_IP4}"));
-    let mut listeners = vec![listen(&lab, 22), listen(&lab, 8080), listen(&lab, 9443)];
+    let (mut agent, mut listeners) = seeded_vm(&lab);
     let mut outside = lab.ns_command(lab.ext_ns(), "nc");
     outside.args(["-l", "-k", "-n", EXT_IP4, "9000"]);
     outside
