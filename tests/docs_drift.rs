@@ -45,25 +45,10 @@ fn reference(rel: &str) -> markdown::Doc {
     }
 }
 
-/// A code span as compared with the names: trimmed, list indexes (`[0]`, `[*]`) written `[]`.
+/// A code span as compared with the names: trimmed, list indexes (`[0]`, `[*]`) written `[]`, as
+/// the parser declares the keys of a list item.
 fn normalize(span: &str) -> String {
-    let mut out = String::new();
-    let mut in_index = false;
-    for c in span.trim().chars() {
-        match c {
-            '[' => {
-                in_index = true;
-                out.push('[');
-            }
-            ']' => {
-                in_index = false;
-                out.push(']');
-            }
-            _ if in_index => {}
-            c => out.push(c),
-        }
-    }
-    out
+    antrea_vm_agent::config::any_list_item_path(span.trim())
 }
 
 fn spans(doc: &markdown::Doc) -> BTreeSet<String> {

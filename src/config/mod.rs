@@ -371,6 +371,12 @@ pub fn known_config_keys() -> Vec<String> {
     parse::known_keys()
 }
 
+/// A key path written with list indexes (`a.list[3].b`, `a.list[*].b`) in the form
+/// [`known_config_keys`] uses for the keys of any list item (`a.list[].b`).
+pub fn any_list_item_path(path: &str) -> String {
+    reader::any_item(path)
+}
+
 /// The name of this ExternalNode: `NODE_NAME` if set and non-empty, else the kernel host name.
 pub fn node_name() -> String {
     if let Ok(name) = std::env::var("NODE_NAME") {

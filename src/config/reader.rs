@@ -31,7 +31,7 @@ const BYPASS_RULE_KEYS: &[&str] = &["direction", "protocol", "cidr", "port"];
 pub(super) type Fields<'a> = BTreeMap<String, &'a Value>;
 
 /// `a.list[3].b` as `a.list[].b`: the declared path of a key of any list item.
-fn any_item(path: &str) -> String {
+pub(super) fn any_item(path: &str) -> String {
     let mut out = String::with_capacity(path.len());
     let mut in_index = false;
     for c in path.chars() {
