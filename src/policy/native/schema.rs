@@ -165,7 +165,12 @@ pub fn check(kind: NativeKind, spec: Option<&Value>) -> Result<(), String> {
             let spec = object(spec);
             known("spec", spec, TIER_SPEC)?;
             required("spec", spec, &["priority"])?;
-            range("spec.priority", spec.and_then(|s| s.get("priority")), 0, 255)
+            range(
+                "spec.priority",
+                spec.and_then(|s| s.get("priority")).and_then(Value::as_i64),
+                0,
+                255,
+            )
         }
         // `ipBlock` is in no v1beta1 Go type; `nodeSelector` of a Group is refused by the
         // standalone checks (no Nodes) before this would matter.
@@ -241,9 +246,9 @@ pub fn unknown_fields(kind: NativeKind, spec: Option<&Value>) -> Vec<String> {
 fn check_policy(shape: &PolicyShape, spec: Option<&Value>) -> Result<(), String> {
     let spec = object(spec);
     required("spec", spec, &["priority"])?;
-    range_f64(
+    range(
         "spec.priority",
-        spec.and_then(|s| s.get("priority")),
+        spec.and_then(|s| s.get("priority")).and_then(Value::as_f64),
         1.0,
         10000.0,
     )?;
@@ -311,7 +316,7 @@ fn check_rule(at: &str, rule: Option<&Map<String, Value>>, igmp_types: &[i64]) -
         for field in ["icmpType", "icmpCode"] {
             range(
                 &format!("{here}.icmp.{field}"),
-                icmp.and_then(|m| m.get(field)),
+                icmp.and_then(|m| m.get(field)).and_then(Value::as_i64),
                 0,
                 255,
             )?;
@@ -451,25 +456,16 @@ fn one_of_str(at: &str, value: Option<&Value>, allowed: &[&str]) -> Result<(), S
     ))
 }
 
-fn range(at: &str, value: Option<&Value>, min: i64, max: i64) -> Result<(), String> {
-    let Some(v) = value.and_then(Value::as_i64) else {
-        return Ok(());
-    };
-    if v < min {
-        return Err(format!(
-            "{at}: Invalid value: {v}: {at} in body should be greater than or equal to {min}"
-        ));
-    }
-    if v > max {
-        return Err(format!(
-            "{at}: Invalid value: {v}: {at} in body should be less than or equal to {max}"
-        ));
-    }
-    Ok(())
-}
-
-fn range_f64(at: &str, value: Option<&Value>, min: f64, max: f64) -> Result<(), String> {
-    let Some(v) = value.and_then(Value::as_f64) else {
+/// The schema's `minimum`/`maximum` on a number read as `T` (a value of another type is the
+/// type check's business). `{min:?}` prints `10000.0` for a float bound, as the apiserver does,
+/// and `255` for an integer one.
+fn range<T: PartialOrd + std::fmt::Display + std::fmt::Debug>(
+    at: &str,
+    value: Option<T>,
+    min: T,
+    max: T,
+) -> Result<(), String> {
+    let Some(v) = value else {
         return Ok(());
     };
     if v < min {
