@@ -851,12 +851,13 @@ fn is_json_file(path: &Path) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("json"))
 }
 
-/// Builds snapshots, remembering per file the objects last loaded from it, and per object name
-/// the version last enforced.
+/// Builds snapshots, remembering per file the objects last loaded from it.
 #[derive(Debug, Default)]
 struct Loader {
     files: BTreeMap<PathBuf, LoadedFile>,
-    enforced: BTreeMap<ObjectKey, ValidObject>,
+    /// How many controlplane objects the last snapshot held (for the message when the
+    /// directory goes missing and they stay in force).
+    enforced: usize,
     /// The local controller, holding the Antrea-native definitions last translated.
     native: LocalController,
     /// The local ExternalNode's ExternalEntities, for the local controller.
@@ -887,7 +888,7 @@ impl Loader {
                 "policy directory {} does not exist (removed or not mounted); keeping the {} \
                  objects last loaded from it until it is back",
                 dir.display(),
-                self.enforced.len()
+                self.enforced
             )),
             DirContent::Unreadable(e) => errors.push(format!(
                 "policy directory {}: cannot read: {e}; keeping the policies last loaded from it",
@@ -959,52 +960,49 @@ impl Loader {
         }
 
         let mut snapshot = PolicySnapshot::default();
-        let mut enforced = BTreeMap::new();
+        let mut enforced = 0;
         for (key, definitions) in self.definitions() {
             // Defined more than once (in several files, or twice in one): the last definition
             // in path order, then file order, is used, as for Antrea-native objects
             // (`native_policies::conflict_warning`): a function of the directory alone, so a
             // restarted agent enforces what the running one did, and never neither.
-            let object = match definitions.as_slice() {
-                [] => None,
-                [(_, object)] => Some((*object).clone()),
-                [.., (last_path, last)] => {
-                    let mut files: Vec<String> = Vec::new();
-                    for (path, _) in &definitions {
-                        let shown = path.display().to_string();
-                        if files.last() != Some(&shown) {
-                            files.push(shown);
-                        }
-                    }
-                    let place = if files.len() == 1 {
-                        format!(
-                            "policy file {}: {} {} is defined more than once in the file",
-                            files[0], key.0, key.1
-                        )
-                    } else {
-                        format!(
-                            "policy files {}: {} {} is defined in more than one file",
-                            files.join(", "),
-                            key.0,
-                            key.1
-                        )
-                    };
-                    errors.push(format!(
-                        "{place}: the last definition, in {} (the last file in path order), is used",
-                        last_path.display()
-                    ));
-                    Some((*last).clone())
-                }
+            let Some((last_path, object)) = definitions.last() else {
+                continue;
             };
-            let Some(object) = object else { continue };
-            match &object {
+            if definitions.len() > 1 {
+                let mut files: Vec<String> = Vec::new();
+                for (path, _) in &definitions {
+                    let shown = path.display().to_string();
+                    if files.last() != Some(&shown) {
+                        files.push(shown);
+                    }
+                }
+                let place = if files.len() == 1 {
+                    format!(
+                        "policy file {}: {} {} is defined more than once in the file",
+                        files[0], key.0, key.1
+                    )
+                } else {
+                    format!(
+                        "policy files {}: {} {} is defined in more than one file",
+                        files.join(", "),
+                        key.0,
+                        key.1
+                    )
+                };
+                errors.push(format!(
+                    "{place}: the last definition, in {} (the last file in path order), is used",
+                    last_path.display()
+                ));
+            }
+            match object {
                 ValidObject::NetworkPolicy(p) => snapshot.network_policies.push(Arc::clone(p)),
                 ValidObject::AddressGroup(g) => snapshot.address_groups.push(Arc::clone(g)),
                 ValidObject::AppliedToGroup(g) => snapshot.applied_to_groups.push(Arc::clone(g)),
                 // Never stored: load_file rejects patches.
                 ValidObject::AddressGroupPatch(_) | ValidObject::AppliedToGroupPatch(_) => {}
             }
-            enforced.insert(key, object);
+            enforced += 1;
         }
         self.enforced = enforced;
         // The files holding Antrea-native objects, hashed: a lookup in `files` by path compares
