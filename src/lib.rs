@@ -21,6 +21,7 @@ pub mod ovs;
 pub mod packetin;
 pub mod parallel;
 pub mod policy;
+pub mod retry;
 pub mod sources;
 pub mod telemetry;
 pub mod uplink;

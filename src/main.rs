@@ -310,11 +310,9 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
                 None => antrea_vm_agent::fqdn::resolver::ServerSource::ResolvConf("/etc/resolv.conf".into()),
             },
             state_dir: config.state_dir.clone(),
-            // A DNS answer paused while no FQDN session is up is lost (OVS has no one to resume
-            // it), so this local socket is retried quickly, not with the actors' backoff: at
-            // start the bridge appears a moment after the agent, and after an OVS restart.
-            reconnect_min: std::time::Duration::from_millis(50),
-            reconnect_max: std::time::Duration::from_secs(1),
+            // Retried more quickly than the actors' OVS connections: at start the bridge appears
+            // a moment after the agent, and after an OVS restart (see the policy's comment).
+            reconnect: antrea_vm_agent::retry::RetryPolicy::FQDN_RECONNECT,
             datapath: Arc::new(antrea_vm_agent::ovs::vswitchd::Vswitchd::new(
                 config.ovs_run_dir.clone(),
                 config.ovs_datapath_type.as_str(),

@@ -36,19 +36,22 @@ use crate::messages::{ActorKind, Resync, Stop};
 use crate::ovs::openflow::SwitchConnector;
 use crate::ovs::ovsdb::Ovsdb;
 use crate::ovs::vswitchd::DatapathCache;
+use crate::retry::RetryPolicy;
 use crate::sources::ExternalNodeSource;
 
 /// Intervals and backoffs. Production values come from [`Timing::default`]; tests shrink them.
 #[derive(Clone, Debug)]
 pub struct Timing {
-    /// First restart delay after an actor dies; doubles per consecutive death.
+    /// First restart delay after an actor dies; doubles per consecutive death up to
+    /// `restart_backoff_max`, each delay jittered (`crate::retry`).
     pub restart_backoff_min: Duration,
     pub restart_backoff_max: Duration,
     /// An actor that stayed up this long has its backoff reset.
     pub restart_backoff_reset: Duration,
     /// How often the interface manager re-checks OVSDB and the kernel against its records.
     pub interface_reconcile: Duration,
-    /// First and maximum delay between reconnect attempts to OVS.
+    /// First and maximum base delay between reconnect attempts to OVS (jittered,
+    /// `crate::retry`).
     pub reconnect_min: Duration,
     pub reconnect_max: Duration,
     /// How long to wait for an ofport or a netdev to appear or disappear.
@@ -58,7 +61,8 @@ pub struct Timing {
     /// How often the reporter reads the rule counters and posts a NodeStatsSummary (Kubernetes
     /// mode); also the delay before the first reading, which is only a baseline.
     pub stats_interval: Duration,
-    /// First retry delay of a failed NetworkPolicyStatus post; doubles per failure up to 300 s.
+    /// First retry delay of a failed NetworkPolicyStatus post; doubles per failure up to 300 s,
+    /// jittered (`crate::retry`).
     pub status_retry_min: Duration,
     /// How often the flow installer audits the switch's flows when the switch cannot report
     /// flow changes itself (no OpenFlow flow monitoring).
@@ -68,16 +72,16 @@ pub struct Timing {
 impl Default for Timing {
     fn default() -> Self {
         Timing {
-            restart_backoff_min: Duration::from_millis(200),
-            restart_backoff_max: Duration::from_secs(30),
+            restart_backoff_min: RetryPolicy::ACTOR_RESTART.initial,
+            restart_backoff_max: RetryPolicy::ACTOR_RESTART.max,
             restart_backoff_reset: Duration::from_secs(60),
             interface_reconcile: Duration::from_secs(2),
-            reconnect_min: Duration::from_millis(500),
-            reconnect_max: Duration::from_secs(8),
+            reconnect_min: RetryPolicy::OVS_RECONNECT.initial,
+            reconnect_max: RetryPolicy::OVS_RECONNECT.max,
             port_wait: Duration::from_secs(5),
             report_interval: Duration::from_secs(60),
             stats_interval: Duration::from_secs(60),
-            status_retry_min: Duration::from_secs(5),
+            status_retry_min: RetryPolicy::STATUS_POST.initial,
             flow_audit: Duration::from_secs(10),
         }
     }
@@ -552,10 +556,7 @@ impl Supervisor {
 
     fn backoff(&self, failures: u32) -> Duration {
         let t = &self.deps.timing;
-        let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(16));
-        t.restart_backoff_min
-            .saturating_mul(factor)
-            .min(t.restart_backoff_max)
+        RetryPolicy::new(t.restart_backoff_min, t.restart_backoff_max).delay_after(failures)
     }
 }
 

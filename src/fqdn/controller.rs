@@ -57,6 +57,7 @@ use crate::ovs::vswitchd::DatapathCache;
 use crate::policy::compiler::FqdnPlacement;
 use crate::policy::flowset::{self, FlowSet};
 use crate::policy::pipeline::fields::{category, FQDN_COOKIE};
+use crate::retry::RetryPolicy;
 
 /// File under `stateDir` holding the cache.
 pub const CACHE_FILE: &str = "fqdn-cache.json";
@@ -371,8 +372,8 @@ pub struct ControllerConfig {
     /// Where names are asked again before they expire.
     pub dns_server: ServerSource,
     pub state_dir: PathBuf,
-    pub reconnect_min: Duration,
-    pub reconnect_max: Duration,
+    /// Between attempts to open the controller's OpenFlow session.
+    pub reconnect: RetryPolicy,
     /// The switch's datapath flow cache: after a commit, the cached flows toward the changed
     /// addresses are evicted before the answer is released (see [`crate::ovs::vswitchd`]).
     pub datapath: Arc<dyn DatapathCache>,
@@ -503,18 +504,17 @@ pub async fn run(
         config: config.clone(),
         handle: handle.clone(),
     }));
-    let mut delay = config.reconnect_min;
+    let mut backoff = config.reconnect.backoff();
     loop {
         let switch = match connector.connect().await {
             Ok(s) => s,
             Err(e) => {
                 debug!("FQDN controller: cannot connect to the switch: {e}");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(config.reconnect_max);
+                tokio::time::sleep(backoff.next_delay()).await;
                 continue;
             }
         };
-        delay = config.reconnect_min;
+        backoff.reset();
         let session = tokio::spawn(session(
             switch,
             Arc::clone(&state),
@@ -528,7 +528,7 @@ pub async fn run(
                 warn!("FQDN controller session failed ({e}); restarting it");
             }
         }
-        tokio::time::sleep(config.reconnect_min).await;
+        tokio::time::sleep(config.reconnect.initial).await;
     }
 }
 

@@ -1,22 +1,22 @@
 //! When each cached name is asked again (upstream's re-query workers): a name some rule selects
 //! is re-resolved before its first record expires, so a VM that keeps using a name with a short
-//! TTL never sees its flows go and come back. Pure: times are milliseconds since the Unix epoch,
-//! as in the cache.
+//! TTL never sees its flows go and come back. Pure but for the retry's jitter: times are
+//! milliseconds since the Unix epoch, as in the cache.
 //!
 //! A name is due at `expiry - lead`, where `lead` is half of the time left (at most
 //! [`MAX_LEAD_MS`]): a 2 s TTL is asked again after 1 s, a 60 s TTL after 55 s. Never sooner
 //! than [`MIN_INTERVAL_MS`] after the previous schedule, so a TTL of 0 cannot spin. A failed
-//! query is retried with a doubling delay (1 s up to 30 s); a name that leaves the cache leaves
-//! the schedule.
+//! query is retried with a jittered doubling delay ([`RetryPolicy::DNS_REQUERY`]: 1 s up to 30 s,
+//! each delay up to twice that); a name that leaves the cache leaves the schedule.
 
 use std::collections::{BTreeMap, BTreeSet};
+
+use crate::retry::RetryPolicy;
 
 /// The most a re-query runs ahead of the expiry.
 pub const MAX_LEAD_MS: u64 = 5_000;
 /// The least time between two schedules of one name.
 pub const MIN_INTERVAL_MS: u64 = 1_000;
-/// The longest retry delay after failures.
-pub const MAX_RETRY_MS: u64 = 30_000;
 
 /// When a name whose earliest record expires at `expiry_ms` is asked again, seen at `now_ms`.
 pub fn due_at(now_ms: u64, expiry_ms: u64) -> u64 {
@@ -25,10 +25,10 @@ pub fn due_at(now_ms: u64, expiry_ms: u64) -> u64 {
     now_ms + (left - lead).max(MIN_INTERVAL_MS)
 }
 
-/// The retry delay after `failures` failures in a row (at least one).
+/// The retry delay after `failures` failures in a row (at least one), in milliseconds.
 pub fn retry_delay(failures: u32) -> u64 {
-    let shift = failures.saturating_sub(1).min(5);
-    (MIN_INTERVAL_MS << shift).min(MAX_RETRY_MS)
+    let delay = RetryPolicy::DNS_REQUERY.delay_after(failures);
+    u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[derive(Clone, Debug, Default)]
@@ -150,21 +150,30 @@ mod tests {
         // A VM's answer for a name in flight does not schedule a second query.
         s.expires("a.test", 1_100, 3_100);
         assert!(s.take_due(50_000).is_empty());
+        // First failure: 1 s, jittered up to 2 s.
         s.done("a.test", false, 1_500, Some(2_000));
         assert_eq!(s.take_due(2_499), Vec::<String>::new());
-        assert_eq!(s.take_due(2_500), vec!["a.test".to_string()]);
-        s.done("a.test", false, 2_500, Some(2_000));
-        // Second failure: 2 s.
-        assert_eq!(s.next_due(), Some(4_500));
-        assert_eq!(s.take_due(4_500), vec!["a.test".to_string()]);
+        let due = s.next_due().expect("due");
+        assert!((2_500..=3_500).contains(&due), "{due}");
+        assert_eq!(s.take_due(due), vec!["a.test".to_string()]);
+        s.done("a.test", false, due, Some(2_000));
+        // Second failure: 2 s, jittered up to 4 s.
+        let next = s.next_due().expect("due");
+        assert!((due + 2_000..=due + 4_000).contains(&next), "{due} {next}");
+        assert_eq!(s.take_due(next), vec!["a.test".to_string()]);
         s.done("a.test", true, 4_600, Some(6_600));
         assert_eq!(s.next_due(), Some(5_600));
         // Left the cache: gone.
         s.remove("a.test");
         s.retain(|n| n != "b.test");
         assert!(s.is_empty());
-        assert_eq!(retry_delay(1), 1_000);
-        assert_eq!(retry_delay(20), MAX_RETRY_MS);
+        // Jittered by up to 100 % (crate::retry): bounds, not values.
+        assert!((1_000..=2_000).contains(&retry_delay(1)), "{}", retry_delay(1));
+        assert!(
+            (30_000..=60_000).contains(&retry_delay(20)),
+            "{}",
+            retry_delay(20)
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! NetworkPolicyStatus write-back to antrea-controller: the POST body (node key `NS/NAME`), and
 //! [`StatusPoster`], the pure bookkeeping of which Antrea-native policies still need their
 //! realization posted in the current sync epoch, which posts are in flight, and when a failed post
-//! may be retried (exponential back-off from `retry_min`, capped at 300 s). The reporter actor
+//! may be retried (jittered exponential back-off from `retry_min`, the base capped at 300 s,
+//! [`crate::retry`]). The reporter actor
 //! does the I/O and feeds the results back.
 //!
 //! A policy never has two posts out at once. The controller keeps the last status it receives
@@ -19,9 +20,10 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::policy::report::PolicyGeneration;
+use crate::retry::RetryPolicy;
 
-/// Back-off ceiling of a failing status post (Antrea's status queue).
-pub const RETRY_MAX: Duration = Duration::from_secs(300);
+/// Back-off ceiling of a failing status post (Antrea's status queue), before the jitter.
+pub const RETRY_MAX: Duration = RetryPolicy::STATUS_POST.max;
 /// At most this many posts in flight at once (Antrea runs four status workers).
 pub const MAX_IN_FLIGHT: usize = 4;
 
@@ -116,10 +118,10 @@ impl StatusPoster {
         }
     }
 
-    /// Delay before the next attempt after `failures` consecutive failures (1 → `retry_min`).
+    /// Delay before the next attempt after `failures` consecutive failures (1 → `retry_min`,
+    /// jittered).
     pub fn backoff(&self, failures: u32) -> Duration {
-        let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
-        self.retry_min.saturating_mul(factor).min(RETRY_MAX)
+        RetryPolicy::new(self.retry_min, RETRY_MAX).delay_after(failures)
     }
 
     /// Takes in the policies now realized. A new `sync_epoch` forgets everything posted (the
@@ -427,10 +429,16 @@ mod tests {
             assert_eq!(posts.len(), 1);
             let d = s.finished(&posts[0], false, now).expect("retry wanted");
             assert!(s.due(now + d - Duration::from_millis(1)).is_empty());
-            delays.push(d.as_secs());
+            delays.push(d);
             now += d;
         }
-        assert_eq!(delays, vec![5, 10, 20, 40, 80, 160, 300, 300]);
+        // Each delay in [base, 2 * base): the bases double from 5 s up to the 300 s cap, and
+        // the jitter (crate::retry) adds up to as much again.
+        let bases = [5, 10, 20, 40, 80, 160, 300, 300];
+        for (d, base) in delays.iter().zip(bases) {
+            let base = Duration::from_secs(base);
+            assert!(*d >= base && *d <= base * 2, "{delays:?}");
+        }
         let posts = s.due(now);
         assert_eq!(s.finished(&posts[0], true, now), None);
         assert_eq!(s.summary().pending, 0);

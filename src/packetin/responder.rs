@@ -27,6 +27,7 @@ use super::reject::{reject_parsed, RejectError, RejectOutcome};
 use crate::attachment::AttachedInterface;
 use crate::ovs::openflow::{Event, PacketIn, Subscription, Switch, SwitchConnector};
 use crate::policy::compiler::{ConjunctionMap, SharedConjunctions};
+use crate::retry::RetryPolicy;
 
 /// What the responder needs besides the connection. Clone it for each connection.
 #[derive(Clone, Debug)]
@@ -280,14 +281,13 @@ fn flush_audit(ctx: &PacketInContext) -> Option<Instant> {
 
 /// Handles the packet-ins of connections of the responder's own, made by `connector`, for ever:
 /// after a connection ends (OVS restarted, the bridge recreated) the next is opened, with a
-/// delay doubling from `retry_min` to `retry_max` while connecting fails.
+/// jittered delay doubling from `retry.initial` to `retry.max` while connecting fails.
 pub async fn serve_own_connection(
     connector: Arc<dyn SwitchConnector>,
     ctx: PacketInContext,
-    retry_min: std::time::Duration,
-    retry_max: std::time::Duration,
+    retry: RetryPolicy,
 ) {
-    let mut delay = retry_min;
+    let mut backoff = retry.backoff();
     let mut failures: u64 = 0;
     loop {
         match connector.connect().await {
@@ -296,7 +296,7 @@ pub async fn serve_own_connection(
                     info!(failures, "packet-in responder: connected to the switch again");
                 }
                 failures = 0;
-                delay = retry_min;
+                backoff.reset();
                 let sub = switch.subscribe();
                 // On a thread of its own nothing would notice a panic: it is caught here, logged
                 // and counted, and the responder starts over on a new connection.
@@ -307,7 +307,7 @@ pub async fn serve_own_connection(
                     let n = bump(&ctx.stats.panicked);
                     error!(count = n, "packet-in responder panicked (a bug); restarting it");
                 }
-                tokio::time::sleep(retry_min).await;
+                tokio::time::sleep(retry.initial).await;
             }
             Err(e) => {
                 // While it is down OVS drops the Reject and audit packet-ins: a Reject acts as a
@@ -316,8 +316,7 @@ pub async fn serve_own_connection(
                 if failures.is_power_of_two() {
                     warn!(failures, "packet-in responder: cannot connect to the switch (Reject replies and audit lines wait for it): {e}");
                 }
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(retry_max);
+                tokio::time::sleep(backoff.next_delay()).await;
             }
         }
     }

@@ -9,8 +9,10 @@
 //!   `Patch`, DELETED a `Delete`. A patch for a group this watch has not delivered, a later
 //!   BOOKMARK, an ERROR, an unknown event type or the end of the body closes the watch
 //!   (`Connection{connected: false}`) and opens a new one, which starts with a full snapshot;
-//! * attempts start at most every `retry_period` (Go's `NonSlidingUntil(5s)`): immediately if
-//!   the previous attempt lasted longer, else `retry_period` after it started;
+//! * attempts start at most every `retry_period` (Go's `NonSlidingUntil(5s)`), jittered by up to
+//!   as much again ([`RetryPolicy::CONTROLPLANE_WATCH`]) so that agents which lost the controller
+//!   together do not retry together: immediately if the previous attempt lasted longer than its
+//!   jittered period, else that long after it started;
 //! * a malformed event line or object is an `Error` naming the kind, the object and the problem;
 //!   that object is skipped (a previously delivered good version stays) and the watch goes on;
 //! * with a [`FallbackStore`], every delivered object (after patches) is saved, and when a watch
@@ -42,6 +44,7 @@ use crate::policy::controlplane::validate::dropped_members;
 use crate::policy::controlplane::{
     ControlplaneObject, Group, Kind, MemberKey, MembersPatch, ValidObject, API_VERSION,
 };
+use crate::retry::RetryPolicy;
 
 /// The kinds watched, in the order their watches start.
 pub const WATCHED_KINDS: [Kind; 3] = [Kind::NetworkPolicy, Kind::AppliedToGroup, Kind::AddressGroup];
@@ -52,7 +55,8 @@ pub const MAX_WATCH_LIFETIME: Duration = Duration::from_secs(5 * 60 * 60);
 /// Retry timing of the watches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ControlplaneTiming {
-    /// Minimum time between the starts of two attempts of one watch (Go agent: 5 s).
+    /// Minimum time between the starts of two attempts of one watch (Go agent: 5 s), before the
+    /// jitter (each period is up to twice this).
     pub retry_period: Duration,
     /// Safety deadline: a watch open this long is closed and reopened (with a full resync).
     /// antrea-controller itself ends each watch after 2 to 4 hours, so this fires only if a
@@ -64,7 +68,7 @@ pub struct ControlplaneTiming {
 impl Default for ControlplaneTiming {
     fn default() -> Self {
         ControlplaneTiming {
-            retry_period: Duration::from_secs(5),
+            retry_period: RetryPolicy::CONTROLPLANE_WATCH.initial,
             max_watch_lifetime: MAX_WATCH_LIFETIME,
         }
     }
@@ -392,6 +396,7 @@ struct Watcher {
 
 impl Watcher {
     async fn run(mut self) {
+        let mut periods = RetryPolicy::constant(self.retry_period).backoff();
         loop {
             let started = tokio::time::Instant::now();
             match self.session().await {
@@ -401,7 +406,7 @@ impl Watcher {
             if self.tx.is_closed() {
                 return;
             }
-            tokio::time::sleep_until(started + self.retry_period).await;
+            tokio::time::sleep_until(started + periods.next_delay()).await;
         }
     }
 

@@ -5,15 +5,17 @@
 //!
 //! The protocol, per subscription:
 //! 1. `GET .../namespaces/{ns}/externalnodes/{name}` until the server *answers* (an object or a
-//!    404), retrying every [`WatchTiming::initial_retry`] (10 s, as the Go agent) on anything else
-//!    (unreachable, 403, 5xx), with an `Error` event each time.
+//!    404), retrying after [`WatchTiming::initial_retry`] (10 s, as the Go agent, jittered by up
+//!    to as much again: [`RetryPolicy::EXTERNAL_NODE_GET`]) on anything else (unreachable, 403,
+//!    5xx), with an `Error` event each time.
 //! 2. LIST with `fieldSelector=metadata.name={name}`, for the current state and the
 //!    `resourceVersion` to watch from.
 //! 3. WATCH from that version with bookmarks and `timeoutSeconds`. A body that ends normally is
 //!    resumed from the last version seen (events and bookmarks advance it). `410 Gone` (on open,
 //!    or as an `ERROR` event) means the version is too old: re-list. Any other failure is an
-//!    `Error` event, a bounded exponential backoff ([`WatchTiming::backoff_min`] to
-//!    [`WatchTiming::backoff_max`]) and a re-list. A watch silent for longer than the timeout
+//!    `Error` event, a jittered exponential backoff ([`WatchTiming::backoff_min`] to
+//!    [`WatchTiming::backoff_max`], [`RetryPolicy::EXTERNAL_NODE_WATCH`] by default: client-go's
+//!    reflector) and a re-list; a watch that opens resets it. A watch silent for longer than the timeout
 //!    it asked for plus [`WatchTiming::idle_grace`] is presumed dead and replaced.
 //!
 //! What is emitted: `Present` when the object as parsed ([`ExternalNodeObject`]: name,
@@ -44,6 +46,7 @@ use tracing::{debug, info};
 use super::{ExternalNodeSource, SourceError, SourceEvent};
 use crate::k8s::api::{ApiClient, Method, WatchLines};
 use crate::k8s::external_node::{ExternalNodeObject, API_VERSION};
+use crate::retry::{Backoff, RetryPolicy};
 
 /// Whether the server answers kube-apiserver's core discovery (`/api`), which antrea-controller
 /// does not serve: tells a missing ExternalNode CRD (an answer: the object is absent) from a
@@ -58,11 +61,12 @@ async fn is_kube_apiserver(api: &dyn ApiClient) -> bool {
 /// Delays and timeouts of the watch loop; tests shrink them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatchTiming {
-    /// Between start-up GETs that got no answer (Go: 10 s).
+    /// Between start-up GETs that got no answer (Go: 10 s), before the jitter.
     pub initial_retry: Duration,
-    /// First delay after a failed list or watch; doubled on each further failure.
+    /// First delay after a failed list or watch; doubled on each further failure, each delay
+    /// jittered by up to as much again ([`crate::retry`]).
     pub backoff_min: Duration,
-    /// Ceiling of the backoff.
+    /// Ceiling of the backoff's base (before the jitter).
     pub backoff_max: Duration,
     /// `timeoutSeconds` asked of each watch: the server ends it then and the agent resumes.
     pub watch_timeout: Duration,
@@ -73,9 +77,9 @@ pub struct WatchTiming {
 impl Default for WatchTiming {
     fn default() -> Self {
         WatchTiming {
-            initial_retry: Duration::from_secs(10),
-            backoff_min: Duration::from_secs(1),
-            backoff_max: Duration::from_secs(30),
+            initial_retry: RetryPolicy::EXTERNAL_NODE_GET.initial,
+            backoff_min: RetryPolicy::EXTERNAL_NODE_WATCH.initial,
+            backoff_max: RetryPolicy::EXTERNAL_NODE_WATCH.max,
             watch_timeout: Duration::from_secs(300),
             idle_grace: Duration::from_secs(60),
         }
@@ -222,27 +226,6 @@ enum Phase {
     Watch,
 }
 
-/// A bounded exponential backoff.
-struct Backoff {
-    min: Duration,
-    max: Duration,
-    next: Duration,
-}
-
-impl Backoff {
-    fn new(min: Duration, max: Duration) -> Self {
-        Backoff { min, max, next: min }
-    }
-    fn next_delay(&mut self) -> Duration {
-        let delay = self.next;
-        self.next = (self.next * 2).min(self.max).max(self.min);
-        delay
-    }
-    fn reset(&mut self) {
-        self.next = self.min;
-    }
-}
-
 /// One subscription's state machine.
 struct Machine {
     source: KubeExternalNodeSource,
@@ -265,7 +248,7 @@ struct Machine {
 
 impl Machine {
     fn new(source: KubeExternalNodeSource) -> Self {
-        let backoff = Backoff::new(source.timing.backoff_min, source.timing.backoff_max);
+        let backoff = RetryPolicy::new(source.timing.backoff_min, source.timing.backoff_max).backoff();
         Machine {
             source,
             phase: Phase::Initial,
@@ -367,6 +350,11 @@ impl Machine {
         }
     }
 
+    /// The delay before the next start-up GET: the Go agent's fixed period, jittered.
+    fn initial_retry(&self) -> Duration {
+        RetryPolicy::constant(self.source.timing.initial_retry).delay_after(1)
+    }
+
     async fn initial(&mut self) {
         let path = self.source.object_path();
         match self.source.api.request(Method::Get, &path, None).await {
@@ -375,14 +363,14 @@ impl Machine {
                 self.phase = Phase::List;
             }
             Err(e) if e.is_unserved() && !is_kube_apiserver(self.source.api.as_ref()).await => {
+                let delay = self.initial_retry();
                 self.connection_error(self.problem(format!(
                     "{} does not serve ExternalNodes and is not kube-apiserver (it has no /api): \
                      clientConnection.kubeconfig must point at kube-apiserver (are clientConnection \
-                     and antreaClientConnection swapped?); retrying every {:?}",
+                     and antreaClientConnection swapped?); retrying in {delay:?}",
                     self.source.api.describe(),
-                    self.source.timing.initial_retry
                 )));
-                self.delay = Some(self.source.timing.initial_retry);
+                self.delay = Some(delay);
             }
             Err(e) if e.is_not_found() => {
                 info!(object = %self.object(), "ExternalNode not found; watching for it to be created");
@@ -390,12 +378,12 @@ impl Machine {
                 self.phase = Phase::List;
             }
             Err(e) => {
+                let delay = self.initial_retry();
                 self.connection_error(self.problem(format!(
-                    "cannot read it from kube-apiserver {} (retrying every {:?}): {e}",
+                    "cannot read it from kube-apiserver {} (retrying in {delay:?}): {e}",
                     self.source.api.describe(),
-                    self.source.timing.initial_retry
                 )));
-                self.delay = Some(self.source.timing.initial_retry);
+                self.delay = Some(delay);
             }
         }
     }
@@ -896,11 +884,25 @@ mod tests {
 
     #[test]
     fn backoff_doubles_up_to_the_ceiling_and_resets() {
-        let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
-        let delays: Vec<u64> = (0..7).map(|_| b.next_delay().as_secs()).collect();
-        assert_eq!(delays, vec![1, 2, 4, 8, 16, 30, 30]);
+        let timing = WatchTiming::default();
+        let mut b = RetryPolicy::new(timing.backoff_min, timing.backoff_max).backoff();
+        // Each delay in [base, 2 * base] (the jitter): bases 0.8, 1.6, 3.2, 6.4, 12.8, 25.6 s,
+        // then the 30 s ceiling.
+        let bases = [800, 1_600, 3_200, 6_400, 12_800, 25_600, 30_000, 30_000];
+        let delays: Vec<Duration> = bases.iter().map(|_| b.next_delay()).collect();
+        for (d, base) in delays.iter().zip(bases) {
+            let base = Duration::from_millis(base);
+            assert!(
+                *d >= base && *d <= base * 2 + Duration::from_millis(1),
+                "{delays:?}"
+            );
+        }
         b.reset();
-        assert_eq!(b.next_delay(), Duration::from_secs(1));
+        let first = b.next_delay();
+        assert!(
+            first >= timing.backoff_min && first <= timing.backoff_min * 2,
+            "{first:?}"
+        );
     }
 
     /// The source over the real HTTPS client, against the TLS test server of `k8s::client`'s

@@ -42,6 +42,7 @@ use crate::policy::compiler::{
 use crate::policy::flowset::{self, FlowSet};
 use crate::policy::pipeline::{self, PipelineOptions};
 use crate::policy::rule::RuleId;
+use crate::retry::{Backoff, RetryPolicy};
 
 mod drift;
 mod held;
@@ -183,7 +184,8 @@ pub struct FlowInstaller {
     fqdn_committed: Vec<FqdnPlacement>,
     /// Accepted rules the compiler could not place, and why (logged when they change).
     not_installed: BTreeMap<RuleId, String>,
-    reconnect_delay: Duration,
+    /// The delays between attempts to reconnect to the switch; reset once connected.
+    reconnect: Backoff,
     connecting: bool,
     last_error: Option<String>,
     /// The thread packet-ins are answered on (Reject replies, audit writes), so they never wait
@@ -196,7 +198,7 @@ pub struct FlowInstaller {
 
 impl FlowInstaller {
     pub fn new(deps: FlowInstallerDeps, outputs: FlowInstallerOutputs, lifeline: Lifeline) -> Self {
-        let reconnect_delay = deps.timing.reconnect_min;
+        let reconnect = RetryPolicy::new(deps.timing.reconnect_min, deps.timing.reconnect_max).backoff();
         let logging = &deps.audit_logging;
         let audit = match AuditLog::open(&logging.log_dir, logging) {
             Ok(log) => Some(log),
@@ -229,7 +231,7 @@ impl FlowInstaller {
             pending_audit: None,
             fqdn_committed: Vec::new(),
             not_installed: BTreeMap::new(),
-            reconnect_delay,
+            reconnect,
             connecting: false,
             last_error: None,
             packet_in_thread: None,
@@ -306,8 +308,7 @@ impl FlowInstaller {
     }
 
     fn schedule_reconnect(&mut self, ctx: &mut Context<Self>) {
-        let delay = self.reconnect_delay;
-        self.reconnect_delay = (self.reconnect_delay * 2).min(self.deps.timing.reconnect_max);
+        let delay = self.reconnect.next_delay();
         ctx.run_later(delay, |_, ctx| ctx.notify(Connect));
     }
 
@@ -511,8 +512,10 @@ impl Actor for FlowInstaller {
             let serve = packetin::serve_own_connection(
                 connector,
                 self.packet_in_context(),
-                self.deps.timing.reconnect_min.min(Duration::from_millis(100)),
-                self.deps.timing.reconnect_max.min(Duration::from_secs(1)),
+                RetryPolicy::new(
+                    self.deps.timing.reconnect_min.min(Duration::from_millis(100)),
+                    self.deps.timing.reconnect_max.min(Duration::from_secs(1)),
+                ),
             );
             self.responder_stop = self.spawn_responder(serve, ctx);
         }
@@ -619,7 +622,7 @@ impl Handler<Connect> for FlowInstaller {
                     });
                     act.installed = Arc::default();
                     act.pending_audit = None;
-                    act.reconnect_delay = act.deps.timing.reconnect_min;
+                    act.reconnect.reset();
                     act.last_error = None;
                     ctx.notify(Sync);
                 }
@@ -907,7 +910,7 @@ impl Handler<InterfacesChanged> for FlowInstaller {
         if self.session.is_none() && !self.connecting {
             // The interface manager may just have re-created the bridge: try now rather than
             // after the backoff.
-            self.reconnect_delay = self.deps.timing.reconnect_min;
+            self.reconnect.reset();
             ctx.notify(Connect);
         }
         ctx.notify(Sync);

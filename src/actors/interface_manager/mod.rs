@@ -28,6 +28,7 @@ use crate::messages::{
 };
 use crate::ovs::ovsdb::{BridgeSpec, Ovsdb};
 use crate::policy::pipeline;
+use crate::retry::RetryPolicy;
 use crate::telemetry::AgentMetrics;
 use crate::uplink::procedures::{self, Attachment, Env};
 use crate::uplink::repair;
@@ -359,10 +360,12 @@ async fn watch_ovsdb(
     manager: actix::Addr<InterfaceManager>,
 ) {
     const SETTLE: std::time::Duration = std::time::Duration::from_millis(100);
-    const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+    // As the flow installer's reconnects to the same Open vSwitch; reset once a watch opened.
+    let mut retry = RetryPolicy::OVS_RECONNECT.backoff();
     loop {
         match ovsdb.watch_changes().await {
             Ok(mut changes) => {
+                retry.reset();
                 while changes.recv().await.is_some() {
                     // One pass for a burst of updates (a del-br removes rows of three tables).
                     tokio::time::sleep(SETTLE).await;
@@ -375,7 +378,7 @@ async fn watch_ovsdb(
             Err(crate::ovs::ovsdb::OvsdbError::Unsupported(_)) => return,
             Err(e) => debug!("cannot watch OVSDB yet: {e}"),
         }
-        tokio::time::sleep(RETRY).await;
+        tokio::time::sleep(retry.next_delay()).await;
     }
 }
 

@@ -116,8 +116,7 @@ async fn start() -> Running {
         min_ttl_secs: 0,
         dns_server: ServerSource::Override("127.0.0.1:1".into()),
         state_dir: state_dir.path().to_path_buf(),
-        reconnect_min: Duration::from_millis(10),
-        reconnect_max: Duration::from_millis(50),
+        reconnect: RetryPolicy::new(Duration::from_millis(10), Duration::from_millis(50)),
         datapath: Arc::new(datapath),
     };
     tokio::spawn(run(handle.clone(), Arc::new(connector.clone()), config, link));
