@@ -1,9 +1,7 @@
 //! Benchmark: how long a Reject reply takes (the VM's SYN → packet-in → the agent's RST
 //! packet-out → the VM's `connect` refused) while the flow installer recompiles and installs the
-//! 10,000-rule fleet, with the agent's threads as they are (the flow installer and the packet-in
-//! responder each on a thread of its own) and, in the same run, with every actor and the
-//! responder on one thread (`ANTREA_VM_AGENT_ONE_ACTOR_THREAD`, the layout before), next to
-//! OVS's own limit.
+//! 10,000-rule fleet (the flow installer and the packet-in responder each on a thread of its
+//! own), next to OVS's own limit.
 //!
 //! Run (as root, with the lab's tools installed: `make deps`):
 //!
@@ -12,7 +10,7 @@
 //! # options: RJBENCH_POLICIES (default 2000, 5 rules each)
 //! ```
 //!
-//! For each layout, one agent is started on the fleet plus one Reject rule (TCP port 9 of the
+//! One agent is started on the fleet plus one Reject rule (TCP port 9 of the
 //! outside host, in the Emergency tier so the fleet's reload never moves it); the outside host
 //! listens on that port, so a connection that is not rejected succeeds: the bench then fails. A
 //! prober in the VM connects back to back (one at a time, 5 ms apart; each waits up to 30 s for
@@ -40,7 +38,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use antrea_vm_agent::actors::supervisor::ONE_THREAD_ENV;
 use common::agent::write_atomic;
 use common::fleet_files::{fleet_policy, Fleet, APPLIED_TO, FRACTIONAL_STEP, RULES_PER_POLICY};
 use common::lab_fleet::{flow_count, installed_rules, ovs_stall_probe, swap_policy_dir};
@@ -144,8 +141,7 @@ fn summary(probes: &[Probe]) -> String {
     )
 }
 
-/// One layout: the agent started on the fleet, idle probes, then probes through a reload; how
-/// many probes connected (the Reject rule not enforced).
+/// What [`run`] works on.
 struct Setup<'a> {
     lab: &'a Lab,
     config: &'a Path,
@@ -155,7 +151,9 @@ struct Setup<'a> {
     policies: usize,
 }
 
-fn run(setup: &Setup, one_thread: bool) -> usize {
+/// The agent started on the fleet, idle probes, then probes through a reload; how many probes
+/// connected (the Reject rule not enforced).
+fn run(setup: &Setup) -> usize {
     let Setup {
         lab,
         config,
@@ -166,20 +164,11 @@ fn run(setup: &Setup, one_thread: bool) -> usize {
     } = *setup;
     let swap = |to: &Path| swap_policy_dir(lab.dir(), dir, to);
     swap(full);
-    let config_arg = config.display().to_string();
-    let env: &[(&str, &str)] = if one_thread { &[(ONE_THREAD_ENV, "1")] } else { &[] };
-    let layout = if one_thread {
-        "one thread for every actor and the responder (before)"
-    } else {
-        "flow installer and packet-in responder on threads of their own (now)"
-    };
-    let agent = lab.start_agent_with_env(&["run", "--config", &config_arg], env);
-    // Idempotent; the second agent finds the uplink the first one attached (SIGKILL leaves it).
+    let agent = lab.start_agent(config);
     lab.isolate_uplink();
     let mgmt = lab.mgmt_sock();
     let started = Instant::now();
-    // This agent's own first full sync committed (the second agent finds the first one's flows
-    // in the switch: the flow count alone would not wait for its take-over), then settled.
+    // The agent's first full sync committed, then settled.
     wait_until(Duration::from_secs(600), "the agent's first full commit", || {
         agent
             .log()
@@ -190,20 +179,16 @@ fn run(setup: &Setup, one_thread: bool) -> usize {
     let full_count = flow_count(&mgmt).unwrap_or(0);
     let rules = installed_rules(&lab.dump_flows());
     println!(
-        "[{layout}] agent up, {full_count} flows, {rules} rules installed, in {:.1} s",
+        "agent up, {full_count} flows, {rules} rules installed, in {:.1} s",
         started.elapsed().as_secs_f64()
     );
     // The fleet and the Reject rule, every one (a bench that installs fewer rules fails).
-    assert_eq!(
-        rules,
-        policies * RULES_PER_POLICY + 1,
-        "[{layout}] rules installed"
-    );
+    assert_eq!(rules, policies * RULES_PER_POLICY + 1, "rules installed");
 
     let idle = prober(lab, Arc::new(AtomicBool::new(false)), 300)
         .join()
         .expect("prober");
-    println!("[{layout}] idle: {}", summary(&idle));
+    println!("idle: {}", summary(&idle));
 
     let stop = Arc::new(AtomicBool::new(false));
     let probes = prober(lab, stop.clone(), usize::MAX);
@@ -225,7 +210,7 @@ fn run(setup: &Setup, one_thread: bool) -> usize {
     assert_eq!(
         rules,
         policies * RULES_PER_POLICY + 1,
-        "[{layout}] rules installed after the reload"
+        "rules installed after the reload"
     );
     // The installer's last commit may trail the count by its barrier.
     std::thread::sleep(Duration::from_millis(500));
@@ -239,13 +224,13 @@ fn run(setup: &Setup, one_thread: bool) -> usize {
         .filter(|p| p.0 >= Duration::from_millis(300) && p.0 <= reloaded + Duration::from_millis(300))
         .collect();
     println!(
-        "[{layout}] reload: fleet removed in {:.1} s, back in {:.1} s; during it: {}",
+        "reload: fleet removed in {:.1} s, back in {:.1} s; during it: {}",
         removed.as_secs_f64(),
         reloaded.as_secs_f64(),
         summary(&during)
     );
     println!(
-        "[{layout}] OVS's own limit meanwhile: {} barriers back to back, round trip {}",
+        "OVS's own limit meanwhile: {} barriers back to back, round trip {}",
         stalls.len(),
         spread(&stalls)
     );
@@ -298,18 +283,14 @@ fn main() {
     });
     rx.recv_timeout(Duration::from_secs(5)).expect("listener up");
 
-    let mut connected = 0;
-    for one_thread in [true, false] {
-        let setup = Setup {
-            lab: &lab,
-            config: &config,
-            dir: &dir,
-            full: &full,
-            empty: &empty,
-            policies,
-        };
-        connected += run(&setup, one_thread);
-    }
+    let connected = run(&Setup {
+        lab: &lab,
+        config: &config,
+        dir: &dir,
+        full: &full,
+        empty: &empty,
+        policies,
+    });
     if connected > 0 {
         eprintln!("reject_latency: {connected} probes connected: the Reject rule was not enforced");
         std::process::exit(1);

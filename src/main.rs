@@ -281,23 +281,17 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
         let timing = Timing::from_env()?;
         // The packet-in responder (Reject, audit) has a connection of its own announcing the id
         // its flows name, so its packet-outs never queue behind the flow installer's bundles;
-        // the installer's connection announces an id no flow names. The one-thread baseline of
-        // the benchmarks keeps the layout before: one connection for both.
-        let one_thread = std::env::var_os(antrea_vm_agent::actors::supervisor::ONE_THREAD_ENV).is_some();
+        // the installer's connection announces an id no flow names.
         let packet_in_switch: Arc<dyn antrea_vm_agent::ovs::openflow::SwitchConnector> =
             Arc::new(OfConnector {
                 path: config.openflow_socket(),
                 controller_id: CONTROLLER_ID,
             });
-        let (switch, packet_ins) = if one_thread {
-            (packet_in_switch, None)
-        } else {
-            let installer: Arc<dyn antrea_vm_agent::ovs::openflow::SwitchConnector> = Arc::new(OfConnector {
-                path: config.openflow_socket(),
-                controller_id: antrea_vm_agent::policy::pipeline::INSTALLER_CONTROLLER_ID,
-            });
-            (installer, Some(packet_in_switch))
-        };
+        let switch: Arc<dyn antrea_vm_agent::ovs::openflow::SwitchConnector> = Arc::new(OfConnector {
+            path: config.openflow_socket(),
+            controller_id: antrea_vm_agent::policy::pipeline::INSTALLER_CONTROLLER_ID,
+        });
+        let packet_ins = Some(packet_in_switch);
         // The FQDN controller runs on a thread of its own with its own OpenFlow connection, so
         // paused DNS responses never wait behind the actors' work.
         let fqdn = antrea_vm_agent::fqdn::FqdnHandle::default();

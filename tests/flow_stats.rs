@@ -192,7 +192,7 @@ async fn rule_counters_come_from_the_metric_flows_summed_per_rule() {
         changes: None,
     });
     w.wait_realized(&PoliciesRealized {
-        policies: generations(1, 1),
+        policies: generations(1, 1).into(),
         sync_epoch: 1,
     })
     .await;
@@ -341,7 +341,7 @@ async fn realization_is_reported_after_each_successful_commit_only() {
         changes: None,
     });
     w.wait_realized(&PoliciesRealized {
-        policies: generations(1, 1),
+        policies: generations(1, 1).into(),
         sync_epoch: 1,
     })
     .await;
@@ -362,7 +362,7 @@ async fn realization_is_reported_after_each_successful_commit_only() {
         changes: None,
     });
     w.wait_realized(&PoliciesRealized {
-        policies: generations(2, 1),
+        policies: generations(2, 1).into(),
         sync_epoch: 1,
     })
     .await;
@@ -386,13 +386,13 @@ async fn realization_is_reported_after_each_successful_commit_only() {
     assert_eq!(
         w.last_realized().await,
         Some(PoliciesRealized {
-            policies: generations(2, 1),
+            policies: generations(2, 1).into(),
             sync_epoch: 1,
         }),
         "nothing new is realized while the bundle failed"
     );
     let want = PoliciesRealized {
-        policies: generations(3, 1),
+        policies: generations(3, 1).into(),
         sync_epoch: 2,
     };
     w.wait_realized(&want).await;

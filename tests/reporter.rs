@@ -260,7 +260,7 @@ async fn statuses_are_posted_once_per_generation_and_again_after_a_resync() {
     let r = w.reporter(ReporterOutputs::default());
     let send = |policies: Vec<PolicyGeneration>, epoch: u64| {
         r.do_send(PoliciesRealized {
-            policies,
+            policies: policies.into(),
             sync_epoch: epoch,
         })
     };
@@ -329,7 +329,7 @@ async fn a_failed_status_post_is_retried() {
     );
     let r = w.reporter(ReporterOutputs::default());
     r.do_send(PoliciesRealized {
-        policies: vec![generation("a", 3, true)],
+        policies: vec![generation("a", 3, true)].into(),
         sync_epoch: 1,
     });
     let posts = w

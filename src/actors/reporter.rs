@@ -44,8 +44,7 @@ use crate::messages::status_detail::{
     StatsWrites,
 };
 use crate::messages::{
-    ActorDetail, ActorKind, ActorStatus, GetRuleStats, PoliciesRealized, PoliciesRealizedShared, Resync,
-    StatusQuery,
+    ActorDetail, ActorKind, ActorStatus, GetRuleStats, PoliciesRealized, Resync, StatusQuery,
 };
 use crate::ovs::ovsdb::Ovsdb;
 
@@ -518,14 +517,6 @@ impl Handler<PoliciesRealized> for AgentInfoReporter {
 
     fn handle(&mut self, msg: PoliciesRealized, ctx: &mut Context<Self>) {
         self.policies_realized(&msg, ctx);
-    }
-}
-
-impl Handler<PoliciesRealizedShared> for AgentInfoReporter {
-    type Result = ();
-
-    fn handle(&mut self, msg: PoliciesRealizedShared, ctx: &mut Context<Self>) {
-        self.policies_realized(&msg.0, ctx);
     }
 }
 

@@ -8,10 +8,9 @@
 //! of its connection (Reject replies, audit writes) are answered on another, so a full compile
 //! or a large bundle stalls neither the other actors (health, status) nor a Reject reply. The
 //! other four actors share the system thread. The layout is decided once, by whoever builds the
-//! [`Deps`]: with [`Deps::packet_ins`] (the responder's own connection) the two threads exist;
-//! without it everything shares one thread and one connection, the layout before, which
-//! `main` chooses when [`ONE_THREAD_ENV`] is set (the benchmarks' baseline for the Reject
-//! latency during a recompile).
+//! [`Deps`]: with [`Deps::packet_ins`] (the responder's own connection, as `main` builds them)
+//! the two threads exist; without it (the in-process test worlds) everything shares one thread
+//! and one connection.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -195,10 +194,6 @@ impl From<&Deps> for ReporterDeps {
 /// lab tests to see several reports quickly; operators normally keep upstream's 60 s.
 pub const REPORT_INTERVAL_ENV: &str = "ANTREA_VM_AGENT_REPORT_INTERVAL";
 pub const STATS_INTERVAL_ENV: &str = "ANTREA_VM_AGENT_STATS_INTERVAL";
-/// Set (to anything), `main` builds [`Deps`] without [`Deps::packet_ins`]: every actor and the
-/// packet-in responder on one thread and one connection, as before the flow installer and the
-/// responder had threads and a connection of their own. A benchmark's baseline only.
-pub const ONE_THREAD_ENV: &str = "ANTREA_VM_AGENT_ONE_ACTOR_THREAD";
 
 /// How long a shutdown waits for the flow installer to stop (it writes the audit lines still
 /// collecting first).

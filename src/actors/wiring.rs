@@ -10,7 +10,7 @@ use actix::{Actor, Addr, Handler, Message, Recipient};
 
 use super::{AgentInfoReporter, ExternalNodeWatcher, FlowInstaller, InterfaceManager, PolicyCache};
 use crate::messages::{
-    ExternalNodeChanged, GetRuleStats, InterfacesChanged, PoliciesRealizedShared, RulesChanged, StatusQuery,
+    ExternalNodeChanged, GetRuleStats, InterfacesChanged, PoliciesRealized, RulesChanged, StatusQuery,
 };
 
 /// The current address of every actor (absent while one is being restarted): the supervisor's
@@ -66,7 +66,7 @@ pub struct PolicyCacheOutputs {
 /// What the flow installer sends: the realization notices, to the reporter.
 #[derive(Clone, Default)]
 pub struct FlowInstallerOutputs {
-    pub realized: Option<Recipient<PoliciesRealizedShared>>,
+    pub realized: Option<Recipient<PoliciesRealized>>,
 }
 
 /// The actors the reporter asks for their status; one that is `None` (down) is reported as

@@ -14,8 +14,7 @@ pub use external_node::ExternalNodeChanged;
 pub use interfaces::{AttachedInterface, EntityRef, InterfacesChanged};
 pub use rules::RulesChanged;
 pub use stats::{
-    GetRuleStats, PoliciesRealized, PoliciesRealizedShared, PolicyGeneration, RuleStats, RuleStatsError,
-    RuleStatsSnapshot,
+    GetRuleStats, PoliciesRealized, PolicyGeneration, RuleStats, RuleStatsError, RuleStatsSnapshot,
 };
 pub use status::{ActorKind, ActorStatus, StatusQuery};
 pub use status_detail::{

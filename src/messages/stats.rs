@@ -10,19 +10,14 @@ pub use crate::policy::report::{PolicyGeneration, RuleStats, RuleStatsSnapshot};
 /// these policies (at these generations) are realized on this node. `sync_epoch` changes on every
 /// full snapshot of the policy source and on the NetworkPolicy resync after a suspected server
 /// restart, after which every status is re-posted (a restarted controller forgot them).
+/// `policies` is shared: the flow installer keeps the list it sends, and a copy of thousands of
+/// policies per commit would cost the thread that realizes the next change.
 #[derive(Clone, Debug, PartialEq, Message)]
 #[rtype(result = "()")]
 pub struct PoliciesRealized {
-    pub policies: Vec<PolicyGeneration>,
+    pub policies: std::sync::Arc<[PolicyGeneration]>,
     pub sync_epoch: u64,
 }
-
-/// The same notice as [`PoliciesRealized`], shared rather than copied: the flow installer keeps
-/// the view it sends, and with thousands of policies a copy per commit costs milliseconds of
-/// the thread that realizes the next change.
-#[derive(Clone, Debug, Message)]
-#[rtype(result = "()")]
-pub struct PoliciesRealizedShared(pub std::sync::Arc<PoliciesRealized>);
 
 /// "Read the rule counters from the switch now." Fails when the switch is not connected.
 #[derive(Clone, Copy, Debug, Default, Message)]

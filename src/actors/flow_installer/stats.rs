@@ -31,7 +31,6 @@
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Instant;
 
 use actix::{ActorFutureExt, Handler, ResponseActFuture, WrapFuture};
@@ -39,8 +38,7 @@ use tracing::debug;
 
 use super::FlowInstaller;
 use crate::messages::{
-    GetRuleStats, PoliciesRealized, PoliciesRealizedShared, PolicyGeneration, RuleStats, RuleStatsError,
-    RuleStatsSnapshot,
+    GetRuleStats, PoliciesRealized, PolicyGeneration, RuleStats, RuleStatsError, RuleStatsSnapshot,
 };
 use crate::ovs::openflow::{
     ct_state, FlowFilter, FlowMod, FlowModChunks, FlowModCommand, FlowStats, OfError, Switch,
@@ -268,7 +266,7 @@ pub struct GetLastRealized;
 impl Handler<GetLastRealized> for FlowInstaller {
     type Result = Option<PoliciesRealized>;
     fn handle(&mut self, _: GetLastRealized, _: &mut Self::Context) -> Self::Result {
-        self.realization.last_sent.as_deref().cloned()
+        self.realization.last_sent.clone()
     }
 }
 
@@ -276,8 +274,8 @@ impl Handler<GetLastRealized> for FlowInstaller {
 #[derive(Debug, Default)]
 pub(super) struct Realization {
     /// The policies and sync epoch of the latest `RulesChanged`.
-    view: Option<Arc<PoliciesRealized>>,
-    last_sent: Option<Arc<PoliciesRealized>>,
+    view: Option<PoliciesRealized>,
+    last_sent: Option<PoliciesRealized>,
 }
 
 impl Realization {
@@ -287,35 +285,38 @@ impl Realization {
         let same = self
             .view
             .as_ref()
-            .is_some_and(|v| v.sync_epoch == sync_epoch && v.policies == policies);
+            .is_some_and(|v| v.sync_epoch == sync_epoch && *v.policies == *policies);
         if !same {
-            self.view = Some(Arc::new(PoliciesRealized { policies, sync_epoch }));
+            self.view = Some(PoliciesRealized {
+                policies: policies.into(),
+                sync_epoch,
+            });
         }
     }
 
     /// The view a sync is about to realize (captured when the sync computes its flows, so the
     /// notice names that view even if a newer one arrives before the commit).
-    pub(super) fn current(&self) -> Option<Arc<PoliciesRealized>> {
+    pub(super) fn current(&self) -> Option<PoliciesRealized> {
         self.view.clone()
     }
 }
 
 impl FlowInstaller {
     /// The flows of `view` are in the switch: tell the reporter.
-    pub(super) fn notify_realized(&mut self, view: Option<Arc<PoliciesRealized>>) {
+    pub(super) fn notify_realized(&mut self, view: Option<PoliciesRealized>) {
         let Some(view) = view else {
             return;
         };
         let view = self.with_not_installed(view);
         if let Some(reporter) = &self.outputs.realized {
-            reporter.do_send(PoliciesRealizedShared(Arc::clone(&view)));
+            reporter.do_send(view.clone());
         }
         self.realization.last_sent = Some(view);
     }
 
     /// The notice with the rules the compiler could not place added to their policies'
     /// `not_enforced` message (NetworkPolicyStatus `realizationFailure`).
-    fn with_not_installed(&self, view: Arc<PoliciesRealized>) -> Arc<PoliciesRealized> {
+    fn with_not_installed(&self, view: PoliciesRealized) -> PoliciesRealized {
         if self.not_installed.is_empty() {
             return view;
         }
@@ -326,8 +327,8 @@ impl FlowInstaller {
                 id.index, id.direction
             ));
         }
-        let mut out = (*view).clone();
-        for p in &mut out.policies {
+        let mut policies = view.policies.to_vec();
+        for p in &mut policies {
             if let Some(lines) = by_policy.get(p.uid.as_str()) {
                 let mut message = p.not_enforced.take().unwrap_or_default();
                 for line in lines {
@@ -339,7 +340,10 @@ impl FlowInstaller {
                 p.not_enforced = Some(message);
             }
         }
-        Arc::new(out)
+        PoliciesRealized {
+            policies: policies.into(),
+            sync_epoch: view.sync_epoch,
+        }
     }
 
     /// Sends the last notice again (after the reporter restarted).
@@ -613,7 +617,8 @@ mod tests {
         reversed.reverse();
         let a = rule_stats_for(&dump, &out.conjunctions, &sorted);
         let b = rule_stats_for(&dump, &out.conjunctions, &reversed);
-        let arcs: Vec<Arc<CompiledRuleInput>> = sorted.iter().cloned().map(Arc::new).collect();
+        let arcs: Vec<std::sync::Arc<CompiledRuleInput>> =
+            sorted.iter().cloned().map(std::sync::Arc::new).collect();
         let c = rule_stats_for(&dump, &out.conjunctions, &arcs);
         assert_eq!(a, b);
         assert_eq!(a, c);
