@@ -1,28 +1,5 @@
-//! The attachment model: an interface attached to the bridge (its internal port and its uplink)
-//! and the ExternalEntity it stands for. Plain data at the bottom of the layering, so the pure
-//! cores (`policy`, `packetin`), the procedures (`uplink`) and the actors' messages (`messages`
-//! re-exports both types) share it without importing each other.
+//! The attachment model (an interface attached to the bridge and the ExternalEntity it stands
+//! for), owned by the pure policy core (`crates/policy`) and re-exported under its old path, so
+//! `packetin`, `uplink` and the actors' messages keep naming `crate::attachment`.
 
-use std::net::IpAddr;
-
-use serde::Serialize;
-
-/// The ExternalEntity an attached interface stands for in policies.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct EntityRef {
-    pub namespace: String,
-    pub name: String,
-}
-
-/// One interface that is attached to the bridge: the internal port that carries the host's
-/// configuration and the uplink (the renamed NIC).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-pub struct AttachedInterface {
-    /// The internal port's name (the NIC's original name).
-    pub name: String,
-    pub ofport: u32,
-    pub uplink_name: String,
-    pub uplink_ofport: u32,
-    pub ips: Vec<IpAddr>,
-    pub entity: EntityRef,
-}
+pub use antrea_policy::attachment::{AttachedInterface, EntityRef};

@@ -20,6 +20,7 @@ pub mod messages;
 pub mod ovs;
 pub mod packetin;
 pub mod parallel;
+pub mod parallel_jobs;
 pub mod policy;
 pub mod retry;
 pub mod sources;

@@ -1,5 +1,6 @@
 //! Rule 10 of docs/architecture.md: the emulator and the fakes are test support, and the agent
-//! does not link them. Three checks, all cheap (no compilation, no network):
+//! does not link them; and the policy core's purity. Four checks, all cheap (no compilation, no
+//! network):
 //!
 //! 1. **The emulator is a crate the agent's build does not reach.** `antrea-api-emulator`
 //!    (crates/api-emulator) is a dev-dependency of the agent and nothing else: `cargo tree
@@ -17,6 +18,9 @@
 //!    gated `mod` declarations bring in, no product file of `src/` may declare or name a fake
 //!    (`mod fake…`, `fake…::`, `Fake…`) or the emulator. Together with the first two this means
 //!    the library the agent's binary links is compiled without any of them.
+//!
+//! 4. **The policy core stays pure.** `antrea-policy` (crates/policy) reaches no actix, kube,
+//!    tokio, rustls, hyper, netlink or nix along its normal edges.
 //!
 //! What this does not do is inspect a built agent binary: under `cargo test` the library is
 //! compiled with `test-util` (the dev-dependency unifies features), so the binary next to the
@@ -185,8 +189,13 @@ fn only_a_dev_dependency_enables_test_util() {
 
 /// The packages `cargo tree` lists for the agent along the given edges, one name per line.
 fn packages_along(edges: &str) -> Vec<String> {
+    packages_of(PACKAGE, edges)
+}
+
+/// The packages `cargo tree` lists for `package` along the given edges, one name per line.
+fn packages_of(package: &str, edges: &str) -> Vec<String> {
     let out = cargo(&[
-        "tree", "-p", PACKAGE, "-e", edges, "--prefix", "none", "-f", "{p}",
+        "tree", "-p", package, "-e", edges, "--prefix", "none", "-f", "{p}",
     ]);
     out.lines()
         .filter_map(|l| l.split_whitespace().next())
@@ -227,6 +236,37 @@ fn the_emulator_is_only_a_dev_dependency() {
         vec![PACKAGE.to_string()],
         "the packages using {EMULATOR}"
     );
+}
+
+/// The pure policy core (crates/policy) reaches no async runtime, actor system, Kubernetes client,
+/// TLS or system-call crate: what keeps it pure is its dependency list, checked here.
+#[test]
+fn the_policy_core_reaches_no_runtime_and_no_system_crate() {
+    let packages = packages_of("antrea-policy", "normal,build");
+    assert!(
+        packages.iter().any(|p| p == "ovs-openflow"),
+        "the policy core's graph: {packages:?}"
+    );
+    let forbidden: Vec<&String> = packages
+        .iter()
+        .filter(|p| {
+            [
+                "actix",
+                "kube",
+                "k8s-openapi",
+                "tokio",
+                "rustls",
+                "hyper",
+                "mio",
+                "netlink",
+                "rtnetlink",
+                "nix",
+            ]
+            .iter()
+            .any(|f| p.as_str() == *f || p.starts_with(&format!("{f}-")))
+        })
+        .collect();
+    assert!(forbidden.is_empty(), "the policy core reaches {forbidden:?}");
 }
 
 /// Whether a line of product code declares or names test support.

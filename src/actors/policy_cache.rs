@@ -116,9 +116,9 @@ impl PolicyCache {
         let affected =
             (!std::mem::take(&mut self.resolve_all)).then(|| self.store.affected_policies(&changes));
         let first = self.resolved.is_none();
-        let view = self
-            .resolved
-            .get_or_insert_with(|| ResolvedView::new().with_threads(crate::parallel::available_threads()));
+        let view = self.resolved.get_or_insert_with(|| {
+            ResolvedView::new().with_jobs(std::sync::Arc::new(crate::parallel_jobs::Threads::available()))
+        });
         let previous_warnings = view.warnings.clone();
         let previous_refusals: BTreeSet<NotEnforced> = view.all_not_enforced().cloned().collect();
         let changed = view.update(&self.store, &interfaces, affected.as_ref().filter(|_| !first)) || first;

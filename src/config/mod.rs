@@ -34,7 +34,6 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use ipnet::IpNet;
 use serde_norway::{Mapping, Value};
 
 pub use defaults::{
@@ -43,6 +42,10 @@ pub use defaults::{
     DEFAULT_STATE_DIR, REFUSED_FEATURE_GATES, SUPPORTED_FEATURES_ON_EXTERNAL_NODE,
 };
 use parse::parse;
+
+// The bypass rules are plain data the pure policy core turns into flows: they live there
+// (crates/policy), under their old names here.
+pub use antrea_policy::bypass::{BypassProtocol, BypassRule, Direction};
 
 /// One problem found in the configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,35 +120,6 @@ impl DatapathType {
             DatapathType::Netdev => "netdev",
         }
     }
-}
-
-/// Direction of a policy bypass rule.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Direction {
-    Ingress,
-    Egress,
-}
-
-/// Protocol of a policy bypass rule.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum BypassProtocol {
-    Tcp,
-    Udp,
-    Icmp,
-    /// Any IP protocol.
-    Ip,
-}
-
-/// One `externalNode.policyBypassRules` entry: traffic that skips NetworkPolicy enforcement.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct BypassRule {
-    pub direction: Direction,
-    pub protocol: BypassProtocol,
-    /// The remote peer, normalised to its network address (as Go's `net.ParseCIDR` returns it).
-    /// IPv4 or IPv6.
-    pub cidr: IpNet,
-    /// Destination port; meaningful for TCP and UDP only (never 0 for those), 0 otherwise unless set.
-    pub port: u16,
 }
 
 /// `auditLogging`: rotation of the NetworkPolicy audit log.

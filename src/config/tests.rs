@@ -548,7 +548,7 @@ fn ipv6_cidr_is_kept() {
     ));
     assert_eq!(
         c.policy_bypass_rules[0].cidr,
-        "fd00:99::/64".parse::<IpNet>().unwrap()
+        "fd00:99::/64".parse::<ipnet::IpNet>().unwrap()
     );
 }
 

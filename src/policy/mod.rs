@@ -1,16 +1,6 @@
-//! Pure policy and pipeline logic: the ExternalNode pipeline definition (`pipeline`) and desired
-//! flow sets with their diffs (`flowset`). Nothing here does I/O.
+//! The pure policy core is the `antrea-policy` crate (`crates/policy`): controlplane validation,
+//! the native local controller, resolution, priorities, the compiler, the pipeline and flow sets.
+//! Re-exported here under its module names, so `crate::policy::{compiler, controlplane, native,
+//! resolve, ...}` keep meaning what they did; the crate boundary keeps it free of I/O.
 
-pub mod compiler;
-pub mod controlplane;
-pub mod flowset;
-pub mod fqdn_selector;
-pub mod merge_join;
-pub mod native;
-pub mod ordered;
-pub mod pipeline;
-pub mod priority;
-pub mod refuse;
-pub mod report;
-pub mod resolve;
-pub mod rule;
+pub use antrea_policy::*;

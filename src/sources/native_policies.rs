@@ -1233,3 +1233,10 @@ mod tests {
         }
     }
 }
+
+// The local controller's corners pinned end to end, through this module's reader or `compile`:
+// they need the agent, so they live here; the controller's other tests are in crates/policy.
+#[cfg(test)]
+mod corner_tests;
+#[cfg(test)]
+mod tier_tests;
