@@ -9,17 +9,11 @@
 //! times each step over all files:
 //! 1. the linear pre-scan of nesting and size (`bounded::prescan`);
 //! 2. YAML to `serde_json::Value` within the input limits (`bounded::parse_values`, which runs
-//!    the pre-scan again, as the loader does, then reads the plain subset of YAML the fleets are
-//!    written in with its fast reader; the bench fails if any fleet file falls back to the YAML
-//!    library);
+//!    the pre-scan again, as the loader does, then reads the YAML with `serde_norway`);
 //! 3. the value to the wire type (`ControlplaneObject::from_value`);
-//! 4. validation into the typed policy (`ControlplaneObject::validate`);
+//! 4. validation into the typed policy (`ControlplaneObject::validate`).
 //!
-//! and the loader's own path for the plain subset, which skips the value: the fast reader's tree
-//! within the limits (2t, with the pre-scan the loader runs once per file), then the wire type
-//! decoded straight from the tree (3t).
-//!
-//! Then steps 2t, 3t and 4 on every core (at most 4, as the loader spreads them), the same objects as
+//! Then steps 2 to 4 on every core (at most 4, as the loader spreads them), the same objects as
 //! JSON (what `.json` policy files cost), and what the YAML library alone costs for step 2 (the
 //! texts through `serde_norway` into `serde_json::Value`, with no limits and no loader steps).
 //! Last, the loader's whole first pass (`PolicyDirSource`: read, parse on all cores, snapshot)
@@ -31,9 +25,8 @@
 use std::time::{Duration, Instant};
 
 use antrea_vm_agent::config::InputLimits;
-use antrea_vm_agent::policy::controlplane::{ControlplaneObject, Kind, Validate as _};
+use antrea_vm_agent::policy::controlplane::{ControlplaneObject, Validate as _};
 use antrea_vm_agent::sources::bounded::{parse_values, prescan};
-use antrea_vm_agent::sources::yaml_subset;
 use serde_json::Value;
 
 mod common;
@@ -71,27 +64,18 @@ fn parse(text: &str, limits: &InputLimits) -> Vec<Value> {
     parse_values(text, false, limits).expect("a fleet file parses")
 }
 
-/// Steps 2t and 3t: the loader's path for a fleet file (one NetworkPolicy).
-fn parse_tree(text: &str, limits: &InputLimits) -> ControlplaneObject {
-    prescan(text, limits).expect("within the limits");
-    let parsed = yaml_subset::parse_nodes(text, limits.max_elements, limits.max_nesting_depth)
-        .expect("the fast reader reads a fleet file");
-    let [tree] = parsed.nodes.as_slice() else {
-        panic!("one document per fleet file")
-    };
-    ControlplaneObject::from_deserializer(Kind::NetworkPolicy, tree).expect("decodes from the tree")
+/// Steps 2 to 4 for a fleet file (one NetworkPolicy), as the loader takes it.
+fn load(text: &str, limits: &InputLimits) -> ControlplaneObject {
+    let [value] = <[Value; 1]>::try_from(parse(text, limits)).expect("one document per fleet file");
+    let o = ControlplaneObject::from_value(value).expect("decodes");
+    o.validate().expect("valid");
+    o
 }
 
 fn fleet(label: &str, fleet: Fleet, policies: usize) {
     let limits = InputLimits::default();
     let texts: Vec<String> = (0..policies).map(|i| fleet_policy(i, fleet)).collect();
     let bytes: usize = texts.iter().map(String::len).sum();
-    for text in &texts {
-        assert!(
-            yaml_subset::parse_nodes(text, limits.max_elements, limits.max_nesting_depth).is_some(),
-            "the fast reader reads every fleet file, not this one:\n{text}"
-        );
-    }
     let values: Vec<Value> = texts.iter().flat_map(|t| parse(t, &limits)).collect();
     assert_eq!(values.len(), policies, "one object per file");
     let objects: Vec<ControlplaneObject> = values
@@ -114,20 +98,7 @@ fn fleet(label: &str, fleet: Fleet, policies: usize) {
     });
     let decode = decode_and_copy.saturating_sub(copy);
     let validate = timed(&objects, |o| o.validate().expect("valid"));
-    for (text, object) in texts.iter().zip(&objects) {
-        assert_eq!(
-            &parse_tree(text, &limits),
-            object,
-            "the tree decodes as the value"
-        );
-    }
-    let to_tree = timed(&texts, |t| {
-        prescan(t, &limits).expect("within the limits");
-        yaml_subset::parse_nodes(t, limits.max_elements, limits.max_nesting_depth).is_some()
-    });
-    let by_tree = timed(&texts, |t| parse_tree(t, &limits));
-    let from_tree = by_tree.saturating_sub(to_tree);
-    // Steps 2t, 3t and 4 on every core (at most 4), each thread taking the next file, as the policy
+    // Steps 2 to 4 on every core (at most 4), each thread taking the next file, as the policy
     // directory's loader does.
     let threads = std::thread::available_parallelism().map_or(1, usize::from).min(4);
     let parallel = median(|| {
@@ -138,8 +109,7 @@ fn fleet(label: &str, fleet: Fleet, policies: usize) {
                     scope.spawn(|| loop {
                         let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some(text) = texts.get(at) else { break };
-                        let o = parse_tree(text, &limits);
-                        std::hint::black_box(o.validate().expect("valid"));
+                        std::hint::black_box(load(text, &limits));
                     });
                 }
             });
@@ -160,7 +130,6 @@ fn fleet(label: &str, fleet: Fleet, policies: usize) {
     let ms = common::ms;
     let rate = |d: Duration| bytes as f64 / 1e6 / d.as_secs_f64();
     let total = to_value + decode + validate;
-    let total_tree = by_tree + validate;
     println!(
         "{label}: {policies} files, {:.2} MB of YAML; median of {ROUNDS} rounds, one thread",
         bytes as f64 / 1e6
@@ -179,20 +148,9 @@ fn fleet(label: &str, fleet: Fleet, policies: usize) {
         rate(total)
     );
     println!(
-        "  2t. YAML -> tree (limits)  {:>8.1} ms  (includes step 1)",
-        ms(to_tree)
-    );
-    println!("  3t. tree -> wire type      {:>8.1} ms", ms(from_tree));
-    println!(
-        "  2t, 3t and 4 (the loader)  {:>8.1} ms  ({:.1} MB/s; {:.2}x faster than 2 to 4)",
-        ms(total_tree),
-        rate(total_tree),
-        total.as_secs_f64() / total_tree.as_secs_f64()
-    );
-    println!(
-        "  2t, 3t and 4 on {threads} threads  {:>8.1} ms  ({:.2}x one thread)",
+        "  2 to 4 on {threads} threads      {:>8.1} ms  ({:.2}x one thread)",
         ms(parallel),
-        total_tree.as_secs_f64() / parallel.as_secs_f64()
+        total.as_secs_f64() / parallel.as_secs_f64()
     );
     println!(
         "  the same objects as JSON ({:.2} MB), 2 to 4 {:>8.1} ms  ({:.2}x faster than YAML)",

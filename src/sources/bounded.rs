@@ -23,7 +23,6 @@ use std::path::Path;
 use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use super::yaml_subset::Node;
 use crate::config::InputLimits;
 
 /// What reading a path found.
@@ -323,24 +322,12 @@ pub fn parse_values(text: &str, json: bool, limits: &InputLimits) -> Result<Vec<
         de.end().map_err(|e| parse_error(e.to_string()))?;
         Ok(vec![value])
     } else {
-        parse_yaml_stream(text, &budget).map(PieceValues::into_values)
+        parse_yaml_stream(text, &budget)
     }
-}
-
-/// The values of YAML `text`'s documents, spending from `budget`: read by the fast reader of
-/// the plain subset ([`super::yaml_subset`]) when the text is within it (its trees), else by the
-/// YAML library (the same values either way; the library gives the errors).
-fn parse_yaml_stream<'t>(text: &'t str, budget: &Budget) -> Result<PieceValues<'t>, InputError> {
-    let room = budget.max_elements.saturating_sub(budget.elements.get());
-    if let Some(parsed) = super::yaml_subset::parse_nodes(text, room, budget.max_depth) {
-        budget.elements.set(budget.elements.get() + parsed.elements);
-        return Ok(PieceValues::Trees(parsed.nodes));
-    }
-    parse_yaml_with_library(text, budget).map(PieceValues::Values)
 }
 
 /// The values of YAML `text`'s documents as the YAML library reads them, spending from `budget`.
-fn parse_yaml_with_library(text: &str, budget: &Budget) -> Result<Vec<Value>, InputError> {
+fn parse_yaml_stream(text: &str, budget: &Budget) -> Result<Vec<Value>, InputError> {
     let parse_error = |e: String| budget.exceeded.take().unwrap_or(InputError::Parse(e));
     let mut out = Vec::new();
     for doc in serde_norway::Deserializer::from_str(text) {
@@ -352,32 +339,14 @@ fn parse_yaml_with_library(text: &str, budget: &Budget) -> Result<Vec<Value>, In
     Ok(out)
 }
 
-/// A YAML document's values as read: the fast reader's trees, or the YAML library's values.
-#[derive(Debug)]
-pub enum PieceValues<'t> {
-    Trees(Vec<Node<'t>>),
-    Values(Vec<Value>),
-}
-
-impl PieceValues<'_> {
-    /// The values, as the YAML library gives them either way.
-    pub fn into_values(self) -> Vec<Value> {
-        match self {
-            PieceValues::Trees(trees) => trees.into_iter().map(Node::into_value).collect(),
-            PieceValues::Values(values) => values,
-        }
-    }
-}
-
 /// Parses one YAML document's text (a piece of a file cut by [`split_yaml_documents`]; the file
 /// as a whole passed [`prescan`]) within `max_elements`; returns its values (none or one) and the
-/// elements they spent, so the pieces of one file share the file's budget. A text within the
-/// fast reader's subset gives its trees ([`super::yaml_subset`]), any other the library's values.
-pub fn parse_yaml_piece<'t>(
-    text: &'t str,
+/// elements they spent, so the pieces of one file share the file's budget.
+pub fn parse_yaml_piece(
+    text: &str,
     max_elements: usize,
     limits: &InputLimits,
-) -> Result<(PieceValues<'t>, usize), InputError> {
+) -> Result<(Vec<Value>, usize), InputError> {
     let budget = Budget {
         elements: Cell::new(0),
         max_elements,
@@ -385,23 +354,6 @@ pub fn parse_yaml_piece<'t>(
         exceeded: Cell::new(None),
     };
     let out = parse_yaml_stream(text, &budget)?;
-    Ok((out, budget.elements.get()))
-}
-
-/// [`parse_yaml_piece`] by the YAML library alone: what the fast reader is compared with.
-#[cfg(test)]
-pub(crate) fn parse_yaml_piece_with_library(
-    text: &str,
-    max_elements: usize,
-    max_depth: usize,
-) -> Result<(Vec<Value>, usize), InputError> {
-    let budget = Budget {
-        elements: Cell::new(0),
-        max_elements,
-        max_depth,
-        exceeded: Cell::new(None),
-    };
-    let out = parse_yaml_with_library(text, &budget)?;
     Ok((out, budget.elements.get()))
 }
 
@@ -586,7 +538,7 @@ mod tests {
             let mut parts = Vec::new();
             for piece in pieces {
                 let (values, _) = parse_yaml_piece(piece, limits.max_elements, &limits).expect("piece");
-                parts.extend(values.into_values().into_iter().filter(|v| !v.is_null()));
+                parts.extend(values.into_iter().filter(|v| !v.is_null()));
             }
             assert_eq!(parts, whole, "{text:?}");
         }

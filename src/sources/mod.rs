@@ -19,7 +19,6 @@ pub(crate) mod mutations;
 pub mod native_policies;
 pub mod policy_dir;
 pub mod select;
-pub mod yaml_subset;
 
 use futures::stream::BoxStream;
 

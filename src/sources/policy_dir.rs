@@ -34,14 +34,12 @@ use tracing::debug;
 
 use super::bounded::{
     parse_values, parse_yaml_piece, prescan, read_checked, split_yaml_documents, FileRead, Listed,
-    PieceValues,
 };
 use super::dir_watch::DirWatch;
 use super::file_stat::{FileStat, ReadStamp};
 use super::native_policies::{
     native_key, native_raw_key, read_node_text, ChangedFile, LocalController, LocalNode, NativeKey,
 };
-use super::yaml_subset::Node;
 use crate::config::InputLimits;
 use crate::policy::controlplane::{ControlplaneObject, Group, Kind, Policy, ValidObject};
 use crate::policy::native::{decode as decode_native, is_native, NativeObject};
@@ -571,49 +569,6 @@ fn parse_documents(path: &Path, text: &str, limits: &InputLimits) -> Result<Vec<
     Ok(out)
 }
 
-/// An object of a file as read: a value, or the fast reader's tree (a control-plane object is
-/// decoded straight from it; anything else becomes the value the library would have read).
-enum DocValue<'t> {
-    Value(Value),
-    Tree(Node<'t>),
-}
-
-impl DocValue<'_> {
-    fn into_value(self) -> Value {
-        match self {
-            DocValue::Value(value) => value,
-            DocValue::Tree(tree) => tree.into_value(),
-        }
-    }
-}
-
-/// [`flatten`] on the fast reader's trees, with the same meaning.
-fn flatten_tree<'t>(doc: Node<'t>, out: &mut Vec<DocValue<'t>>) {
-    match doc {
-        Node::Null => {}
-        Node::Seq(items) => items.into_iter().for_each(|i| flatten_tree(i, out)),
-        Node::Map(mut entries) if doc_kind_is_list(&entries) => {
-            match entries
-                .iter()
-                .position(|(k, v)| k == "items" && matches!(v, Node::Seq(_)))
-            {
-                Some(at) => flatten_tree(entries.swap_remove(at).1, out),
-                None => out.push(DocValue::Tree(Node::Map(entries))),
-            }
-        }
-        other => out.push(DocValue::Tree(other)),
-    }
-}
-
-/// Whether a mapping's `kind` is a string ending in `List`.
-fn doc_kind_is_list(entries: &[(std::borrow::Cow<'_, str>, Node<'_>)]) -> bool {
-    entries
-        .iter()
-        .find(|(k, _)| k == "kind")
-        .and_then(|(_, v)| v.as_str())
-        .is_some_and(|k| k.ends_with("List"))
-}
-
 /// An object of a file, decoded as far as its kind: an Antrea-native one (for the local
 /// controller), or a control-plane one with the key it tells (to keep its last good version).
 // One exists at a time, and is taken apart at once: boxing the larger variant would only add an
@@ -627,19 +582,9 @@ enum Decoded {
     },
 }
 
-/// Decodes `doc`: a control-plane object read by the fast reader straight from its tree, anything
-/// else from its value.
-fn decode_object(doc: DocValue<'_>) -> Decoded {
-    if let DocValue::Tree(tree) = &doc {
-        if let Some(object) = decode_controlplane_tree(tree) {
-            let name = &object.metadata().name;
-            return Decoded::Controlplane {
-                key: (!name.is_empty()).then(|| (object.kind(), name.clone())),
-                object: Ok(object),
-            };
-        }
-    }
-    let doc = doc.into_value();
+/// Decodes `doc`: an Antrea-native object is left to the local controller, anything else is
+/// decoded as a control-plane object (which also gives the errors).
+fn decode_object(doc: Value) -> Decoded {
     if is_native(&doc) {
         return Decoded::Native(doc);
     }
@@ -647,20 +592,6 @@ fn decode_object(doc: DocValue<'_>) -> Decoded {
         key: raw_key(&doc),
         object: ControlplaneObject::from_value(doc).map_err(|e| e.to_string()),
     }
-}
-
-/// A control-plane object decoded straight from the fast reader's tree: `None` unless the tree
-/// holds one that [`ControlplaneObject::from_value`] accepts (its kind known, its `apiVersion`
-/// absent or the control plane's), and decodes the same; every other tree is decoded as a value,
-/// which also gives the errors.
-fn decode_controlplane_tree(tree: &Node<'_>) -> Option<ControlplaneObject> {
-    let kind = Kind::parse(tree.get("kind")?.as_str()?)?;
-    match tree.get("apiVersion") {
-        None => {}
-        Some(v) if v.as_str() == Some(crate::policy::controlplane::API_VERSION) => {}
-        Some(_) => return None,
-    }
-    ControlplaneObject::from_deserializer(kind, tree).ok()
 }
 
 /// Arrays and `...List` objects flattened into their items; empty documents dropped.
@@ -747,11 +678,11 @@ fn text_fingerprint(text: &str) -> TextFingerprint {
 }
 
 /// One object of a file, as its load sees it.
-enum Doc<'t> {
+enum Doc {
     /// Parsed now; `piece` when it is its YAML document's only object (what a later load may
     /// take over), with the elements the document spent.
     Parsed {
-        value: DocValue<'t>,
+        value: Value,
         piece: Option<(PieceKey, usize)>,
     },
     /// Its document's text is the one that gave the object at `slot` last time.
@@ -763,19 +694,16 @@ enum Doc<'t> {
 /// whole, as before, whenever the text cannot be cut into documents exactly or a piece fails:
 /// errors read the same either way. `text` comes with its fingerprint when the read took it,
 /// which is then the key of a document that is the whole text (most files hold one).
-fn documents<'t>(
+fn documents(
     path: &Path,
-    (text, fingerprint): (&'t str, Option<TextFingerprint>),
+    (text, fingerprint): (&str, Option<TextFingerprint>),
     limits: &InputLimits,
     previous: (&Pieces, usize, usize),
-) -> Result<Vec<Doc<'t>>, String> {
+) -> Result<Vec<Doc>, String> {
     let whole = || {
         parse_documents(path, text, limits).map(|docs| {
             docs.into_iter()
-                .map(|value| Doc::Parsed {
-                    value: DocValue::Value(value),
-                    piece: None,
-                })
+                .map(|value| Doc::Parsed { value, piece: None })
                 .collect()
         })
     };
@@ -822,19 +750,8 @@ fn documents<'t>(
         };
         spent += used;
         let mut items = Vec::new();
-        match values {
-            PieceValues::Trees(trees) => {
-                for tree in trees {
-                    flatten_tree(tree, &mut items);
-                }
-            }
-            PieceValues::Values(values) => {
-                let mut flat = Vec::new();
-                for value in values {
-                    flatten(value, &mut flat);
-                }
-                items.extend(flat.into_iter().map(DocValue::Value));
-            }
+        for value in values {
+            flatten(value, &mut items);
         }
         let single = items.len() == 1;
         out.extend(items.into_iter().map(|value| Doc::Parsed {
