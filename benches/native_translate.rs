@@ -187,7 +187,7 @@ fn main() {
         let start = Instant::now();
         let delta = state.apply([Change::Upsert {
             origin: "inventory".into(),
-            object: Box::new(object),
+            object: std::sync::Arc::new(object),
         }]);
         controller_only.push(start.elapsed());
         groups_touched.insert(delta.upserted.len());

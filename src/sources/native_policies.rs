@@ -5,7 +5,6 @@
 //! hand-written ones. One pipeline: everything downstream sees controlplane objects only.
 
 use crate::policy::controlplane::Validate as _;
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,7 +15,7 @@ use super::bounded::{parse_values, read_regular_file, FileRead};
 use super::policy_dir::PolicySnapshot;
 use crate::config::InputLimits;
 use crate::k8s::external_node::{local_entities, ExternalNodeObject};
-use crate::policy::controlplane::{Kind, ValidObject};
+use crate::policy::controlplane::{ControlplaneObject, Kind, ValidObject};
 use crate::policy::native::{self, Change, Delta, Entity, NativeObject, NativeState};
 pub use crate::policy::native::{native_key, NativeKey};
 
@@ -177,7 +176,10 @@ pub fn translate_files(
     files: Vec<(PathBuf, Vec<NativeObject>)>,
     local: &[Entity],
 ) -> (native::Translation, Vec<String>, Vec<String>) {
-    let files: BTreeMap<PathBuf, Vec<NativeObject>> = files.into_iter().collect();
+    let files: BTreeMap<PathBuf, Vec<Arc<NativeObject>>> = files
+        .into_iter()
+        .map(|(path, objects)| (path, objects.into_iter().map(Arc::new).collect()))
+        .collect();
     let changed: Vec<ChangedFile> = files
         .keys()
         .map(|path| ChangedFile {
@@ -228,7 +230,7 @@ impl LocalController {
     pub fn translate_into<'a>(
         &mut self,
         changed: &[ChangedFile],
-        current: &dyn Fn(&Path) -> &'a [NativeObject],
+        current: &dyn Fn(&Path) -> &'a [Arc<NativeObject>],
         local: &[Entity],
         snapshot: &mut PolicySnapshot,
         errors: &mut Vec<String>,
@@ -242,7 +244,7 @@ impl LocalController {
     fn pass<'a>(
         &mut self,
         changed: &[ChangedFile],
-        current: &dyn Fn(&Path) -> &'a [NativeObject],
+        current: &dyn Fn(&Path) -> &'a [Arc<NativeObject>],
         local: &[Entity],
         snapshot: &mut PolicySnapshot,
         errors: &mut Vec<String>,
@@ -250,7 +252,7 @@ impl LocalController {
     ) {
         // Which keys the changed files touch, and their current definitions by key.
         let mut touched: BTreeSet<NativeKey> = BTreeSet::new();
-        let mut now_in: BTreeMap<&Path, BTreeMap<NativeKey, &'a NativeObject>> = BTreeMap::new();
+        let mut now_in: BTreeMap<&Path, BTreeMap<NativeKey, &'a Arc<NativeObject>>> = BTreeMap::new();
         for file in changed {
             for key in &file.before {
                 if let Some(paths) = self.defined_in.get_mut(key) {
@@ -294,7 +296,7 @@ impl LocalController {
         // The definition of `key` in `path` now: looked up among the changed files' objects, or
         // (the winning file of a conflict unchanged while another one changed) searched in the
         // unchanged file.
-        let definition = |path: &Path, key: &NativeKey| -> Option<&'a NativeObject> {
+        let definition = |path: &Path, key: &NativeKey| -> Option<&'a Arc<NativeObject>> {
             match now_in.get(path) {
                 Some(objects) => objects.get(key).copied(),
                 None => current(path).iter().rfind(|o| native_key(o) == *key),
@@ -306,7 +308,7 @@ impl LocalController {
             let path = defined_in.get(key)?.last()?;
             definition(path, key).map(|object| (file_origin(path), object))
         };
-        let mut desired: BTreeMap<NativeKey, Option<(String, &NativeObject)>> = BTreeMap::new();
+        let mut desired: BTreeMap<NativeKey, Option<(String, &Arc<NativeObject>)>> = BTreeMap::new();
         for key in &touched {
             if self.defined_in.get(key).is_some_and(|paths| paths.len() > 1) {
                 self.conflicts.insert(key.clone());
@@ -318,7 +320,7 @@ impl LocalController {
         self.names.settle(&mut desired, &desire);
         let state = self.state.as_ref();
         let mut changes: Vec<Change> = Vec::new();
-        let mut fresh: Vec<(String, NativeObject)> = Vec::new();
+        let mut fresh: Vec<(String, Arc<NativeObject>)> = Vec::new();
         for (key, desired) in desired {
             let held = state.and_then(|s| s.object(&key));
             match (desired, held) {
@@ -326,14 +328,11 @@ impl LocalController {
                 (None, None) => {}
                 (Some((origin, object)), held) => {
                     let object = self.names.named(&key, object);
-                    let unchanged = held.is_some_and(|(o, h)| *o == origin && h == object.as_ref());
+                    let unchanged = held.is_some_and(|(o, h)| *o == origin && *h == object);
                     if state.is_none() {
-                        fresh.push((origin, object.into_owned()));
+                        fresh.push((origin, object));
                     } else if !unchanged {
-                        changes.push(Change::Upsert {
-                            origin,
-                            object: Box::new(object.into_owned()),
-                        });
+                        changes.push(Change::Upsert { origin, object });
                     }
                 }
             }
@@ -346,8 +345,25 @@ impl LocalController {
         let delta = match &mut self.state {
             None => {
                 let state = NativeState::new(fresh, local.to_vec());
+                // One copy of the whole output, taken apart below object by object (each
+                // dropped once validated), not the two `Translation::objects` would make.
+                let t = state.translation();
+                let mut upserted = Vec::with_capacity(
+                    t.applied_to_groups.len() + t.address_groups.len() + t.network_policies.len(),
+                );
+                upserted.extend(
+                    t.applied_to_groups
+                        .into_iter()
+                        .map(ControlplaneObject::AppliedToGroup),
+                );
+                upserted.extend(t.address_groups.into_iter().map(ControlplaneObject::AddressGroup));
+                upserted.extend(
+                    t.network_policies
+                        .into_iter()
+                        .map(|p| ControlplaneObject::NetworkPolicy(Box::new(p))),
+                );
                 let delta = Delta {
-                    upserted: state.translation().objects(),
+                    upserted,
                     deleted: Vec::new(),
                 };
                 self.state = Some(state);
@@ -464,8 +480,8 @@ impl PolicyNames {
     /// them, or its going).
     fn settle<'o>(
         &mut self,
-        desired: &mut BTreeMap<NativeKey, Option<(String, &'o NativeObject)>>,
-        desire: &dyn Fn(&NativeKey) -> Option<(String, &'o NativeObject)>,
+        desired: &mut BTreeMap<NativeKey, Option<(String, &'o Arc<NativeObject>)>>,
+        desire: &dyn Fn(&NativeKey) -> Option<(String, &'o Arc<NativeObject>)>,
     ) {
         // The names whose holder or claimants may have changed (or whose warnings name a
         // policy whose origin may have changed).
@@ -473,7 +489,7 @@ impl PolicyNames {
         for (key, wanted) in desired.iter() {
             let policy = wanted
                 .as_ref()
-                .is_some_and(|(_, o)| matches!(o, NativeObject::Policy { .. }));
+                .is_some_and(|(_, o)| matches!(***o, NativeObject::Policy { .. }));
             match (policy, self.derived_of.get(key)) {
                 (true, Some(derived)) => {
                     affected.insert(derived.clone());
@@ -527,7 +543,7 @@ impl PolicyNames {
                 continue;
             };
             let origin_of =
-                |key: &NativeKey, desired: &BTreeMap<NativeKey, Option<(String, &'o NativeObject)>>| {
+                |key: &NativeKey, desired: &BTreeMap<NativeKey, Option<(String, &'o Arc<NativeObject>)>>| {
                     match desired.get(key) {
                         Some(Some((origin, _))) => origin.clone(),
                         Some(None) => String::new(),
@@ -569,15 +585,15 @@ impl PolicyNames {
 
     /// `object` (the definition of `key`) as the controller is to translate it: without its uid
     /// when another policy holds that uid, so that the controller names it by its derived name.
-    fn named<'o>(&self, key: &NativeKey, object: &'o NativeObject) -> Cow<'o, NativeObject> {
+    fn named(&self, key: &NativeKey, object: &Arc<NativeObject>) -> Arc<NativeObject> {
         if !self.renamed.contains_key(key) {
-            return Cow::Borrowed(object);
+            return Arc::clone(object);
         }
-        let mut object = object.clone();
+        let mut object = NativeObject::clone(object);
         if let NativeObject::Policy { meta, .. } = &mut object {
             meta.uid = String::new();
         }
-        Cow::Owned(object)
+        Arc::new(object)
     }
 }
 
@@ -619,9 +635,14 @@ mod tests {
     impl Files {
         fn pass(&self, controller: &mut LocalController, changed: &[ChangedFile]) -> PolicySnapshot {
             self.asked.borrow_mut().clear();
-            let current = |path: &Path| -> &[NativeObject] {
+            let shared: BTreeMap<&Path, Vec<Arc<NativeObject>>> = self
+                .files
+                .iter()
+                .map(|(path, objects)| (path.as_path(), objects.iter().cloned().map(Arc::new).collect()))
+                .collect();
+            let current = |path: &Path| -> &[Arc<NativeObject>] {
                 self.asked.borrow_mut().insert(path.to_path_buf());
-                self.files.get(path).map_or(&[][..], Vec::as_slice)
+                shared.get(path).map_or(&[][..], Vec::as_slice)
             };
             let mut snapshot = PolicySnapshot::default();
             let mut errors = Vec::new();

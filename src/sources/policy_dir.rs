@@ -641,8 +641,8 @@ struct LoadedFile {
     /// The file's metadata before the last read of that text: what proves it unchanged.
     stamp: Option<ReadStamp>,
     objects: Vec<ValidObject>,
-    /// Its Antrea-native objects, for the local controller.
-    native: Vec<NativeObject>,
+    /// Its Antrea-native objects, shared with the local controller (which keeps no copy).
+    native: Vec<Arc<NativeObject>>,
     /// The problems found in it, reported again as long as the text stays the same.
     errors: Vec<String>,
     /// Its YAML documents that loaded cleanly into one object each, by their text: a document
@@ -823,7 +823,7 @@ impl Loader {
                     while let Some((gone_path, gone)) = held.next_if(|(p, _)| p < path) {
                         changed.push(ChangedFile {
                             path: gone_path,
-                            before: gone.native.iter().map(native_key).collect(),
+                            before: gone.native.iter().map(|o| native_key(o)).collect(),
                         });
                     }
                     let (key, old) = held
@@ -841,7 +841,7 @@ impl Loader {
                     } else {
                         changed.push(ChangedFile {
                             path: path.clone(),
-                            before: old.native.iter().map(native_key).collect(),
+                            before: old.native.iter().map(|o| native_key(o)).collect(),
                         });
                         parsed_bytes += text.as_ref().map_or(0, |f| f.text.len());
                         loads.push((next.len(), LoadJob { path, text, old }));
@@ -853,7 +853,7 @@ impl Loader {
                 for (path, gone) in held {
                     changed.push(ChangedFile {
                         path,
-                        before: gone.native.iter().map(native_key).collect(),
+                        before: gone.native.iter().map(|o| native_key(o)).collect(),
                     });
                 }
                 let parsed = parallel::map_loads(
@@ -924,7 +924,7 @@ impl Loader {
         self.enforced = enforced;
         // The files holding Antrea-native objects, hashed: a lookup in `files` by path compares
         // paths component by component, which cost milliseconds over thousands of changed files.
-        let natives: HashMap<&Path, &[NativeObject]> = self
+        let natives: HashMap<&Path, &[Arc<NativeObject>]> = self
             .files
             .iter()
             .filter(|(_, f)| !f.native.is_empty())
@@ -1020,7 +1020,7 @@ impl LoadJob<'_> {
 
 /// What a file's load takes from the last one and gives to the next: its objects, its
 /// Antrea-native objects, and the documents that gave them ([`Pieces`]).
-type FileObjects = (Vec<ValidObject>, Vec<NativeObject>, Pieces);
+type FileObjects = (Vec<ValidObject>, Vec<Arc<NativeObject>>, Pieces);
 
 /// The objects of one file; `old` is what was last loaded from it.
 fn load_file(
@@ -1102,7 +1102,7 @@ fn load_file(
                             pieces.insert(key, Piece { elements, slot });
                         }
                         native_at.push((i, native_key(&object)));
-                        native_out.push(object)
+                        native_out.push(Arc::new(object))
                     }
                     Err(msg) => {
                         let previous = key.and_then(|k| old_native.iter().find(|o| native_key(o) == k));
@@ -1181,13 +1181,14 @@ fn load_file(
             ));
             out.extend(missing);
         }
-        let present: std::collections::BTreeSet<NativeKey> = native_out.iter().map(native_key).collect();
-        let missing: Vec<NativeObject> = old_native
+        let present: std::collections::BTreeSet<NativeKey> =
+            native_out.iter().map(|o| native_key(o)).collect();
+        let missing: Vec<Arc<NativeObject>> = old_native
             .into_iter()
             .filter(|o| !present.contains(&native_key(o)))
             .collect();
         if !missing.is_empty() {
-            let names: Vec<String> = missing.iter().map(NativeObject::describe).collect();
+            let names: Vec<String> = missing.iter().map(|o| o.describe()).collect();
             errors.push(format!(
                 "policy file {}: keeping {} as last loaded until the file loads without errors",
                 path.display(),

@@ -942,7 +942,7 @@ fn a_member_moving_namespace_puts_the_policy_in_error_and_back() {
     };
     state.apply([Change::Upsert {
         origin: "test.yaml".into(),
-        object: Box::new(repointed(&policy.1)),
+        object: std::sync::Arc::new(repointed(&policy.1)),
     }]);
     // db2 (role db, namespace other) is already a member elsewhere: the policy is in error.
     assert!(state.translation().network_policies.is_empty());
@@ -985,7 +985,7 @@ fn a_member_moving_namespace_puts_the_policy_in_error_and_back() {
         Change::Delete((NativeKind::ExternalEntity, "vm-ns".into(), "db4".into())),
         Change::Upsert {
             origin: moved.0.clone(),
-            object: Box::new(moved.1.clone()),
+            object: std::sync::Arc::new(moved.1.clone()),
         },
     ]);
     assert!(

@@ -291,8 +291,8 @@ pub fn translate(inputs: &Inputs) -> Translation {
     for (name, labels) in c.namespace_labels.iter_mut() {
         labels.insert("kubernetes.io/metadata.name".into(), name.clone());
     }
-    c.read_tiers(inputs.objects.iter());
-    c.read_groups(inputs.objects.iter());
+    c.read_tiers(inputs.objects.iter().map(|(origin, object)| (origin, object)));
+    c.read_groups(inputs.objects.iter().map(|(origin, object)| (origin, object)));
     c.foreign_groups = c.groups_selecting_other_namespaces();
 
     let mut policies = Vec::new();
@@ -383,7 +383,7 @@ impl<'a> Controller<'a> {
         })
     }
 
-    pub(super) fn read_groups(&mut self, objects: impl Iterator<Item = &'a (String, NativeObject)>) {
+    pub(super) fn read_groups(&mut self, objects: impl Iterator<Item = (&'a String, &'a NativeObject)>) {
         for (origin, object) in objects {
             if let NativeObject::Group { kind, meta, spec } = object {
                 let key = group_key(&meta.namespace, &meta.name);

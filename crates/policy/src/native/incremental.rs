@@ -17,6 +17,7 @@
 //! compare the two over random change sequences). Pure: no I/O.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use super::controller::{
     inventory_entity, nesting_exceeded, shadowed_entity_error, Controller, Entity, PolicyOutput, Scope,
@@ -49,7 +50,9 @@ pub enum Change {
     /// An object added or replaced; `origin` (e.g. its file) names it in errors.
     Upsert {
         origin: String,
-        object: Box<NativeObject>,
+        /// Shared with whoever read it (the policy directory keeps each file's objects): the
+        /// state holds no copy of its own.
+        object: Arc<NativeObject>,
     },
     Delete(NativeKey),
     /// The ExternalEntities derived from this agent's ExternalNode, all of them.
@@ -99,7 +102,7 @@ struct Dirty {
 /// The local controller's state; see the module header.
 #[derive(Default)]
 pub struct NativeState {
-    objects: BTreeMap<NativeKey, (String, NativeObject)>,
+    objects: BTreeMap<NativeKey, (String, Arc<NativeObject>)>,
     local: BTreeMap<EntityKey, Entity>,
     /// The inventory's ExternalEntities, local names included (those are shadowed).
     inventory: BTreeMap<EntityKey, Entity>,
@@ -122,17 +125,18 @@ pub struct NativeState {
 
 impl NativeState {
     /// The state of `objects` (later duplicates of a key replace earlier ones).
-    pub fn new(objects: Vec<(String, NativeObject)>, local: Vec<Entity>) -> Self {
+    pub fn new<O: Into<Arc<NativeObject>>>(objects: Vec<(String, O)>, local: Vec<Entity>) -> Self {
         let mut state = NativeState::default();
         for (origin, object) in objects {
+            let object: Arc<NativeObject> = object.into();
             let key = native_key(&object);
-            if let NativeObject::ExternalEntity { meta, spec, ips } = &object {
+            if let NativeObject::ExternalEntity { meta, spec, ips } = &*object {
                 state.inventory.insert(
                     (meta.namespace.clone(), meta.name.clone()),
                     inventory_entity(meta, spec, ips),
                 );
             }
-            if let NativeObject::Namespace { meta } = &object {
+            if let NativeObject::Namespace { meta } = &*object {
                 state
                     .namespace_labels
                     .insert(meta.name.clone(), meta.labels.clone());
@@ -165,7 +169,7 @@ impl NativeState {
     pub fn apply(&mut self, changes: impl IntoIterator<Item = Change>) -> Delta {
         for change in changes {
             match change {
-                Change::Upsert { origin, object } => self.upsert(origin, *object),
+                Change::Upsert { origin, object } => self.upsert(origin, object),
                 Change::Delete(key) => self.delete(&key),
                 Change::LocalEntities(entities) => self.set_local(entities),
             }
@@ -174,12 +178,12 @@ impl NativeState {
     }
 
     /// The objects held now, in key order, with their origins.
-    pub fn objects(&self) -> impl Iterator<Item = (&NativeKey, &(String, NativeObject))> {
+    pub fn objects(&self) -> impl Iterator<Item = (&NativeKey, &(String, Arc<NativeObject>))> {
         self.objects.iter()
     }
 
     /// The object held under `key`, with its origin.
-    pub fn object(&self, key: &NativeKey) -> Option<&(String, NativeObject)> {
+    pub fn object(&self, key: &NativeKey) -> Option<&(String, Arc<NativeObject>)> {
         self.objects.get(key)
     }
 
@@ -315,7 +319,7 @@ impl NativeState {
         delta
     }
 
-    fn upsert(&mut self, origin: String, object: NativeObject) {
+    fn upsert(&mut self, origin: String, object: Arc<NativeObject>) {
         let key = native_key(&object);
         if self
             .objects
@@ -324,7 +328,7 @@ impl NativeState {
         {
             return;
         }
-        match &object {
+        match &*object {
             NativeObject::ExternalEntity { meta, spec, ips } => {
                 let entity_key = (meta.namespace.clone(), meta.name.clone());
                 let entity = inventory_entity(meta, spec, ips);
@@ -358,14 +362,14 @@ impl NativeState {
         let Some((_, object)) = self.objects.remove(key) else {
             return;
         };
-        match object {
+        match &*object {
             NativeObject::ExternalEntity { meta, .. } => {
-                self.set_inventory_entity((meta.namespace, meta.name), None);
+                self.set_inventory_entity((meta.namespace.clone(), meta.name.clone()), None);
             }
             NativeObject::Namespace { meta } => {
                 let labels: BTreeMap<String, String> =
                     [("kubernetes.io/metadata.name".to_string(), meta.name.clone())].into();
-                if self.namespace_labels.insert(meta.name, labels.clone()) != Some(labels) {
+                if self.namespace_labels.insert(meta.name.clone(), labels.clone()) != Some(labels) {
                     self.resolve_all_groups(|_| true);
                     self.refresh_foreign();
                 }
@@ -495,16 +499,18 @@ impl NativeState {
                 } else {
                     NativeKind::Group
                 };
-                let Some((_, NativeObject::Group { kind, meta, spec })) =
-                    self.objects.get(&(kind, namespace.clone(), name.clone()))
+                let Some(NativeObject::Group { kind, meta, spec }) = self
+                    .objects
+                    .get(&(kind, namespace.clone(), name.clone()))
+                    .map(|(_, o)| &**o)
                 else {
                     return false;
                 };
                 let child_kind = *kind;
                 let exceeded = nesting_exceeded(&spec.child_groups, |child| {
                     matches!(
-                        self.objects.get(&(child_kind, namespace.clone(), child.to_string())),
-                        Some((_, NativeObject::Group { spec, .. })) if !spec.child_groups.is_empty()
+                        self.objects.get(&(child_kind, namespace.clone(), child.to_string())).map(|(_, o)| &**o),
+                        Some(NativeObject::Group { spec, .. }) if !spec.child_groups.is_empty()
                     )
                 });
                 if exceeded {
@@ -672,7 +678,7 @@ impl NativeState {
     /// A controller holding the tiers and groups of the current objects (no entities: members
     /// are resolved here).
     fn policy_layer<'s>(
-        objects: &'s BTreeMap<NativeKey, (String, NativeObject)>,
+        objects: &'s BTreeMap<NativeKey, (String, Arc<NativeObject>)>,
         foreign: &BTreeMap<String, BTreeSet<EntityKey>>,
     ) -> Controller<'s> {
         let mut c = Controller::new();
@@ -680,7 +686,8 @@ impl NativeState {
         let tiers_and_groups = || {
             objects
                 .values()
-                .filter(|(_, o)| matches!(o, NativeObject::Tier { .. } | NativeObject::Group { .. }))
+                .filter(|(_, o)| matches!(**o, NativeObject::Tier { .. } | NativeObject::Group { .. }))
+                .map(|(origin, o)| (origin, &**o))
         };
         c.read_tiers(tiers_and_groups());
         c.read_groups(tiers_and_groups());

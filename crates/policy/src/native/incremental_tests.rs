@@ -194,7 +194,7 @@ fn to_change(op: &Op, state: &NativeState) -> Change {
     match op {
         Op::Upsert(slot, variant) => Change::Upsert {
             origin: format!("file{}", variant % 2),
-            object: Box::new(object(*slot, *variant)),
+            object: std::sync::Arc::new(object(*slot, *variant)),
         },
         Op::Delete(slot) => {
             // Delete whatever object of the slot is held (its name may vary by version).
@@ -240,7 +240,7 @@ fn one_label_change_touches_only_the_groups_selecting_the_entity() {
     // Entity 2 (namespace a) moves from app z (Group g0) to app y (ClusterGroup cg0).
     let delta = state.apply([Change::Upsert {
         origin: "file0".into(),
-        object: Box::new(object(2, 1)),
+        object: std::sync::Arc::new(object(2, 1)),
     }]);
     assert!(delta.deleted.is_empty(), "{delta:?}");
     assert!(
@@ -276,7 +276,7 @@ fn one_label_change_touches_only_the_groups_selecting_the_entity() {
     assert!(state
         .apply([Change::Upsert {
             origin: "file0".into(),
-            object: Box::new(object(2, 1)),
+            object: std::sync::Arc::new(object(2, 1)),
         }])
         .is_empty());
 }
@@ -334,7 +334,7 @@ fn a_group_of_pods_appearing_or_going_translates_its_policies_again() {
         let change = match &spec {
             Some(spec) => Change::Upsert {
                 origin: "g.yaml".into(),
-                object: Box::new(decode(group(spec.clone())).expect("a group of Pods decodes")),
+                object: std::sync::Arc::new(decode(group(spec.clone())).expect("a group of Pods decodes")),
             },
             None => Change::Delete((
                 super::objects::NativeKind::ClusterGroup,

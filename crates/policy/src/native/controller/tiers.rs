@@ -39,7 +39,7 @@ impl<'a> Controller<'a> {
     /// not exist; the policies naming it are translated fail-closed, and said why.
     pub(in crate::native) fn read_tiers(
         &mut self,
-        objects: impl Iterator<Item = &'a (String, NativeObject)>,
+        objects: impl Iterator<Item = (&'a String, &'a NativeObject)>,
     ) {
         let mut by_priority: BTreeMap<i32, Vec<(&str, &Meta)>> = BTreeMap::new();
         for (origin, object) in objects {
