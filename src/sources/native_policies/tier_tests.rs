@@ -452,7 +452,16 @@ fn the_running_agent_and_a_fresh_start_agree_on_missing_and_refused_tiers() {
     let pass = |controller: &mut LocalController,
                 files: &BTreeMap<PathBuf, Vec<NativeObject>>,
                 changed: &[ChangedFile]| {
-        let current = |path: &Path| files.get(path).map_or(&[][..], Vec::as_slice);
+        let shared: BTreeMap<&Path, Vec<std::sync::Arc<NativeObject>>> = files
+            .iter()
+            .map(|(path, objects)| {
+                (
+                    path.as_path(),
+                    objects.iter().cloned().map(std::sync::Arc::new).collect(),
+                )
+            })
+            .collect();
+        let current = |path: &Path| shared.get(path).map_or(&[][..], Vec::as_slice);
         let mut snapshot = PolicySnapshot::default();
         let mut errors = Vec::new();
         controller.translate_into(changed, &current, &local(), &mut snapshot, &mut errors);

@@ -163,7 +163,10 @@ fn op() -> impl Strategy<Value = Op> {
 /// The full translation of what `state` holds, in key order (as the policy directory hands it).
 fn full(state: &NativeState) -> Translation {
     translate(&Inputs {
-        objects: state.objects().map(|(_, o)| o.clone()).collect(),
+        objects: state
+            .objects()
+            .map(|(_, (origin, o))| (origin.clone(), NativeObject::clone(o)))
+            .collect(),
         local_entities: state.local_entities().cloned().collect(),
     })
 }
