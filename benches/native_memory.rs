@@ -484,7 +484,10 @@ fn main() {
     let (native_file, native_a) = native_policy_file(CHANGED, None);
     let (_, native_b) = native_policy_file(CHANGED, Some(changed_port));
     let np_text = |objects: &[ControlplaneObject]| {
-        let name = format!("{}{CHANGED}", if CHANGED % 2 == 0 { "annp" } else { "acnp" });
+        let name = format!(
+            "{}{CHANGED}",
+            if CHANGED.is_multiple_of(2) { "annp" } else { "acnp" }
+        );
         objects
             .iter()
             .find(|o| source_name(o).as_deref() == Some(name.as_str()))
@@ -514,7 +517,7 @@ fn main() {
 
     let cp_file = format!(
         "np-{}{CHANGED}.yaml",
-        if CHANGED % 2 == 0 { "annp" } else { "acnp" }
+        if CHANGED.is_multiple_of(2) { "annp" } else { "acnp" }
     );
     if std::env::var("NMBENCH_SOURCE").is_ok_and(|v| v == "1") {
         let dirs = vec![

@@ -224,14 +224,17 @@ fn main() {
         ))
     };
     let policy_file = |i: usize| PathBuf::from(format!("/etc/antrea/policies/policies-{:02}.yaml", i / 100));
-    let mut files: BTreeMap<PathBuf, Vec<NativeObject>> = BTreeMap::new();
+    let mut files: BTreeMap<PathBuf, Vec<std::sync::Arc<NativeObject>>> = BTreeMap::new();
     for (n, (_, object)) in inputs.objects.iter().enumerate() {
         let path = if n < ENTITIES {
             inventory_file(n)
         } else {
             policy_file(n - ENTITIES)
         };
-        files.entry(path).or_default().push(object.clone());
+        files
+            .entry(path)
+            .or_default()
+            .push(std::sync::Arc::new(object.clone()));
     }
     let mut loader = LocalController::default();
     // The policy cache's store, fed the whole snapshot as the policy directory sends it.
@@ -261,12 +264,12 @@ fn main() {
     for n in 60..110 {
         let (i, object) = relabel(n);
         let path = inventory_file(i);
-        let before: Vec<_> = files[&path].iter().map(native_key).collect();
+        let before: Vec<_> = files[&path].iter().map(|o| native_key(o)).collect();
         if let Some(held) = files
             .get_mut(&path)
             .and_then(|objects| objects.iter_mut().find(|o| native_key(o) == native_key(&object)))
         {
-            *held = object;
+            *held = std::sync::Arc::new(object);
         }
         let start = Instant::now();
         let current = |p: &Path| files.get(p).map_or(&[][..], Vec::as_slice);

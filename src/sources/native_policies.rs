@@ -474,14 +474,17 @@ fn derived_name((kind, namespace, name): &NativeKey) -> String {
     native::controller::policy_uid(*kind, &meta)
 }
 
+/// A key's definition now (its origin and object), or `None` when no file defines it.
+type Wanted<'o> = Option<(String, &'o Arc<NativeObject>)>;
+
 impl PolicyNames {
     /// Updates the names after each touched key's `desired` definition is known. Policies not
     /// touched in this pass join `desired` when their name changes (a claimant coming before
     /// them, or its going).
     fn settle<'o>(
         &mut self,
-        desired: &mut BTreeMap<NativeKey, Option<(String, &'o Arc<NativeObject>)>>,
-        desire: &dyn Fn(&NativeKey) -> Option<(String, &'o Arc<NativeObject>)>,
+        desired: &mut BTreeMap<NativeKey, Wanted<'o>>,
+        desire: &dyn Fn(&NativeKey) -> Wanted<'o>,
     ) {
         // The names whose holder or claimants may have changed (or whose warnings name a
         // policy whose origin may have changed).
@@ -543,12 +546,10 @@ impl PolicyNames {
                 continue;
             };
             let origin_of =
-                |key: &NativeKey, desired: &BTreeMap<NativeKey, Option<(String, &'o Arc<NativeObject>)>>| {
-                    match desired.get(key) {
-                        Some(Some((origin, _))) => origin.clone(),
-                        Some(None) => String::new(),
-                        None => desire(key).map_or_else(String::new, |(origin, _)| origin),
-                    }
+                |key: &NativeKey, desired: &BTreeMap<NativeKey, Wanted<'o>>| match desired.get(key) {
+                    Some(Some((origin, _))) => origin.clone(),
+                    Some(None) => String::new(),
+                    None => desire(key).map_or_else(String::new, |(origin, _)| origin),
                 };
             let holder_origin = origin_of(&holder, desired);
             // The holder's derived name is `uid` when it is not a claimant (or claims its own).
