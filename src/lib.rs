@@ -11,6 +11,7 @@ pub mod api;
 pub mod attachment;
 pub mod cli;
 pub mod config;
+pub mod error_kind;
 pub mod failpoint;
 pub mod fqdn;
 pub mod host;

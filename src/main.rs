@@ -277,7 +277,7 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
             Ok(h) => h,
             Err(e) => return Err(format!("cannot open netlink: {e}")),
         };
-        let selected = sources::select::select(&config, &node)?;
+        let selected = sources::select::select(&config, &node).map_err(|e| e.to_string())?;
         let timing = Timing::from_env()?;
         // The packet-in responder (Reject, audit) has a connection of its own announcing the id
         // its flows name, so its packet-outs never queue behind the flow installer's bundles;

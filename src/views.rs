@@ -10,6 +10,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error_kind::StatusError;
 use crate::policy::controlplane::{self as cp, Group, MemberRef, PortMatch, ServiceMatch};
 
 /// An error answer: `{"error": "..."}` with a 4xx/5xx status.
@@ -291,7 +292,7 @@ pub struct ActorView {
     pub healthy: Option<bool>,
     pub restarts: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
+    pub last_error: Option<StatusError>,
 }
 
 /// `/agentinfo`: antctl's agentinfo columns plus the agent's own health.

@@ -16,7 +16,7 @@ use antrea_vm_agent::host::fake::FakeHost;
 use antrea_vm_agent::host::files::FakeStateFiles;
 use antrea_vm_agent::host::Route;
 use antrea_vm_agent::k8s::external_node::ExternalNodeObject;
-use antrea_vm_agent::messages::{ActorKind, Crash, StatusQuery};
+use antrea_vm_agent::messages::{ActorKind, Crash, ErrorKind, StatusQuery};
 use antrea_vm_agent::ovs::openflow::fake::FakeConnector;
 use antrea_vm_agent::ovs::openflow::{Event, Flow, Match, PacketIn};
 use antrea_vm_agent::ovs::ovsdb::fake::FakeOvsdb;
@@ -356,10 +356,11 @@ async fn an_ineligible_uplink_is_refused_and_the_host_is_untouched() {
         );
         eventually("the refusal reported", || async {
             let status = im.send(StatusQuery).await.expect("alive");
-            status
-                .detail
-                .interface_manager()
-                .is_some_and(|s| s.errors.iter().any(|m| m.starts_with(&want)))
+            status.detail.interface_manager().is_some_and(|s| {
+                s.errors
+                    .iter()
+                    .any(|m| m.kind == ErrorKind::InterfaceAttach && m.message.starts_with(&want))
+            })
         })
         .await;
         assert!(w.attached(), "eth0 stays attached");
@@ -721,7 +722,7 @@ async fn an_interface_vanishing_mid_attach_fails_alone() {
         status
             .detail
             .interface_manager()
-            .is_some_and(|s| s.errors.iter().any(|m| m.contains("eth1")))
+            .is_some_and(|s| s.errors.iter().any(|m| m.message.contains("eth1")))
     })
     .await;
     let status = im.send(StatusQuery).await.expect("alive");

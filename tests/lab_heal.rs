@@ -456,6 +456,23 @@ fn a_full_state_directory_refuses_attaches_and_detaches_from_memory() {
         info.contains("state directory"),
         "agentinfo shows the error: {info}"
     );
+    // The error carries its kind, in the API and as the metric's label.
+    let parsed: serde_json::Value = serde_json::from_str(&info).expect("agentinfo JSON");
+    let manager_error = parsed["actors"]
+        .as_array()
+        .and_then(|actors| actors.iter().find(|a| a["actor"] == "interface-manager"))
+        .map(|a| a["lastError"].clone());
+    assert_eq!(
+        manager_error.as_ref().map(|e| &e["kind"]),
+        Some(&serde_json::json!("state_file")),
+        "the interface manager's lastError is a state_file error: {info}"
+    );
+    println!("interface manager lastError: {}", manager_error.unwrap_or_default());
+    let metrics = scrape(&lab);
+    assert!(
+        metrics.contains("antrea_vm_agent_actor_last_error{actor=\"interface-manager\",kind=\"state_file\"} 1"),
+        "the metric names the kind: {metrics}"
+    );
     let readyz = get(&lab, "/readyz");
     println!(
         "/readyz with the state directory full: {}",

@@ -10,7 +10,9 @@ use tracing::{error, info};
 use super::{common_handlers, Lifeline, WatcherOutputs};
 use crate::k8s::external_node::ExternalNode;
 use crate::messages::status_detail::{ExternalNodeState, ExternalNodeWatcherStatus};
-use crate::messages::{ActorDetail, ActorStatus, ExternalNodeChanged, Resync, StatusQuery};
+use crate::messages::{
+    ActorDetail, ActorStatus, ErrorKind, ExternalNodeChanged, Resync, StatusError, StatusQuery,
+};
 use crate::sources::{ExternalNodeSource, SourceEvent};
 
 /// What the watcher needs from the outside world: its source, and whose ExternalNode to follow.
@@ -29,7 +31,7 @@ pub struct ExternalNodeWatcher {
     outputs: WatcherOutputs,
     /// The last valid state; `None` inside means "absent"; outer `None` means "not known yet".
     current: Option<Option<ExternalNode>>,
-    last_error: Option<String>,
+    last_error: Option<StatusError>,
     _lifeline: Lifeline,
 }
 
@@ -62,9 +64,9 @@ impl ExternalNodeWatcher {
                     node.source = self.source.describe();
                     Some(node)
                 }
-                Err(e) => return self.fail(format!("{} ({})", e, self.source.describe())),
+                Err(e) => return self.fail(e.kind(), format!("{} ({})", e, self.source.describe())),
             },
-            SourceEvent::Error(e) => return self.fail(e.to_string()),
+            SourceEvent::Error(e) => return self.fail(e.kind(), e.to_string()),
         };
         if self.last_error.take().is_some() {
             info!("ExternalNode source is readable again");
@@ -81,11 +83,11 @@ impl ExternalNodeWatcher {
         self.publish();
     }
 
-    fn fail(&mut self, message: String) {
-        if self.last_error.as_deref() != Some(message.as_str()) {
+    fn fail(&mut self, kind: ErrorKind, message: String) {
+        if self.last_error.as_ref().map(|e| e.message.as_str()) != Some(message.as_str()) {
             error!("{message}; keeping the last valid ExternalNode state");
         }
-        self.last_error = Some(message);
+        self.last_error = Some(StatusError::new(kind, message));
     }
 }
 

@@ -16,8 +16,8 @@ use tracing::{debug, info, warn};
 use super::{common_handlers, Lifeline, PolicyCacheOutputs};
 use crate::messages::status_detail::PolicyCacheStatus;
 use crate::messages::{
-    ActorDetail, ActorStatus, AttachedInterface, EntityRef, InterfacesChanged, PolicyGeneration, Resync,
-    RulesChanged, StatusQuery,
+    ActorDetail, ActorStatus, AttachedInterface, EntityRef, ErrorKind, InterfacesChanged, PolicyGeneration,
+    Resync, RulesChanged, StatusError, StatusQuery,
 };
 use crate::policy::controlplane::store::{Changes, PolicyStore};
 use crate::policy::controlplane::{Kind, ValidObject};
@@ -80,7 +80,7 @@ pub struct PolicyCache {
     /// resolved again (all of them when `resolve_all`, e.g. after an interface change).
     changes: Changes,
     resolve_all: bool,
-    source_errors: Vec<String>,
+    source_errors: Vec<StatusError>,
     _lifeline: Lifeline,
 }
 
@@ -202,10 +202,15 @@ impl PolicyCache {
     }
 
     fn apply_snapshot(&mut self, snapshot: PolicySnapshot) {
-        for e in snapshot.errors.iter().filter(|e| !self.source_errors.contains(e)) {
-            warn!("{e}");
+        let errors: Vec<StatusError> = snapshot
+            .errors
+            .into_iter()
+            .map(|e| StatusError::new(ErrorKind::PolicySource, e))
+            .collect();
+        for e in errors.iter().filter(|e| !self.source_errors.contains(e)) {
+            warn!("{}", e.message);
         }
-        self.source_errors = snapshot.errors;
+        self.source_errors = errors;
         let started = std::time::Instant::now();
         let changes = self.store.replace_all(
             snapshot.network_policies,
@@ -288,7 +293,7 @@ impl PolicyCache {
             PolicyUpdate::Error(e) => {
                 warn!("{e}");
                 // The status and the API keep the message's words.
-                let e = e.to_string();
+                let e = StatusError::new(e.kind(), e.to_string());
                 if !self.source_errors.contains(&e) {
                     // A long-running agent sees many distinct errors: keep the latest few.
                     if self.source_errors.len() >= MAX_SOURCE_ERRORS {
@@ -388,7 +393,12 @@ impl Handler<StatusQuery> for PolicyCache {
             rules: resolved.map_or(0, |r| r.rules.len()),
             source_errors: self.source_errors.clone(),
             sync_epoch: self.sync_epoch,
-            warnings: resolved.map(|r| r.warnings.clone()).unwrap_or_default(),
+            warnings: resolved.map_or_else(Vec::new, |r| {
+                r.warnings
+                    .iter()
+                    .map(|w| StatusError::new(ErrorKind::PolicyResolution, w.clone()))
+                    .collect()
+            }),
         };
         actix::MessageResult(ActorStatus::new(
             true,

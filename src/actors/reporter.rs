@@ -46,6 +46,7 @@ use crate::messages::status_detail::{
 use crate::messages::{
     ActorDetail, ActorKind, ActorStatus, GetRuleStats, PoliciesRealized, Resync, StatusQuery,
 };
+use crate::messages::{ErrorKind, StatusError};
 use crate::ovs::ovsdb::Ovsdb;
 
 /// Bound on one status query, the OVSDB probe and the rule-counter read.
@@ -131,10 +132,12 @@ impl Writers {
         }
     }
 
-    fn first_error(&self) -> Option<String> {
+    /// The first failed write of the three (all to kube-apiserver).
+    fn first_error(&self) -> Option<StatusError> {
         [&self.agent_info, &self.status_log, &self.stats]
             .iter()
             .find_map(|l| l.last_error.clone())
+            .map(|e| StatusError::new(ErrorKind::KubeApi, e))
     }
 }
 

@@ -368,7 +368,7 @@ pub fn readiness(c: &Collected) -> HealthReport {
         None => Some("the interface manager did not answer".to_string()),
         Some(im) if !im.recovered => Some("recovering the interfaces' state".to_string()),
         Some(im) if !im.external_node_known => Some("waiting for the ExternalNode".to_string()),
-        Some(im) if !im.errors.is_empty() => im.errors.first().cloned(),
+        Some(im) if !im.errors.is_empty() => im.errors.first().map(|e| e.message.clone()),
         Some(_) => match (wanted, attached) {
             (Some(w), Some(a)) if a < w => Some(format!("{a} of {w} interfaces attached")),
             (Some(_), Some(_)) => None,
@@ -714,6 +714,24 @@ pub fn render_metrics(c: &Collected, out: &mut String) {
             u8::from(watcher.last_error.is_some()),
         );
     }
+    if !c.statuses.is_empty() {
+        header(
+            out,
+            "antrea_vm_agent_actor_last_error",
+            "gauge",
+            "1 while the actor's last error has this kind (one series per actor with an error).",
+        );
+        for (actor, status) in &c.statuses {
+            if let Some(e) = &status.last_error {
+                sample(
+                    out,
+                    "antrea_vm_agent_actor_last_error",
+                    &[("actor", actor.as_str()), ("kind", e.kind.as_str())],
+                    1,
+                );
+            }
+        }
+    }
     if let Some(n) = attached_interfaces(c) {
         gauge(
             out,
@@ -753,7 +771,7 @@ pub fn render_metrics(c: &Collected, out: &mut String) {
 mod tests {
     use super::*;
     use crate::messages::RuleStats;
-    use crate::messages::{AttachedInterface, EntityRef};
+    use crate::messages::{AttachedInterface, EntityRef, ErrorKind, StatusError};
     use crate::packetin::PacketInCounts;
     use crate::policy::rule::{PolicyRef, PolicyType};
 
@@ -965,13 +983,35 @@ mod tests {
         c.statuses.insert(
             ActorKind::PolicyCache,
             status(ActorDetail::PolicyCache(PolicyCacheStatus {
-                source_errors: vec!["policy file /p/a.yaml: holds no objects".into()],
+                source_errors: vec![StatusError::new(
+                    ErrorKind::PolicySource,
+                    "policy file /p/a.yaml: holds no objects",
+                )],
                 ..PolicyCacheStatus::default()
             })),
         );
         let mut out = String::new();
         render_metrics(&c, &mut out);
         assert!(out.contains("antrea_vm_agent_policy_source_errors 1\n"), "{out}");
+        assert!(!out.contains("antrea_vm_agent_actor_last_error{"), "{out}");
+        let failing = StatusError::new(
+            ErrorKind::OvsConnection,
+            "cannot connect to OpenFlow switch: refused",
+        );
+        if let Some(s) = c.statuses.get_mut(&ActorKind::FlowInstaller) {
+            s.last_error = Some(failing);
+        }
+        let mut out = String::new();
+        render_metrics(&c, &mut out);
+        assert!(
+            out.contains(
+                "antrea_vm_agent_actor_last_error{actor=\"flow-installer\",kind=\"ovs_connection\"} 1\n"
+            ),
+            "{out}"
+        );
+        if let Some(s) = c.statuses.get_mut(&ActorKind::FlowInstaller) {
+            s.last_error = None;
+        }
         assert!(!out.contains("antrea_vm_agent_controller_connected"));
         c.counts = Some(PolicyCounts {
             controller_connected: Some(false),

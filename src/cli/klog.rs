@@ -10,6 +10,8 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::error_kind::ErrorKind;
+
 /// Antrea's defaults for the log file rotation flags.
 pub const DEFAULT_LOG_FILE_MAX_SIZE_MB: u64 = 100;
 pub const DEFAULT_LOG_FILE_MAX_NUM: u32 = 4;
@@ -44,21 +46,38 @@ pub struct LogArgs {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FeatureGates(pub BTreeMap<String, bool>);
 
+/// A `--feature-gates` term that is not `GATE=true` or `GATE=false`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FeatureGateError {
+    #[error("missing bool value for {term:?} (expected GATE=true or GATE=false)")]
+    MissingValue { term: String },
+    #[error("invalid value of {name}: {value:?} (expected true or false)")]
+    InvalidValue { name: String, value: String },
+}
+
+impl FeatureGateError {
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::Config
+    }
+}
+
 /// `A=true,B=false` (component-base syntax: spaces around terms ignored, values true/false).
-pub fn parse_feature_gates(text: &str) -> Result<FeatureGates, String> {
+pub fn parse_feature_gates(text: &str) -> Result<FeatureGates, FeatureGateError> {
     let mut gates = BTreeMap::new();
     for term in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
         let (name, value) = term
             .split_once('=')
-            .ok_or_else(|| format!("missing bool value for {term:?} (expected GATE=true or GATE=false)"))?;
+            .ok_or_else(|| FeatureGateError::MissingValue {
+                term: term.to_string(),
+            })?;
         let value = match value.trim() {
             "true" | "True" | "TRUE" | "1" | "t" | "T" => true,
             "false" | "False" | "FALSE" | "0" | "f" | "F" => false,
             other => {
-                return Err(format!(
-                    "invalid value of {}: {other:?} (expected true or false)",
-                    name.trim()
-                ))
+                return Err(FeatureGateError::InvalidValue {
+                    name: name.trim().to_string(),
+                    value: other.to_string(),
+                })
             }
         };
         gates.insert(name.trim().to_string(), value);
@@ -181,10 +200,13 @@ mod tests {
             g.0,
             BTreeMap::from([("AntreaPolicy".into(), true), ("Egress".into(), false)])
         );
-        let e = parse_feature_gates("AntreaPolicy").unwrap_err();
-        assert!(e.contains("AntreaPolicy"), "{e}");
-        let e = parse_feature_gates("Egress=maybe").unwrap_err();
-        assert!(e.contains("Egress") && e.contains("maybe"), "{e}");
+        let e = parse_feature_gates("AntreaPolicy").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "missing bool value for \"AntreaPolicy\" (expected GATE=true or GATE=false)"
+        );
+        let e = parse_feature_gates("Egress=maybe").unwrap_err().to_string();
+        assert_eq!(e, "invalid value of Egress: \"maybe\" (expected true or false)");
     }
 
     #[test]

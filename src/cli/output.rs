@@ -309,7 +309,7 @@ pub fn agent_info_table(a: &AgentInfoView) -> String {
             x.alive.to_string(),
             x.healthy.map_or_else(|| "unknown".to_string(), |h| h.to_string()),
             x.restarts.to_string(),
-            x.last_error.clone().unwrap_or_default(),
+            x.last_error.as_ref().map(ToString::to_string).unwrap_or_default(),
         ]);
     }
     out.push_str(&actors.render());

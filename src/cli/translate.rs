@@ -167,17 +167,26 @@ fn controlplane_object(value: Value) -> Result<(), String> {
     object.validate().map(|_| ()).map_err(|e| e.to_string())
 }
 
+/// An object that cannot be printed as YAML.
+#[derive(Debug, thiserror::Error)]
+pub enum ToYamlError {
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Yaml(#[from] serde_norway::Error),
+}
+
 /// The objects as YAML documents, each with its `apiVersion` and `kind`.
-pub fn to_yaml(objects: &[ControlplaneObject]) -> Result<String, String> {
+pub fn to_yaml(objects: &[ControlplaneObject]) -> Result<String, ToYamlError> {
     let mut text = String::new();
     for object in objects {
-        let mut value = object.to_value().map_err(|e| e.to_string())?;
+        let mut value = object.to_value()?;
         if let Value::Object(map) = &mut value {
             map.insert("apiVersion".into(), API_VERSION.into());
             map.insert("kind".into(), object.kind().as_str().into());
         }
         text.push_str("---\n");
-        text.push_str(&serde_norway::to_string(&value).map_err(|e| e.to_string())?);
+        text.push_str(&serde_norway::to_string(&value)?);
     }
     Ok(text)
 }

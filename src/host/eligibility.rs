@@ -42,6 +42,12 @@ pub enum Ineligible {
     HostScopeAddress { name: String, ip: IpAddr },
 }
 
+impl Ineligible {
+    pub fn kind(&self) -> crate::error_kind::ErrorKind {
+        crate::error_kind::ErrorKind::InterfaceAttach
+    }
+}
+
 /// Whether `link` may be attached as an uplink; `links` names its master.
 pub fn check_uplink(link: &Link, links: &[Link]) -> Result<(), Ineligible> {
     let name = link.name.clone();

@@ -26,6 +26,12 @@ pub enum FindError {
     NameWithoutIps { name: String, ips: Vec<IpAddr> },
 }
 
+impl FindError {
+    pub fn kind(&self) -> crate::error_kind::ErrorKind {
+        crate::error_kind::ErrorKind::InterfaceAttach
+    }
+}
+
 fn join_ips(ips: &[IpAddr]) -> String {
     ips.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ")
 }

@@ -62,22 +62,35 @@ pub const IP6_RT_PRIO_USER: u32 = 1024;
 /// IPv6 kernel prefix routes get this metric.
 pub const IP6_RT_PRIO_ADDRCONF: u32 = 256;
 
+/// Why the kernel would refuse an interface name.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IfnameError {
+    #[error("empty")]
+    Empty,
+    #[error("{0} bytes, longer than {MAX_IFNAME_LEN}")]
+    TooLong(usize),
+    #[error("'.' and '..' are reserved")]
+    Reserved,
+    #[error("contains {0:?}")]
+    Contains(char),
+}
+
 /// Checks an interface name the way the kernel's `dev_valid_name` does.
-pub fn validate_ifname(name: &str) -> Result<(), String> {
+pub fn validate_ifname(name: &str) -> Result<(), IfnameError> {
     if name.is_empty() {
-        return Err("empty".into());
+        return Err(IfnameError::Empty);
     }
     if name.len() > MAX_IFNAME_LEN {
-        return Err(format!("{} bytes, longer than {MAX_IFNAME_LEN}", name.len()));
+        return Err(IfnameError::TooLong(name.len()));
     }
     if name == "." || name == ".." {
-        return Err("'.' and '..' are reserved".into());
+        return Err(IfnameError::Reserved);
     }
     if let Some(c) = name
         .chars()
         .find(|c| *c == '/' || *c == ':' || c.is_whitespace() || c.is_control())
     {
-        return Err(format!("contains {c:?}"));
+        return Err(IfnameError::Contains(c));
     }
     Ok(())
 }

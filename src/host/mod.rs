@@ -159,9 +159,16 @@ pub enum HostError {
     #[error("object already exists: {0}")]
     Exists(String),
     #[error("interface name {name:?} is invalid: {why}")]
-    BadName { name: String, why: String },
+    BadName { name: String, why: kernel::IfnameError },
     #[error("host network I/O error: {0}")]
     Io(#[from] std::io::Error),
+}
+
+impl HostError {
+    /// The host network is what attaching an interface changes.
+    pub fn kind(&self) -> crate::error_kind::ErrorKind {
+        crate::error_kind::ErrorKind::InterfaceAttach
+    }
 }
 
 /// Reads and changes host links, addresses and routes.

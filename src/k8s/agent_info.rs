@@ -324,6 +324,12 @@ pub enum AgentInfoError {
     Put(ApiError),
 }
 
+impl AgentInfoError {
+    pub fn kind(&self) -> crate::error_kind::ErrorKind {
+        crate::error_kind::ErrorKind::KubeApi
+    }
+}
+
 fn decode(method: Method, path: &str, v: Value) -> Result<AntreaAgentInfo, ApiError> {
     serde_json::from_value(v).map_err(|e| ApiError::Decode {
         method: method.as_str(),

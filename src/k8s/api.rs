@@ -58,6 +58,12 @@ pub enum ApiError {
 pub const UNSERVED_MESSAGE: &str = "the server could not find the requested resource";
 
 impl ApiError {
+    /// Requests go to kube-apiserver (or through it to antrea-controller); a caller that knows
+    /// it asked antrea-controller says `antrea_controller` instead.
+    pub fn kind(&self) -> crate::error_kind::ErrorKind {
+        crate::error_kind::ErrorKind::KubeApi
+    }
+
     /// The HTTP status code, if the server answered.
     pub fn code(&self) -> Option<u16> {
         match self {

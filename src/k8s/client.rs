@@ -26,6 +26,7 @@ use serde_json::Value;
 use tracing::warn;
 
 use super::api::{ApiClient, ApiError, Method, WatchLines};
+use crate::error_kind::ErrorKind;
 
 /// Bound on establishing a TCP connection (and on kube's write side).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -80,14 +81,12 @@ impl Liveness {
 
     /// [`Liveness::DEFAULT_TIMEOUT`], or the period in [`LIVENESS_TIMEOUT_ENV`] (`500ms`, `6s`,
     /// `1m`); an unparsable value is an error naming the variable.
-    pub fn from_env() -> Result<Liveness, String> {
+    pub fn from_env() -> Result<Liveness, LivenessEnvError> {
         match std::env::var(LIVENESS_TIMEOUT_ENV) {
             Err(_) => Ok(Liveness::default()),
             Ok(text) => crate::config::parse_period(&text)
                 .map(Liveness::within)
-                .ok_or_else(|| {
-                    format!("{LIVENESS_TIMEOUT_ENV}={text:?} is not a period such as 30s, 500ms or 1m")
-                }),
+                .ok_or(LivenessEnvError { text }),
         }
     }
 
@@ -129,6 +128,19 @@ fn live_kube_client(config: kube::Config, liveness: Liveness) -> Result<kube::Cl
 /// Longest piece of a non-JSON error body quoted in an error message.
 const MAX_QUOTED_BODY: usize = 300;
 
+/// [`LIVENESS_TIMEOUT_ENV`] holds something that is not a period.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{LIVENESS_TIMEOUT_ENV}={text:?} is not a period such as 30s, 500ms or 1m")]
+pub struct LivenessEnvError {
+    pub text: String,
+}
+
+impl LivenessEnvError {
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::Config
+    }
+}
+
 /// Why a client could not be built from a kubeconfig.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -147,6 +159,13 @@ pub enum ClientError {
         purpose: String,
         message: String,
     },
+}
+
+impl ClientError {
+    /// A kubeconfig that cannot be used is a configuration problem, not the API's.
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::Config
+    }
 }
 
 /// An [`ApiClient`] over one kube-rs connection pool.

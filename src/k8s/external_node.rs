@@ -7,6 +7,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error_kind::ErrorKind;
 use crate::policy::native::Entity;
 
 pub const API_VERSION: &str = "crd.antrea.io/v1alpha1";
@@ -80,6 +81,12 @@ pub struct InvalidExternalNode {
     /// e.g. `spec.interfaces[0].ips[1]`.
     pub field: String,
     pub message: String,
+}
+
+impl InvalidExternalNode {
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::ExternalNode
+    }
 }
 
 /// Antrea's ExternalEntity name for an interface (the naming rule is shared with the API

@@ -16,7 +16,7 @@ pub use rules::RulesChanged;
 pub use stats::{
     GetRuleStats, PoliciesRealized, PolicyGeneration, RuleStats, RuleStatsError, RuleStatsSnapshot,
 };
-pub use status::{ActorKind, ActorStatus, StatusQuery};
+pub use status::{ActorKind, ActorStatus, ErrorKind, StatusError, StatusQuery};
 pub use status_detail::{
     ActorDetail, ExternalNodeState, ExternalNodeWatcherStatus, FlowInstallerStatus, InterfaceManagerStatus,
     KubernetesWrites, PolicyCacheStatus, ReporterMode, ReporterStatus,

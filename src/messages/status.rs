@@ -4,6 +4,7 @@ use actix::Message;
 use serde::Serialize;
 
 use super::status_detail::ActorDetail;
+pub use crate::error_kind::{ErrorKind, StatusError};
 
 /// The five supervised actors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -54,14 +55,14 @@ pub struct ActorStatus {
     pub actor: ActorKind,
     /// The actor is connected to what it needs and its last attempt succeeded.
     pub healthy: bool,
-    /// Last error, if any, in words.
-    pub last_error: Option<String>,
+    /// Last error, if any: its kind and its words.
+    pub last_error: Option<StatusError>,
     pub detail: ActorDetail,
 }
 
 impl ActorStatus {
     /// The status of the actor `detail` belongs to.
-    pub fn new(healthy: bool, last_error: Option<String>, detail: ActorDetail) -> Self {
+    pub fn new(healthy: bool, last_error: Option<StatusError>, detail: ActorDetail) -> Self {
         ActorStatus {
             actor: detail.kind(),
             healthy,

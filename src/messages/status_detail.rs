@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::{Serialize, Serializer};
 
-use super::{ActorKind, AttachedInterface};
+use super::{ActorKind, AttachedInterface, StatusError};
 use crate::fqdn::FqdnCounts;
 use crate::k8s::policy_status::PosterSummary;
 use crate::k8s::write_log::WriteLog;
@@ -134,13 +134,13 @@ pub enum ExternalNodeState {
 #[serde(rename_all = "camelCase")]
 pub struct InterfaceManagerStatus {
     /// The errors of the last reconcile pass (one per interface that could not be attached).
-    pub errors: Vec<String>,
+    pub errors: Vec<StatusError>,
     pub external_node_known: bool,
     pub interfaces: Vec<AttachedInterface>,
     /// The interface records left by the previous run were recovered (finished or rolled back).
     pub recovered: bool,
     /// The last failed write of an interface record, until a write succeeds.
-    pub state_write_error: Option<String>,
+    pub state_write_error: Option<StatusError>,
 }
 
 /// The policy cache's store and resolved view.
@@ -161,10 +161,10 @@ pub struct PolicyCacheStatus {
     /// Rules that apply to this node.
     pub rules: usize,
     /// The problems the policy source reports now.
-    pub source_errors: Vec<String>,
+    pub source_errors: Vec<StatusError>,
     pub sync_epoch: u64,
-    /// Resolution warnings.
-    pub warnings: Vec<String>,
+    /// Resolution warnings (kind `policy_resolution`).
+    pub warnings: Vec<StatusError>,
 }
 
 /// The flow installer's OpenFlow session and what it installed.
@@ -259,7 +259,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::messages::EntityRef;
+    use crate::messages::{EntityRef, ErrorKind};
 
     fn same_text(typed: &impl Serialize, before: serde_json::Value) {
         let typed = serde_json::to_string(typed).expect("serializes");
@@ -308,11 +308,11 @@ mod tests {
             },
         };
         let s = InterfaceManagerStatus {
-            errors: vec!["eth1: not found".into()],
+            errors: vec![StatusError::new(ErrorKind::InterfaceAttach, "eth1: not found")],
             external_node_known: true,
             interfaces: vec![eth0],
             recovered: true,
-            state_write_error: None,
+            state_write_error: Some(StatusError::new(ErrorKind::StateFile, "disk full")),
         };
         same_text(
             &ActorDetail::InterfaceManager(s),
@@ -323,8 +323,8 @@ mod tests {
                     "name": "eth0", "ofport": 3, "uplink_name": "eth0~", "uplink_ofport": 2,
                     "ips": ["10.0.0.2"], "entity": {"namespace": "vm-ns", "name": "vm1-eth0"}
                 }],
-                "errors": ["eth1: not found"],
-                "stateWriteError": null,
+                "errors": [{"kind": "interface_attach", "message": "eth1: not found"}],
+                "stateWriteError": {"kind": "state_file", "message": "disk full"},
             }),
         );
     }
@@ -340,9 +340,12 @@ mod tests {
             network_policies: 6,
             policies_known: true,
             rules: 7,
-            source_errors: vec!["policy file /p/a.yaml: holds no objects".into()],
+            source_errors: vec![StatusError::new(
+                ErrorKind::PolicySource,
+                "policy file /p/a.yaml: holds no objects",
+            )],
             sync_epoch: 8,
-            warnings: vec!["w".into()],
+            warnings: vec![StatusError::new(ErrorKind::PolicyResolution, "w")],
         };
         same_text(
             &ActorDetail::PolicyCache(s),
@@ -356,8 +359,8 @@ mod tests {
                 "localEntities": ["vm-ns/vm1-eth0"],
                 "networkPolicies": 6,
                 "rules": 7,
-                "warnings": ["w"],
-                "sourceErrors": ["policy file /p/a.yaml: holds no objects"],
+                "warnings": [{"kind": "policy_resolution", "message": "w"}],
+                "sourceErrors": [{"kind": "policy_source", "message": "policy file /p/a.yaml: holds no objects"}],
             }),
         );
         let standalone = PolicyCacheStatus::default();

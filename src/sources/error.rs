@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 
+use crate::error_kind::ErrorKind;
 use crate::policy::controlplane::Kind;
 
 /// A problem a source reports; the last good state stays in force.
@@ -41,6 +42,17 @@ pub enum SourceError {
 }
 
 impl SourceError {
+    /// What an operator alerts on: the ExternalNode itself, kube-apiserver, or antrea-controller.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SourceError::ExternalNodeFile { .. } | SourceError::ExternalNodeUndecodable { .. } => {
+                ErrorKind::ExternalNode
+            }
+            SourceError::ExternalNodeApi { .. } => ErrorKind::KubeApi,
+            SourceError::ControlplaneWatch { .. } | SourceError::NoRuntime(_) => ErrorKind::AntreaController,
+        }
+    }
+
     /// The watch kind a controlplane error concerns.
     pub fn watch_kind(&self) -> Option<Kind> {
         match self {

@@ -13,8 +13,9 @@ use super::kube_external_node::KubeExternalNodeSource;
 use super::policy_dir::PolicyDirSource;
 use super::{ExternalNodeSource, PolicySource};
 use crate::config::Config;
+use crate::error_kind::ErrorKind;
 use crate::k8s::api::ApiClient;
-use crate::k8s::client::{KubeApiClient, Liveness};
+use crate::k8s::client::{ClientError, KubeApiClient, Liveness, LivenessEnvError};
 use crate::k8s::fallback::FallbackStore;
 use crate::k8s::ClusterClients;
 use crate::sources::controlplane_watch::ControlplaneSource;
@@ -29,9 +30,30 @@ pub struct Selected {
     pub cluster: Option<ClusterClients>,
 }
 
+/// Why the sources of Kubernetes mode could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SelectError {
+    #[error("clientConnection.kubeconfig is required without a standalone section")]
+    NoKubeconfig,
+    #[error(transparent)]
+    Liveness(#[from] LivenessEnvError),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+impl SelectError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SelectError::NoKubeconfig => ErrorKind::Config,
+            SelectError::Liveness(e) => e.kind(),
+            SelectError::Client(e) => e.kind(),
+        }
+    }
+}
+
 /// Builds the sources for `config` and the node `node_name`. In Kubernetes mode this creates the
 /// API clients, so it must run inside the runtime that will drive them.
-pub fn select(config: &Config, node_name: &str) -> Result<Selected, String> {
+pub fn select(config: &Config, node_name: &str) -> Result<Selected, SelectError> {
     if let Some(standalone) = &config.standalone {
         return Ok(Selected {
             external_node: Arc::new(
@@ -48,20 +70,19 @@ pub fn select(config: &Config, node_name: &str) -> Result<Selected, String> {
             cluster: None,
         });
     }
-    let kubeconfig = config
-        .kubeconfig
-        .as_ref()
-        .ok_or("clientConnection.kubeconfig is required without a standalone section")?;
+    let kubeconfig = config.kubeconfig.as_ref().ok_or(SelectError::NoKubeconfig)?;
     let liveness = Liveness::from_env()?;
-    let kube: Arc<dyn ApiClient> = Arc::new(
-        KubeApiClient::from_kubeconfig_with(kubeconfig, "kube-apiserver", liveness)
-            .map_err(|e| e.to_string())?,
-    );
+    let kube: Arc<dyn ApiClient> = Arc::new(KubeApiClient::from_kubeconfig_with(
+        kubeconfig,
+        "kube-apiserver",
+        liveness,
+    )?);
     let controller: Arc<dyn ApiClient> = match &config.antrea_kubeconfig {
-        Some(path) => Arc::new(
-            KubeApiClient::from_kubeconfig_with(path, "antrea-controller", liveness)
-                .map_err(|e| e.to_string())?,
-        ),
+        Some(path) => Arc::new(KubeApiClient::from_kubeconfig_with(
+            path,
+            "antrea-controller",
+            liveness,
+        )?),
         None => {
             // The controlplane API is also registered as an APIService, so kube-apiserver's
             // aggregation layer serves the same paths.

@@ -21,6 +21,7 @@ use tracing::{info, warn};
 use super::stale;
 use super::store::{InterfaceRecord, Phase, RecordStore, Step};
 use crate::attachment::{AttachedInterface, EntityRef};
+use crate::error_kind::{ErrorKind, StatusError};
 use crate::failpoint;
 use crate::host::{Address, HostError, HostNet, Link, Route};
 use crate::ovs::ovsdb::{Ovsdb, OvsdbError, PortRecord, PortSpec};
@@ -100,6 +101,34 @@ pub enum ProcedureError {
     /// OVS has not caught up yet (no ofport, no netdev); the same step can succeed later.
     #[error("interface {iface}: not ready: {message}")]
     NotReady { iface: String, message: String },
+}
+
+impl ProcedureError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ProcedureError::Ovsdb { .. } => ErrorKind::Ovsdb,
+            ProcedureError::Store { .. } => ErrorKind::StateFile,
+            ProcedureError::Host { .. }
+            | ProcedureError::Invalid { .. }
+            | ProcedureError::NotReady { .. } => ErrorKind::InterfaceAttach,
+        }
+    }
+
+    /// The error as a status shows it.
+    pub fn to_status(&self) -> StatusError {
+        StatusError::new(self.kind(), self.to_string())
+    }
+}
+
+/// The host links cannot be listed, so nothing can be decided about the interfaces.
+#[derive(Debug, thiserror::Error)]
+#[error("list host links: {0}")]
+pub struct LinksError(#[source] pub HostError);
+
+impl LinksError {
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::InterfaceAttach
+    }
 }
 
 pub(super) fn host_err<'a>(
@@ -607,7 +636,7 @@ pub(super) async fn delete_if_leftover(
 /// Rolls back every recorded attach or detach that is unfinished and not tracked as attached
 /// (a rollback that failed earlier, e.g. while OVSDB was down). Returns the errors; the records
 /// of failures stay for the next try.
-pub async fn retry_unfinished(env: &Env, attached: &BTreeMap<String, Attachment>) -> Vec<String> {
+pub async fn retry_unfinished(env: &Env, attached: &BTreeMap<String, Attachment>) -> Vec<StatusError> {
     let (records, _) = env.store.load_all();
     let mut errors = Vec::new();
     for record in records.values() {
@@ -617,7 +646,7 @@ pub async fn retry_unfinished(env: &Env, attached: &BTreeMap<String, Attachment>
         warn!(iface = %record.name, phase = %record.phase.as_str(), step = %record.step.as_str(),
             "finishing an interrupted change: restoring the interface");
         if let Err(e) = roll_back(env, record).await {
-            errors.push(e.to_string());
+            errors.push(e.to_status());
         }
     }
     errors
@@ -670,7 +699,7 @@ pub async fn update_identity(
 pub struct Recovered {
     pub attachments: Vec<Attachment>,
     /// Problems with single interfaces; the others were recovered.
-    pub errors: Vec<String>,
+    pub errors: Vec<StatusError>,
 }
 
 fn ofport_of(ports: &[PortRecord], name: &str) -> Option<u32> {
@@ -693,7 +722,10 @@ pub async fn recover(env: &Env) -> Result<Recovered, ProcedureError> {
         .map_err(db_err(bridge, "list ports"))?;
     let (records, store_errors) = env.store.load_all();
     let mut out = Recovered {
-        errors: store_errors.iter().map(|e| e.to_string()).collect(),
+        errors: store_errors
+            .iter()
+            .map(|e| StatusError::new(e.kind(), e.to_string()))
+            .collect(),
         ..Default::default()
     };
     let host_ports: Vec<&PortRecord> = ports
@@ -707,7 +739,7 @@ pub async fn recover(env: &Env) -> Result<Recovered, ProcedureError> {
             // Recovering without this interface would publish a view that lacks it and remove its
             // flows; retry the whole recovery instead once OVS is ready.
             Err(e @ ProcedureError::NotReady { .. }) => return Err(e),
-            Err(e) => out.errors.push(e.to_string()),
+            Err(e) => out.errors.push(e.to_status()),
         }
     }
     for (name, record) in &records {
@@ -730,7 +762,7 @@ pub async fn recover(env: &Env) -> Result<Recovered, ProcedureError> {
         }
         warn!(iface = %name, phase = ?record.phase, "unfinished change found; restoring the interface");
         if let Err(e) = roll_back(env, record).await {
-            out.errors.push(e.to_string());
+            out.errors.push(e.to_status());
         }
     }
     Ok(out)
@@ -886,13 +918,9 @@ pub(crate) async fn adopt_without_record(
 }
 
 /// Every host link with its addresses, for choosing the NICs to attach; renamed uplinks are left
-/// out. An error (the links cannot be listed) says so in a sentence.
-pub async fn links_with_addresses(env: &Env) -> Result<Vec<(Link, Vec<Address>)>, String> {
-    let links = env
-        .host
-        .links()
-        .await
-        .map_err(|e| format!("list host links: {e}"))?;
+/// out.
+pub async fn links_with_addresses(env: &Env) -> Result<Vec<(Link, Vec<Address>)>, LinksError> {
+    let links = env.host.links().await.map_err(LinksError)?;
     let mut out = Vec::with_capacity(links.len());
     for link in links {
         // Renamed uplinks carry no addresses of ours; skip them so they can never be picked.
@@ -909,21 +937,24 @@ pub async fn links_with_addresses(env: &Env) -> Result<Vec<(Link, Vec<Address>)>
 
 /// [`heal`]s every attached interface against the bridge's ports, replacing each with its healed
 /// state; errors are per interface and land in `errors`.
-pub async fn heal_all(env: &Env, attached: &mut BTreeMap<String, Attachment>, errors: &mut Vec<String>) {
+pub async fn heal_all(env: &Env, attached: &mut BTreeMap<String, Attachment>, errors: &mut Vec<StatusError>) {
     if attached.is_empty() {
         return;
     }
     let ports = match env.ovsdb.list_ports(&env.bridge).await {
         Ok(p) => p,
         Err(e) => {
-            errors.push(format!("bridge {}: list ports: {e}", env.bridge));
+            errors.push(StatusError::new(
+                ErrorKind::Ovsdb,
+                format!("bridge {}: list ports: {e}", env.bridge),
+            ));
             return;
         }
     };
     for a in attached.values_mut() {
         match heal(env, a, &ports).await {
             Ok(next) => *a = next,
-            Err(e) => errors.push(e.to_string()),
+            Err(e) => errors.push(e.to_status()),
         }
     }
 }

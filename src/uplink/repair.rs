@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use tracing::warn;
 
 use super::procedures::{self, db_err, ext_id, host_err, Attachment, Env, ProcedureError};
+use crate::error_kind::{ErrorKind, StatusError};
 use crate::ovs::ovsdb::{BridgeSpec, OvsdbError, PortRecord, PortSpec};
 
 /// What one pass repaired (for the log and `antrea_vm_agent_datapath_repairs_total`).
@@ -29,7 +30,7 @@ pub async fn repair_all(
     env: &Env,
     bridge_spec: &BridgeSpec,
     attached: &BTreeMap<String, Attachment>,
-    errors: &mut Vec<String>,
+    errors: &mut Vec<StatusError>,
 ) -> Repaired {
     let mut repaired = Repaired::default();
     if attached.is_empty() {
@@ -41,27 +42,36 @@ pub async fn repair_all(
             warn!(bridge = %env.bridge, interfaces = attached.len(),
                 "the bridge is gone (deleted, or OVS runs on a new database); re-creating it and re-attaching every interface");
             if let Err(e) = env.ovsdb.ensure_bridge(bridge_spec).await {
-                errors.push(format!("bridge {}: re-create: {e}", env.bridge));
+                errors.push(StatusError::new(
+                    ErrorKind::Ovsdb,
+                    format!("bridge {}: re-create: {e}", env.bridge),
+                ));
                 return repaired;
             }
             repaired.bridge = true;
             match env.ovsdb.list_ports(&env.bridge).await {
                 Ok(p) => p,
                 Err(e) => {
-                    errors.push(format!("bridge {}: list ports: {e}", env.bridge));
+                    errors.push(StatusError::new(
+                        ErrorKind::Ovsdb,
+                        format!("bridge {}: list ports: {e}", env.bridge),
+                    ));
                     return repaired;
                 }
             }
         }
         Err(e) => {
-            errors.push(format!("bridge {}: list ports: {e}", env.bridge));
+            errors.push(StatusError::new(
+                ErrorKind::Ovsdb,
+                format!("bridge {}: list ports: {e}", env.bridge),
+            ));
             return repaired;
         }
     };
     for a in attached.values() {
         match repair_one(env, a, &ports).await {
             Ok(done) => repaired.ports.extend(done),
-            Err(e) => errors.push(e.to_string()),
+            Err(e) => errors.push(e.to_status()),
         }
     }
     repaired

@@ -139,6 +139,12 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    pub fn kind(&self) -> crate::error_kind::ErrorKind {
+        crate::error_kind::ErrorKind::StateFile
+    }
+}
+
 /// The directory of interface records.
 #[derive(Clone, Debug)]
 pub struct RecordStore {

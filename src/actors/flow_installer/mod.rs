@@ -29,7 +29,8 @@ use crate::fqdn;
 use crate::memory;
 use crate::messages::status_detail::FlowInstallerStatus;
 use crate::messages::{
-    ActorDetail, ActorStatus, AttachedInterface, InterfacesChanged, RulesChanged, StatusQuery, Stop,
+    ActorDetail, ActorStatus, AttachedInterface, ErrorKind, InterfacesChanged, RulesChanged, StatusError,
+    StatusQuery, Stop,
 };
 use crate::ovs::openflow::{OfError, Switch, SwitchConnector};
 use crate::ovs::ovsdb::Ovsdb;
@@ -187,7 +188,7 @@ pub struct FlowInstaller {
     /// The delays between attempts to reconnect to the switch; reset once connected.
     reconnect: Backoff,
     connecting: bool,
-    last_error: Option<String>,
+    last_error: Option<StatusError>,
     /// The thread packet-ins are answered on (Reject replies, audit writes), so they never wait
     /// behind a compile or a bundle; `None`: this actor's own thread.
     packet_in_thread: Option<actix::ArbiterHandle>,
@@ -312,12 +313,12 @@ impl FlowInstaller {
         ctx.run_later(delay, |_, ctx| ctx.notify(Connect));
     }
 
-    fn fail(&mut self, what: &str, e: impl std::fmt::Display) {
+    fn fail(&mut self, kind: ErrorKind, what: &str, e: impl std::fmt::Display) {
         let msg = format!("{what}: {e}");
-        if self.last_error.as_deref() != Some(msg.as_str()) {
+        if self.last_error.as_ref().map(|e| e.message.as_str()) != Some(msg.as_str()) {
             error!("{msg}");
         }
-        self.last_error = Some(msg);
+        self.last_error = Some(StatusError::new(kind, msg));
     }
 
     /// Everything the switch should hold besides the NetworkPolicy flows, and how the
@@ -542,25 +543,35 @@ impl Handler<Connect> for FlowInstaller {
                 .switch
                 .connect()
                 .await
-                .map_err(|e| ("cannot connect to OpenFlow switch", e.to_string()))?;
+                .map_err(|e| (e.kind(), "cannot connect to OpenFlow switch", e.to_string()))?;
             let bridge = &deps.bridge;
             let persisted = deps
                 .ovsdb
                 .bridge_external_id(bridge, ROUND_KEY)
                 .await
-                .map_err(|e| ("cannot read the round number from OVSDB", e.to_string()))?;
+                .map_err(|e| {
+                    (
+                        ErrorKind::Ovsdb,
+                        "cannot read the round number from OVSDB",
+                        e.to_string(),
+                    )
+                })?;
             let (round, previous_round) = next_round(persisted.as_deref());
             switch
                 .replace_groups(pipeline::network_policy_groups())
                 .await
-                .map_err(|e| ("cannot install NetworkPolicy groups", e.to_string()))?;
+                .map_err(|e| (e.kind(), "cannot install NetworkPolicy groups", e.to_string()))?;
             let meters = match switch
                 .replace_meters(pipeline::packet_in_meters(deps.packet_in_rate))
                 .await
             {
                 Ok(()) => true,
                 Err(OfError::Closed) => {
-                    return Err(("OpenFlow connection closed", "while adding meters".into()))
+                    return Err((
+                        ErrorKind::OvsConnection,
+                        "OpenFlow connection closed",
+                        "while adding meters".into(),
+                    ))
                 }
                 Err(e) => {
                     warn!("OVS meters unavailable, packet-in will not be rate-limited by OVS: {e}");
@@ -572,11 +583,12 @@ impl Handler<Connect> for FlowInstaller {
             let monitor = switch.monitor_flows().await;
             if matches!(monitor, Err(OfError::Closed)) {
                 return Err((
+                    ErrorKind::OvsConnection,
                     "OpenFlow connection closed",
                     "while registering the flow monitor".into(),
                 ));
             }
-            Ok::<_, (&'static str, String)>((switch, round, previous_round, meters, monitor))
+            Ok::<_, (ErrorKind, &'static str, String)>((switch, round, previous_round, meters, monitor))
         };
         AtomicResponse::new(Box::pin(fut.into_actor(self).map(|res, act, ctx| {
             act.connecting = false;
@@ -626,8 +638,8 @@ impl Handler<Connect> for FlowInstaller {
                     act.last_error = None;
                     ctx.notify(Sync);
                 }
-                Err((what, e)) => {
-                    act.fail(what, e);
+                Err((kind, what, e)) => {
+                    act.fail(kind, what, e);
                     act.schedule_reconnect(ctx);
                 }
             }
@@ -840,7 +852,11 @@ impl Handler<Sync> for FlowInstaller {
                     if wrote_fqdn_flows {
                         act.deps.fqdn.installer_flows_maybe_written();
                     }
-                    act.fail("OpenFlow connection failed during a bundle", "closed");
+                    act.fail(
+                        ErrorKind::OvsConnection,
+                        "OpenFlow connection failed during a bundle",
+                        "closed",
+                    );
                     act.session = None;
                     act.installed = Arc::default();
                     act.schedule_reconnect(ctx);
@@ -851,11 +867,16 @@ impl Handler<Sync> for FlowInstaller {
                     }
                     // The commit may or may not have been applied: the take-over that follows
                     // (policy_resync stays set) finds out from the switch itself.
-                    act.fail("flow bundle timed out; outcome unknown, taking over again", e);
+                    act.fail(
+                        e.kind(),
+                        "flow bundle timed out; outcome unknown, taking over again",
+                        e,
+                    );
                     ctx.run_later(act.deps.timing.reconnect_max, |_, ctx| ctx.notify(Sync));
                 }
                 Err(e) => {
                     act.fail(
+                        e.kind(),
                         "switch rejected the flow bundle; nothing was changed, retrying",
                         e,
                     );

@@ -24,7 +24,8 @@ use crate::host::{Address, HostNet, Link};
 use crate::k8s::external_node::ExternalNode;
 use crate::messages::status_detail::InterfaceManagerStatus;
 use crate::messages::{
-    ActorDetail, ActorStatus, EntityRef, ExternalNodeChanged, InterfacesChanged, Resync, StatusQuery,
+    ActorDetail, ActorStatus, EntityRef, ErrorKind, ExternalNodeChanged, InterfacesChanged, Resync,
+    StatusError, StatusQuery,
 };
 use crate::ovs::ovsdb::{BridgeSpec, Ovsdb};
 use crate::policy::pipeline;
@@ -54,7 +55,7 @@ struct Wanted {
 struct Outcome {
     recovered: bool,
     attached: BTreeMap<String, Attachment>,
-    errors: Vec<String>,
+    errors: Vec<StatusError>,
     repaired: repair::Repaired,
 }
 
@@ -85,7 +86,7 @@ pub struct InterfaceManager {
     attached: BTreeMap<String, Attachment>,
     /// The ExternalNode as last reported; outer `None` = not reported yet.
     desired: Option<Option<ExternalNode>>,
-    last_errors: Vec<String>,
+    last_errors: Vec<StatusError>,
     /// The view last published (to publish only changes, except on resync).
     published: Option<InterfacesChanged>,
     /// Record write failures already added to the metric.
@@ -189,7 +190,10 @@ async fn reconcile(
     env.store.probe_after_failure();
     if !recovered {
         if let Err(e) = env.ovsdb.ensure_bridge(&bridge_spec).await {
-            errors.push(format!("bridge {}: {e}", bridge_spec.name));
+            errors.push(StatusError::new(
+                ErrorKind::Ovsdb,
+                format!("bridge {}: {e}", bridge_spec.name),
+            ));
             return Outcome {
                 recovered,
                 attached,
@@ -209,7 +213,7 @@ async fn reconcile(
                 info!(attached = attached.len(), "interface state recovered");
             }
             Err(e) => {
-                errors.push(format!("recovery: {e}"));
+                errors.push(StatusError::new(e.kind(), format!("recovery: {e}")));
                 return Outcome {
                     recovered,
                     attached,
@@ -237,8 +241,9 @@ async fn apply_wanted(
     env: &Env,
     attached: &mut BTreeMap<String, Attachment>,
     wanted: &[Wanted],
-    errors: &mut Vec<String>,
+    errors: &mut Vec<StatusError>,
 ) {
+    let attach_error = |message: String| StatusError::new(ErrorKind::InterfaceAttach, message);
     let links = if wanted.is_empty() {
         Vec::new()
     } else {
@@ -246,7 +251,7 @@ async fn apply_wanted(
             Ok(l) => l,
             Err(e) => {
                 // Without a view of the host nothing is decided, nothing is detached.
-                errors.push(e);
+                errors.push(StatusError::new(e.kind(), e.to_string()));
                 return;
             }
         }
@@ -259,10 +264,10 @@ async fn apply_wanted(
     for w in wanted {
         match find_link(&links, &w.name, &w.ips) {
             Ok((link, _)) if targets.contains_key(&link.name) => {
-                errors.push(format!(
+                errors.push(attach_error(format!(
                     "ExternalEntity {}: resolves to {}, which another interface of the ExternalNode already uses",
                     w.entity.name, link.name
-                ));
+                )));
                 unresolved.insert(&w.entity);
             }
             Ok((link, found)) => {
@@ -287,7 +292,7 @@ async fn apply_wanted(
                 }
             }
             Err(e) => {
-                errors.push(format!("ExternalEntity {}: {e}", w.entity.name));
+                errors.push(attach_error(format!("ExternalEntity {}: {e}", w.entity.name)));
                 unresolved.insert(&w.entity);
             }
         }
@@ -295,7 +300,7 @@ async fn apply_wanted(
     // A refused entry refuses the whole ExternalNode: nothing is attached or detached, so the
     // last good state stays exactly as it is.
     if !refused.is_empty() {
-        errors.extend(refused);
+        errors.extend(refused.into_iter().map(attach_error));
         return;
     }
     // 2. Attach new links; update the identity of attached ones (no host change, no flap).
@@ -311,7 +316,7 @@ async fn apply_wanted(
             Ok(a) => {
                 attached.insert(name.clone(), a);
             }
-            Err(e) => errors.push(e.to_string()),
+            Err(e) => errors.push(e.to_status()),
         }
     }
     // 3. Detach what no wanted interface resolves to any more (after the attaches, so an entity
@@ -327,7 +332,7 @@ async fn apply_wanted(
             Ok(()) => {
                 attached.remove(&a.record.name);
             }
-            Err(e) => errors.push(e.to_string()),
+            Err(e) => errors.push(e.to_status()),
         }
     }
 }
@@ -441,13 +446,13 @@ impl Handler<Reconcile> for InterfaceManager {
             act.write_failures_counted = health.failures;
             if let Some(e) = health.last_error {
                 // First, so that `/readyz` (which shows the first error) names the cause.
-                errors.insert(0, format!(
+                errors.insert(0, StatusError::new(ErrorKind::StateFile, format!(
                     "state directory: cannot write the interface records ({e}); attaches are refused, detaches complete from memory"
-                ));
+                )));
             }
             for e in &errors {
                 if !act.last_errors.contains(e) {
-                    error!("{e}");
+                    error!("{}", e.message);
                 }
             }
             if errors.is_empty() && !act.last_errors.is_empty() {
@@ -487,7 +492,12 @@ impl Handler<StatusQuery> for InterfaceManager {
             external_node_known: self.desired.is_some(),
             interfaces,
             recovered: self.recovered,
-            state_write_error: self.env.store.write_health().last_error,
+            state_write_error: self
+                .env
+                .store
+                .write_health()
+                .last_error
+                .map(|e| StatusError::new(ErrorKind::StateFile, e)),
         };
         actix::MessageResult(ActorStatus::new(
             self.recovered && self.last_errors.is_empty(),

@@ -38,6 +38,8 @@ pub use flow::*;
 
 use async_trait::async_trait;
 
+use crate::error_kind::ErrorKind;
+
 /// Errors talking to a switch.
 #[derive(Debug, thiserror::Error)]
 pub enum OfError {
@@ -66,6 +68,17 @@ pub enum OfError {
     Encode { what: String, why: String },
     #[error("timed out waiting for {0}")]
     Timeout(String),
+}
+
+impl OfError {
+    /// The switch refusing (or the agent being unable to encode) what was sent is `ovs_flows`;
+    /// everything else is the session itself.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            OfError::Rejected { .. } | OfError::Encode { .. } => ErrorKind::OvsFlows,
+            _ => ErrorKind::OvsConnection,
+        }
+    }
 }
 
 /// Flow_mods produced chunk by chunk (see [`Switch::bundle_chunks`]).
