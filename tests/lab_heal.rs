@@ -467,10 +467,14 @@ fn a_full_state_directory_refuses_attaches_and_detaches_from_memory() {
         Some(&serde_json::json!("state_file")),
         "the interface manager's lastError is a state_file error: {info}"
     );
-    println!("interface manager lastError: {}", manager_error.unwrap_or_default());
+    println!(
+        "interface manager lastError: {}",
+        manager_error.unwrap_or_default()
+    );
     let metrics = scrape(&lab);
     assert!(
-        metrics.contains("antrea_vm_agent_actor_last_error{actor=\"interface-manager\",kind=\"state_file\"} 1"),
+        metrics
+            .contains("antrea_vm_agent_actor_last_error{actor=\"interface-manager\",kind=\"state_file\"} 1"),
         "the metric names the kind: {metrics}"
     );
     let readyz = get(&lab, "/readyz");

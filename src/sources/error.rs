@@ -102,5 +102,10 @@ mod tests {
         );
         assert_eq!(watch.watch_kind(), Some(Kind::AddressGroup));
         assert_eq!(api.watch_kind(), None);
+        // The kind says what to look at: the ExternalNode itself, kube-apiserver, antrea-controller.
+        assert_eq!(file.kind(), ErrorKind::ExternalNode);
+        assert_eq!(undecodable.kind(), ErrorKind::ExternalNode);
+        assert_eq!(api.kind(), ErrorKind::KubeApi);
+        assert_eq!(watch.kind(), ErrorKind::AntreaController);
     }
 }
