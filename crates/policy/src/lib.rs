@@ -11,6 +11,7 @@
 //! | `pipeline` | the ExternalNode pipeline (tables, registers, bypass flows) and its fields |
 //! | `flowset` | desired flow sets and their diffs |
 //! | `refuse`, `report` | rules not enforced as written, and what is reported about them |
+//! | `stats` | the metric-flow decoding: per-rule counters from a dump of the metric tables |
 //! | `fqdn_selector` | FQDN rules' name patterns |
 //! | `ordered`, `merge_join` | small ordered-collection helpers |
 //! | `attachment`, `bypass` | the plain data the core reads from the agent: attached interfaces, bypass rules |
@@ -32,3 +33,4 @@ pub mod refuse;
 pub mod report;
 pub mod resolve;
 pub mod rule;
+pub mod stats;

@@ -53,9 +53,9 @@ mod removal;
 mod stats;
 mod stream;
 mod view;
-pub use stats::{
-    dump_metric_flows, metric_sample, rule_stats_for, rule_stats_from_flows, GetLastRealized, MetricSample,
-};
+// The metric-flow decoding is the policy crate's; the bench and tests reach it here, beside the dump.
+pub use crate::policy::stats::{metric_sample, rule_stats_for, rule_stats_from_flows, MetricSample};
+pub use stats::{dump_metric_flows, GetLastRealized};
 
 /// How long a removed rule keeps its conjunction id after its flows were removed.
 const CONJ_ID_GRACE: Duration = Duration::from_secs(5);
