@@ -47,6 +47,7 @@ use crate::retry::{Backoff, RetryPolicy};
 
 mod drift;
 mod held;
+mod plan;
 /// Read-only queries for the agent API (`GetFlowDump`).
 pub mod query;
 mod removal;
@@ -668,14 +669,15 @@ impl Handler<Sync> for FlowInstaller {
         let Some((round, meters)) = self.session.as_ref().map(|s| (s.round, s.meters)) else {
             return noop();
         };
-        let first = !self.session.as_ref().is_some_and(|s| s.synced);
-        // The first sync of a connection takes over what the switch holds (an earlier run's
-        // flows, or nothing after an OVS restart), and so does the sync after the NetworkPolicy
-        // flows got out of step or drifted; later ones diff against what we installed, the
-        // NetworkPolicy flows by the compiler's delta. A take-over needs no delta.
-        let will_take_over = first || self.policy_resync || self.pending_audit.is_some();
+        let state = plan::SyncState {
+            synced: self.session.as_ref().is_some_and(|s| s.synced),
+            policy_resync: self.policy_resync,
+            drift_pending: self.pending_audit.is_some(),
+        };
+        let first = !state.synced;
         let planning = std::time::Instant::now();
-        let Some((desired, update, delta)) = self.desired(round, meters, !will_take_over) else {
+        // A take-over needs no delta.
+        let Some((desired, update, delta)) = self.desired(round, meters, !state.takes_over()) else {
             debug!("waiting for the interface and rule views before syncing");
             return noop();
         };
@@ -688,11 +690,10 @@ impl Handler<Sync> for FlowInstaller {
             "sync planned"
         );
         let audit = self.pending_audit.take();
-        let take_over_all = will_take_over || update.full;
-        // Only the first sync of a connection may use the switch's flows dumped when it came up:
-        // later take-overs (drift, a resync) read the switch as it is then.
+        let mode = state.mode(update.full);
+        let take_over_all = matches!(mode, plan::Mode::TakeOver { .. });
         let prefetched = self.session.as_mut().and_then(|s| s.prefetched.take());
-        let prefetched = prefetched.filter(|_| first && take_over_all);
+        let prefetched = prefetched.filter(|_| mode == plan::Mode::TakeOver { use_prefetched: true });
         let Some(session) = &self.session else {
             return noop();
         };
@@ -724,7 +725,12 @@ impl Handler<Sync> for FlowInstaller {
             } else {
                 flowset::diff(&self.installed, &desired)
             };
-            if base.is_empty() && delta.is_empty() && fqdn_mods.is_empty() {
+            let change = plan::Change {
+                base_empty: base.is_empty(),
+                delta_empty: delta.is_empty(),
+                fqdn_empty: fqdn_mods.is_empty(),
+            };
+            if change.is_nothing() {
                 // A rule change that needs no flow change is realized already.
                 self.rules_changed_at = None;
                 self.fqdn_committed = placements.clone();
@@ -780,113 +786,168 @@ impl Handler<Sync> for FlowInstaller {
         .instrument(tracing::info_span!("sync", round, take_over = take_over_all));
         let repaired = audit.is_some();
         AtomicResponse::new(Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
-            if repaired && res.is_ok() {
-                // The FQDN controller's flows (round 0) are not ours to repair: it re-reads them.
-                act.deps.fqdn.switch_repaired();
-            }
-            if res.is_err() {
-                // Not realized: the retry's realization latency still counts from the change.
-                act.rules_changed_at = changed_at.or(act.rules_changed_at);
-                act.pending_audit = audit.clone().or(act.pending_audit.take());
-            }
-            let Some(session) = act.session.as_mut().filter(|s| s.epoch == epoch) else {
-                return;
+            let current = act.session.as_ref().is_some_and(|s| s.epoch == epoch);
+            let next = plan::after_bundle(res, repaired, wrote_fqdn_flows, current);
+            let sent = Sent {
+                desired,
+                placements,
+                view,
+                audit,
+                changed_at,
+                wrote_fqdn_flows,
+                first,
+                round,
             };
-            match res {
-                Ok((count, tally)) => {
-                    match tally {
-                        stream::Tally::Changes(changes) => act.compiler.adjust_flow_counts(&changes),
-                        stream::Tally::All(counts) => act.compiler.set_flow_counts(counts),
-                    }
-                    // Realization latency: from the rule change's arrival to the bundle's commit.
-                    let realization_ms = changed_at.map(|t| t.elapsed().as_secs_f64() * 1000.0);
-                    info!(
-                        flow_mods = count,
-                        full = first,
-                        round,
-                        ?realization_ms,
-                        "flows committed"
-                    );
+            act.after_bundle(next, sent, ctx);
+        })))
+    }
+}
+
+/// What a sync's bundle was sent with, kept for when its result arrives.
+struct Sent {
+    /// The base flows the bundle installs.
+    desired: Arc<FlowSet>,
+    /// The FQDN rule placements the bundle's flows match.
+    placements: Vec<FqdnPlacement>,
+    /// The rule view it realizes.
+    view: Option<crate::messages::PoliciesRealized>,
+    /// The drift it repairs.
+    audit: Option<drift::Found>,
+    /// When the oldest rule change it carries arrived.
+    changed_at: Option<std::time::Instant>,
+    /// It carried FQDN address flows.
+    wrote_fqdn_flows: bool,
+    first: bool,
+    round: u16,
+}
+
+impl FlowInstaller {
+    /// Acts on what the planner decided after a bundle (see [`plan::after_bundle`]).
+    fn after_bundle(&mut self, next: plan::AfterBundle<stream::Tally>, sent: Sent, ctx: &mut Context<Self>) {
+        let Sent {
+            desired,
+            placements,
+            view,
+            audit,
+            changed_at,
+            wrote_fqdn_flows,
+            first,
+            round,
+        } = sent;
+        if next.fqdn_repaired {
+            // The FQDN controller's flows (round 0) are not ours to repair: it re-reads them.
+            self.deps.fqdn.switch_repaired();
+        }
+        if next.keep_pending {
+            // Not realized: the retry's realization latency still counts from the change.
+            self.rules_changed_at = changed_at.or(self.rules_changed_at);
+            self.pending_audit = audit.clone().or(self.pending_audit.take());
+        }
+        let Some(outcome) = next.session else {
+            return;
+        };
+        match outcome {
+            plan::Outcome::Committed {
+                flow_mods: count,
+                tally,
+                purge_datapath,
+                release_memory,
+            } => {
+                match tally {
+                    stream::Tally::Changes(changes) => self.compiler.adjust_flow_counts(&changes),
+                    stream::Tally::All(counts) => self.compiler.set_flow_counts(counts),
+                }
+                // Realization latency: from the rule change's arrival to the bundle's commit.
+                let realization_ms = changed_at.map(|t| t.elapsed().as_secs_f64() * 1000.0);
+                info!(
+                    flow_mods = count,
+                    full = first,
+                    round,
+                    ?realization_ms,
+                    "flows committed"
+                );
+                if let Some(session) = self.session.as_mut() {
                     session.synced = true;
-                    if let Some(found) = &audit {
-                        drift::report_repair(&act.deps.metrics, found, count);
-                        if count > 0 {
-                            let datapath = act.deps.datapath.clone();
-                            // Twice: an upcall translated against the empty tables may still
-                            // install its drop megaflow just after the first purge.
-                            let purges = async move {
-                                drift::purge_datapath_cache(&*datapath).await;
-                                tokio::time::sleep(Duration::from_millis(500)).await;
-                                drift::purge_datapath_cache(&*datapath).await;
-                            };
-                            ctx.spawn(purges.into_actor(act));
-                        }
-                    }
-                    if count >= memory::LARGE_BUNDLE_FLOW_MODS {
-                        // The flow_mods and the encoded bundle are freed by now: give the
-                        // pages back, or the sync's peak stays resident.
-                        let released = memory::release_free_memory();
-                        debug!(released, "returned freed memory after a large bundle");
-                    }
-                    if let Some(ms) = realization_ms {
-                        stats::observe_realization(&act.deps.metrics, ms);
-                    }
-                    // The FQDN controller takes over the address flows of the rules as placed now
-                    // (and re-reads the switch when this bundle wrote address flows itself).
-                    act.fqdn_committed = placements.clone();
-                    if wrote_fqdn_flows {
-                        act.deps.fqdn.publish_placements_after_flows(placements);
-                    } else {
-                        act.deps.fqdn.publish_placements(placements);
-                    }
-                    act.notify_realized(view);
-                    act.installed = desired;
-                    act.policy_resync = false;
-                    act.last_error = None;
-                    if std::mem::take(&mut act.reclaim_pending) {
-                        // Packet-ins of removed rules may still be in flight: free their ids later.
-                        ctx.run_later(CONJ_ID_GRACE, |act, _| act.compiler.reclaim_released_ids());
-                    }
                 }
-                Err(OfError::Closed) | Err(OfError::Io(_)) => {
-                    if wrote_fqdn_flows {
-                        act.deps.fqdn.installer_flows_maybe_written();
-                    }
-                    act.fail(
-                        ErrorKind::OvsConnection,
-                        "OpenFlow connection failed during a bundle",
-                        "closed",
-                    );
-                    act.session = None;
-                    act.installed = Arc::default();
-                    act.schedule_reconnect(ctx);
+                if let Some(found) = &audit {
+                    drift::report_repair(&self.deps.metrics, found, count);
                 }
-                Err(e @ OfError::Timeout(_)) => {
-                    if wrote_fqdn_flows {
-                        act.deps.fqdn.installer_flows_maybe_written();
-                    }
-                    // The commit may or may not have been applied: the take-over that follows
-                    // (policy_resync stays set) finds out from the switch itself.
-                    act.fail(
-                        e.kind(),
-                        "flow bundle timed out; outcome unknown, taking over again",
-                        e,
-                    );
-                    ctx.run_later(act.deps.timing.reconnect_max, |_, ctx| ctx.notify(Sync));
+                if purge_datapath {
+                    let datapath = self.deps.datapath.clone();
+                    // Twice: an upcall translated against the empty tables may still install
+                    // its drop megaflow just after the first purge.
+                    let purges = async move {
+                        drift::purge_datapath_cache(&*datapath).await;
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        drift::purge_datapath_cache(&*datapath).await;
+                    };
+                    ctx.spawn(purges.into_actor(self));
                 }
-                Err(e) => {
-                    act.fail(
-                        e.kind(),
-                        "switch rejected the flow bundle; nothing was changed, retrying",
-                        e,
-                    );
-                    // (A closed connection or a timed-out commit leaves the outcome unknown:
-                    // the pending placements stay until the take-over that follows.)
-                    act.deps.fqdn.withdraw_pending();
-                    ctx.run_later(act.deps.timing.reconnect_max, |_, ctx| ctx.notify(Sync));
+                if release_memory {
+                    // The flow_mods and the encoded bundle are freed by now: give the pages
+                    // back, or the sync's peak stays resident.
+                    let released = memory::release_free_memory();
+                    debug!(released, "returned freed memory after a large bundle");
+                }
+                if let Some(ms) = realization_ms {
+                    stats::observe_realization(&self.deps.metrics, ms);
+                }
+                // The FQDN controller takes over the address flows of the rules as placed now
+                // (and re-reads the switch when this bundle wrote address flows itself).
+                self.fqdn_committed = placements.clone();
+                if wrote_fqdn_flows {
+                    self.deps.fqdn.publish_placements_after_flows(placements);
+                } else {
+                    self.deps.fqdn.publish_placements(placements);
+                }
+                self.notify_realized(view);
+                self.installed = desired;
+                self.policy_resync = false;
+                self.last_error = None;
+                if std::mem::take(&mut self.reclaim_pending) {
+                    // Packet-ins of removed rules may still be in flight: free their ids later.
+                    ctx.run_later(CONJ_ID_GRACE, |act, _| act.compiler.reclaim_released_ids());
                 }
             }
-        })))
+            plan::Outcome::ConnectionLost { fqdn_maybe_written } => {
+                if fqdn_maybe_written {
+                    self.deps.fqdn.installer_flows_maybe_written();
+                }
+                self.fail(
+                    ErrorKind::OvsConnection,
+                    "OpenFlow connection failed during a bundle",
+                    "closed",
+                );
+                self.session = None;
+                self.installed = Arc::default();
+                self.schedule_reconnect(ctx);
+            }
+            plan::Outcome::Unknown {
+                error,
+                fqdn_maybe_written,
+            } => {
+                if fqdn_maybe_written {
+                    self.deps.fqdn.installer_flows_maybe_written();
+                }
+                self.fail(
+                    error.kind(),
+                    "flow bundle timed out; outcome unknown, taking over again",
+                    error,
+                );
+                ctx.run_later(self.deps.timing.reconnect_max, |_, ctx| ctx.notify(Sync));
+            }
+            plan::Outcome::Rejected { error } => {
+                self.fail(
+                    error.kind(),
+                    "switch rejected the flow bundle; nothing was changed, retrying",
+                    error,
+                );
+                // (A closed connection or a timed-out commit leaves the outcome unknown:
+                // the pending placements stay until the take-over that follows.)
+                self.deps.fqdn.withdraw_pending();
+                ctx.run_later(self.deps.timing.reconnect_max, |_, ctx| ctx.notify(Sync));
+            }
+        }
     }
 }
 
