@@ -109,7 +109,7 @@ impl ResolvedView {
         Self::default()
     }
 
-    /// Lets a pass of [`PARALLEL_RESOLVE_FROM`] or more policies resolve them through `jobs`
+    /// Lets a pass of `PARALLEL_RESOLVE_FROM` or more policies resolve them through `jobs`
     /// (the caller owns the threads: this module stays pure).
     pub fn with_jobs(mut self, jobs: Arc<dyn RunJobs>) -> Self {
         self.jobs = Some(jobs);

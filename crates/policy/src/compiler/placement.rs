@@ -490,7 +490,7 @@ impl Compiler {
         self.flow_counts = counts;
     }
 
-    /// Applies the flow count changes of a streamed [`FlowDelta`].
+    /// Applies the flow count changes of a streamed [`FlowDelta`](super::FlowDelta).
     pub fn adjust_flow_counts(&mut self, changes: &CountChanges) {
         for (&t, &by) in changes {
             let n = self.flow_counts.entry(t).or_insert(0);

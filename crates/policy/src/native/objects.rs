@@ -190,7 +190,7 @@ fn parse_kind(kind: &str) -> Option<NativeKind> {
 }
 
 /// What a cluster would refuse in `value` although the agent enforces it, one line each,
-/// naming the object: a name or namespace the apiserver refuses ([`check_names`]), and the
+/// naming the object: a name or namespace the apiserver refuses (`check_names`), and the
 /// fields its Go type has and its CRD schema does not ([`super::schema::unknown_fields`]).
 /// For `translate` to print beside its output; call it on an object that [`decode`] accepts.
 pub fn cluster_warnings(value: &Value) -> Vec<String> {

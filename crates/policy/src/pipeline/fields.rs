@@ -11,9 +11,9 @@
 //! | category | cookie[40..47] | [`CookieCategory`]: Default 0, NetworkPolicy 2, ExternalNodeConnectivity 8 | every flow | rule counters' dump filter ([`CATEGORY_MASK`]) |
 //! | reserved | cookie[32..39] | [`FQDN_COOKIE_TAG`] 0xf0 on the FQDN clause flows | FQDN controller ([`FQDN_COOKIE`]) | FQDN controller |
 //! | object id | cookie[0..31] | always 0 | — | — |
-//! | APDenyRegMark | reg0[10] | [`reg0::AP_DENY`] 0x400 | Drop/Reject action flows | deny metric flows, packet-ins |
+//! | APDenyRegMark | `reg0[10]` | [`reg0::AP_DENY`] 0x400 | Drop/Reject action flows | deny metric flows, packet-ins |
 //! | APDispositionField | reg0[11..12] | [`reg0::DISPOSITION_ALLOW`] 0 … [`reg0::DISPOSITION_PASS`] 3 | logging rules' action flows | packet-ins (audit log) |
-//! | GeneratedRejectPacketOutRegMark | reg0[13] | [`reg0::GENERATED_REJECT_PACKET_OUT`] 0x2000 | Reject packet-outs | no flow (as upstream) |
+//! | GeneratedRejectPacketOutRegMark | `reg0[13]` | [`reg0::GENERATED_REJECT_PACKET_OUT`] 0x2000 | Reject packet-outs | no flow (as upstream) |
 //! | OutputRegField | reg0[21..22] | [`reg0::OUTPUT_TO_PORT`] 1, [`reg0::OUTPUT_TO_CONTROLLER`] 2 | cross-connect flows, logging groups and rules | `Output` |
 //! | PacketInOperationField | reg0[25..31] | [`operation`] bits: logging 1, reject 2, store-deny 4 | logging and Reject rules | `Output` packet-in flows (userdata byte 1) |
 //! | target port | reg1 (whole) | the OpenFlow port `L2ForwardingCalc` chose | cross-connect flows | `Output` (`output:reg1`), rule clauses on local ports, DNS interception, packet-ins |
@@ -44,7 +44,7 @@ pub mod reg {
 
 /// reg0's marks and fields, as `(value, mask)` or mask and shift.
 pub mod reg0 {
-    /// APDenyRegMark, reg0[10]: a Drop/Reject rule matched.
+    /// APDenyRegMark, `reg0[10]`: a Drop/Reject rule matched.
     pub const AP_DENY: (u32, u32) = (0x400, 0x400);
     /// APDispositionField, reg0[11..12]: what the rule that sent a packet-in decided.
     pub const DISPOSITION_MASK: u32 = 0x1800;
@@ -53,7 +53,7 @@ pub mod reg0 {
     pub const DISPOSITION_DROP: u32 = 0b01;
     pub const DISPOSITION_REJECT: u32 = 0b10;
     pub const DISPOSITION_PASS: u32 = 0b11;
-    /// GeneratedRejectPacketOutRegMark, reg0[13]: loaded by a Reject reply's packet-out.
+    /// GeneratedRejectPacketOutRegMark, `reg0[13]`: loaded by a Reject reply's packet-out.
     pub const GENERATED_REJECT_PACKET_OUT: (u32, u32) = (0x2000, 0x2000);
     /// OutputRegField reg0[21..22]: 1 = output to the port in reg1.
     pub const OUTPUT_TO_PORT: (u32, u32) = (0x20_0000, 0x60_0000);

@@ -24,7 +24,7 @@ use crate::refuse::{Reason, RuleNote};
 /// that policy sits at its Tier's priority, which is unknown here (a missing Tier) or may be
 /// the one the agent gave another Tier (a tie). Its Drops placed ahead of everything drop all
 /// they would drop at any priority, and more; as it keeps no Allow or Pass (see
-/// [`Controller::tier_fail_closed`]), nothing it holds can let traffic through, so this
+/// `Controller::tier_fail_closed`), nothing it holds can let traffic through, so this
 /// placement only closes. Priority 0 would not do: a user Tier may hold it (a tie at 0, or a
 /// Tier without `spec`), and an Allow there could precede these Drops.
 pub const FAIL_CLOSED_TIER_PRIORITY: i32 = -1;
