@@ -2,10 +2,9 @@
 //! per actor, gathered in [`ActorDetail`], read by field in `/readyz`, `/metrics`, the agent API
 //! and the AntreaAgentInfo heartbeat, so renaming a field breaks its readers at compile time.
 //!
-//! The JSON is the one the agent API and `agent-info.json` have always shown (these details used
-//! to be built with `json!`): the same camelCase keys and value shapes, and the same bytes, because
-//! [`sorted_json`] orders the keys as `serde_json`'s map (without `preserve_order`) did. The tests
-//! below pin each shape against the `json!` the actor used to build.
+//! The JSON keeps camelCase keys in a stable order: [`sorted_json`] orders them as
+//! `serde_json`'s map (without `preserve_order`) does. Error fields are `{kind, message}` objects
+//! ([`StatusError`](crate::error_kind::StatusError)). The tests below pin each shape.
 
 use std::collections::BTreeMap;
 

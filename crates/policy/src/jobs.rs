@@ -79,10 +79,11 @@ pub fn for_each_ordered<T, R>(
             .collect();
         jobs.run(batch);
         debug_assert!(results.iter().all(Option::is_some), "every job run once");
-        for (i, result) in results.into_iter().enumerate() {
-            if let Some(result) = result {
-                consume(chunk_at * window + i, result);
-            }
+        for (i, (item, result)) in chunk.iter().zip(results).enumerate() {
+            // A `RunJobs` that dropped a job breaks its contract; the item is worked here rather
+            // than lost, so a policy is never left with a stale resolution.
+            let result = result.unwrap_or_else(|| work(item));
+            consume(chunk_at * window + i, result);
         }
     }
 }

@@ -184,7 +184,8 @@ mod tests {
                 "{s:?}"
             );
         }
-        // The first sync after a failed bundle on the same connection may still use the dump.
+        // Not synced yet on this connection: the planner allows the early dump (after a failed
+        // first bundle the installer has already taken it, so there is none left to use).
         assert_eq!(
             state(false, true, false).mode(false),
             Mode::TakeOver { use_prefetched: true }
