@@ -19,7 +19,7 @@
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -713,6 +713,17 @@ async fn controlplane_source_resyncs_after_a_controller_restart() {
         ],
     ))
     .expect("grow ag-peers while the agent is disconnected");
+    // Every watch meets the outage at least once before the controller comes back (their
+    // jittered retry periods differ, so one could otherwise reopen only after the heal).
+    wait_for("each watch to fail against the restarted controller", T, || {
+        let failed: BTreeSet<String> = cp_watch_calls(emu)
+            .into_iter()
+            .filter(|(_, status)| *status == 500)
+            .map(|(path, _)| path)
+            .collect();
+        failed.len() == WATCHED_KINDS.len()
+    })
+    .await;
     // The controller comes back: use up the remaining faults (the watches use some as well).
     let list = format!("{CP}/networkpolicies");
     let mut drained = 0;
