@@ -10,7 +10,10 @@
 //!    5xx), with an `Error` event each time.
 //! 2. LIST with `fieldSelector=metadata.name={name}`, for the current state and the
 //!    `resourceVersion` to watch from.
-//! 3. WATCH from that version with bookmarks and `timeoutSeconds`. A body that ends normally is
+//! 3. WATCH from that version with bookmarks and `timeoutSeconds` drawn anew for each watch
+//!    between [`WatchTiming::watch_timeout`] and twice that (5 to 10 minutes, as client-go's
+//!    reflector draws it in `ListAndWatch`), so that agents whose watches a kube-apiserver restart
+//!    ended together do not all come back in the same second every 5 minutes. A body that ends normally is
 //!    resumed from the last version seen (events and bookmarks advance it). `410 Gone` (on open,
 //!    or as an `ERROR` event) means the version is too old: re-list. Any other failure is an
 //!    `Error` event, a jittered exponential backoff ([`WatchTiming::backoff_min`] to
@@ -68,9 +71,10 @@ pub struct WatchTiming {
     pub backoff_min: Duration,
     /// Ceiling of the backoff's base (before the jitter).
     pub backoff_max: Duration,
-    /// `timeoutSeconds` asked of each watch: the server ends it then and the agent resumes.
+    /// The shortest `timeoutSeconds` asked of a watch (the server ends it then and the agent
+    /// resumes); each watch asks for a random time between this and twice this.
     pub watch_timeout: Duration,
-    /// Silence tolerated beyond `watch_timeout` before a watch is presumed dead.
+    /// Silence tolerated beyond the timeout a watch asked for before it is presumed dead.
     pub idle_grace: Duration,
 }
 
@@ -148,9 +152,16 @@ impl KubeExternalNodeSource {
         )
     }
 
-    /// The WATCH path from `resource_version`.
-    pub fn watch_path(&self, resource_version: &str) -> String {
-        let timeout = self.timing.watch_timeout.as_secs().max(1).to_string();
+    /// A watch's timeout: [`WatchTiming::watch_timeout`] stretched by `stretch` (in [0, 1)) of
+    /// itself, whole seconds, at least 1.
+    pub fn watch_timeout(&self, stretch: f64) -> Duration {
+        let min = self.timing.watch_timeout.as_secs_f64();
+        Duration::from_secs(((min * (1.0 + stretch.clamp(0.0, 1.0))) as u64).max(1))
+    }
+
+    /// The WATCH path from `resource_version`, asking the server to end it after `timeout`.
+    pub fn watch_path(&self, resource_version: &str, timeout: Duration) -> String {
+        let timeout = timeout.as_secs().max(1).to_string();
         format!(
             "{}?{}",
             self.collection_path(),
@@ -234,6 +245,8 @@ struct Machine {
     /// Lines received on the current watch: a watch that delivered nothing and ended is treated
     /// as a failure (backoff), so a server that closes at once cannot make us spin.
     lines_in_watch: usize,
+    /// The `timeoutSeconds` the current watch asked for.
+    watch_timeout: Duration,
     resource_version: String,
     last: Option<Observed>,
     /// An `Error` was emitted since the last state: emit the next good state even if unchanged.
@@ -249,11 +262,13 @@ struct Machine {
 impl Machine {
     fn new(source: KubeExternalNodeSource) -> Self {
         let backoff = RetryPolicy::new(source.timing.backoff_min, source.timing.backoff_max).backoff();
+        let watch_timeout = source.timing.watch_timeout;
         Machine {
             source,
             phase: Phase::Initial,
             lines: None,
             lines_in_watch: 0,
+            watch_timeout,
             resource_version: String::new(),
             last: None,
             errored: false,
@@ -426,7 +441,8 @@ impl Machine {
 
     async fn watch(&mut self) {
         if self.lines.is_none() {
-            let path = self.source.watch_path(&self.resource_version);
+            self.watch_timeout = self.source.watch_timeout(rand::random::<f64>());
+            let path = self.source.watch_path(&self.resource_version, self.watch_timeout);
             match self.source.api.watch(&path).await {
                 Ok(lines) => {
                     self.lines = Some(lines);
@@ -447,7 +463,7 @@ impl Machine {
             }
             return;
         }
-        let idle = self.source.timing.watch_timeout + self.source.timing.idle_grace;
+        let idle = self.watch_timeout + self.source.timing.idle_grace;
         let Some(lines) = self.lines.as_mut() else {
             return;
         };
@@ -643,8 +659,8 @@ mod tests {
         assert_eq!(s.collection_path(), COLLECTION);
         assert_eq!(s.list_path(), LIST);
         assert_eq!(
-            s.watch_path("42"),
-            format!("{WATCH}&resourceVersion=42&allowWatchBookmarks=true&timeoutSeconds=300")
+            s.watch_path("42", Duration::from_secs(437)),
+            format!("{WATCH}&resourceVersion=42&allowWatchBookmarks=true&timeoutSeconds=437")
         );
         assert_eq!(
             s.describe(),
@@ -652,6 +668,26 @@ mod tests {
         );
         let odd = KubeExternalNodeSource::new(Arc::new(api), "ns", "a/b c");
         assert!(odd.object_path().ends_with("/externalnodes/a%2Fb%20c"));
+    }
+
+    /// client-go's reflector (`ListAndWatch`) asks each watch for the minimum timeout times
+    /// (1 + a uniform draw in [0, 1)): 5 to 10 minutes by default, never the same for a fleet.
+    #[test]
+    fn watch_timeouts_spread_between_the_minimum_and_twice_it() {
+        let api = api();
+        let s = source(&api);
+        assert_eq!(s.watch_timeout(0.0), Duration::from_secs(300));
+        assert_eq!(s.watch_timeout(0.5), Duration::from_secs(450));
+        assert_eq!(s.watch_timeout(0.9999), Duration::from_secs(599));
+        let drawn: std::collections::BTreeSet<u64> = (0..200)
+            .map(|_| s.watch_timeout(rand::random::<f64>()).as_secs())
+            .collect();
+        assert!(drawn.iter().all(|t| (300..600).contains(t)), "{drawn:?}");
+        assert!(
+            drawn.len() > 50,
+            "200 draws gave only {} distinct timeouts",
+            drawn.len()
+        );
     }
 
     #[tokio::test]
@@ -668,10 +704,12 @@ mod tests {
 
         assert_eq!(next(&mut events).await, SourceEvent::Absent);
         let paths = api.wait_for_watches(WATCH, 1, WAIT).await.expect("watch");
-        assert_eq!(
-            paths[0],
-            format!("{WATCH}&resourceVersion=10&allowWatchBookmarks=true&timeoutSeconds=300")
-        );
+        let asked = paths[0]
+            .strip_prefix(&format!(
+                "{WATCH}&resourceVersion=10&allowWatchBookmarks=true&timeoutSeconds="
+            ))
+            .and_then(|t| t.parse::<u64>().ok());
+        assert!(asked.is_some_and(|t| (300..600).contains(&t)), "{}", paths[0]);
         feed.send(event("ADDED", en(&["10.0.0.2"], "11"))).expect("feed");
         assert_eq!(ips(next(&mut events).await), vec!["10.0.0.2"]);
         // The start-up GET, then one list.
