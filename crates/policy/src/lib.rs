@@ -12,6 +12,7 @@
 //! | `flowset` | desired flow sets and their diffs |
 //! | `refuse`, `report` | rules not enforced as written, and what is reported about them |
 //! | `stats` | the metric-flow decoding: per-rule counters from a dump of the metric tables |
+//! | `trace` | `antrea-vm-agent trace`: the packet to trace, `ofproto/trace`'s answer read, and the verdict attributed to a rule |
 //! | `fqdn_selector` | FQDN rules' name patterns |
 //! | `ordered`, `merge_join` | small ordered-collection helpers |
 //! | `attachment`, `bypass` | the plain data the core reads from the agent: attached interfaces, bypass rules |
@@ -34,3 +35,4 @@ pub mod report;
 pub mod resolve;
 pub mod rule;
 pub mod stats;
+pub mod trace;

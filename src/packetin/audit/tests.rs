@@ -59,6 +59,8 @@ fn info(
         rule_name: rule.into(),
         direction: Direction::In,
         action: RuleAction::Reject,
+        tier_priority: 250,
+        policy_priority: 5.0,
         table: table::ANTREA_POLICY_INGRESS_RULE,
         priority: 14900,
         enable_logging: true,

@@ -55,6 +55,8 @@ fn rules() -> ConjunctionMap {
             rule_name: "rule1".into(),
             direction: Direction::In,
             action: RuleAction::Reject,
+            tier_priority: 250,
+            policy_priority: 5.0,
             table: table::ANTREA_POLICY_INGRESS_RULE,
             priority: 106,
             enable_logging: true,

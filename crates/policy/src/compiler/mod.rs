@@ -159,6 +159,10 @@ pub struct ConjunctionInfo {
     pub rule_name: String,
     pub direction: Direction,
     pub action: RuleAction,
+    /// The policy's tier priority (Emergency 50 ... Application 250, Baseline 253) and its own
+    /// `priority`: what `trace` reports of the rule that decides a packet.
+    pub tier_priority: i32,
+    pub policy_priority: f64,
     pub table: u8,
     pub priority: u16,
     pub enable_logging: bool,
@@ -684,6 +688,8 @@ fn conjunction_info(r: &CompiledRuleInput, conj_id: u32, table: u8, priority: u1
         rule_name: r.rule_name.clone(),
         direction: r.direction,
         action: r.action,
+        tier_priority: r.tier_priority,
+        policy_priority: r.policy_priority,
         table,
         priority,
         enable_logging: r.enable_logging,
