@@ -58,6 +58,16 @@ fn main() -> ExitCode {
         Command::Translate { paths, external_node } => translate(&paths, external_node.as_deref()),
         Command::DetachAll { config } => offline::command(&config),
         Command::GenDocs { out } => gen_docs(&out),
+        Command::Trace(args) => match antrea_vm_agent::cli::trace::run_trace(&args) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("Error: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Get {
             resource,
             name,
@@ -348,6 +358,11 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
             deps.config.external_node_namespace.clone(),
             deps.config.ovs_bridge.clone(),
         );
+        // `trace` asks ovs-vswitchd on a connection of its own.
+        let trace_vswitchd = Arc::new(antrea_vm_agent::ovs::vswitchd::Vswitchd::new(
+            deps.config.ovs_run_dir.clone(),
+            deps.config.ovs_datapath_type.as_str(),
+        ));
         let supervisor = Supervisor::new(deps).start();
         let api = api_server::serve(
             &api_options,
@@ -358,6 +373,7 @@ fn run(config_path: &Path, log: &LogArgs) -> ExitCode {
                 namespace,
                 ovs_bridge,
                 fqdn: fqdn_handle,
+                vswitchd: Some(trace_vswitchd),
             },
         );
         api_server::start_systemd_notifier(supervisor.clone());

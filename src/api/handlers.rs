@@ -6,7 +6,8 @@
 //! Agent API (unix socket; JSON; `?name=` filters like antctl's):
 //! `GET /networkpolicies[?name=N]` (with `name`: 404 if unknown, and each rule carries its
 //! counters), `GET /appliedtogroups[?name=N]`, `GET /addressgroups[?name=N]`,
-//! `GET /ovsflows[?policy=N]`, `GET /agentinfo`, `GET /interfaces`.
+//! `GET /ovsflows[?policy=N]`, `GET /agentinfo`, `GET /interfaces`; `GET /trace?...` is
+//! [`super::trace`]'s.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -42,17 +43,19 @@ pub struct ApiState {
     pub ovs_bridge: String,
     /// The FQDN controller's cache and counters.
     pub fqdn: crate::fqdn::FqdnHandle,
+    /// ovs-vswitchd's control socket, for `/trace` (`None`: the endpoint answers 503).
+    pub vswitchd: Option<std::sync::Arc<crate::ovs::vswitchd::Vswitchd>>,
 }
 
 /// The bearer token `/metrics` requires on this listener, if any.
 #[derive(Clone, Debug, Default)]
 pub struct MetricsAuth(pub Option<String>);
 
-fn error(status: StatusCode, msg: impl Into<String>) -> HttpResponse {
+pub(super) fn error(status: StatusCode, msg: impl Into<String>) -> HttpResponse {
     HttpResponse::build(status).json(ApiError { error: msg.into() })
 }
 
-fn unavailable(what: &str) -> HttpResponse {
+pub(super) fn unavailable(what: &str) -> HttpResponse {
     error(
         StatusCode::SERVICE_UNAVAILABLE,
         format!("{what} is not available right now (being restarted or busy); retry"),
@@ -140,7 +143,9 @@ pub struct FlowsQuery {
     pub policy: Option<String>,
 }
 
-async fn ask<T, E: std::fmt::Display>(fut: impl std::future::Future<Output = Result<T, E>>) -> Option<T> {
+pub(super) async fn ask<T, E: std::fmt::Display>(
+    fut: impl std::future::Future<Output = Result<T, E>>,
+) -> Option<T> {
     match tokio::time::timeout(collect::ASK_TIMEOUT, fut).await {
         Ok(Ok(v)) => Some(v),
         Ok(Err(e)) => {
@@ -491,7 +496,8 @@ pub fn api_routes(cfg: &mut web::ServiceConfig) {
         .route("/agentinfo", web::get().to(agentinfo))
         .route("/interfaces", web::get().to(interfaces))
         .route("/fqdncache", web::get().to(fqdn_cache))
-        .route("/fqdnstats", web::get().to(fqdn_stats));
+        .route("/fqdnstats", web::get().to(fqdn_stats))
+        .route("/trace", web::get().to(super::trace::trace));
 }
 
 #[cfg(test)]

@@ -108,6 +108,10 @@ pub enum Command {
         #[arg(long, default_value = crate::config::DEFAULT_AGENT_API_SOCKET)]
         socket: PathBuf,
     },
+    /// Ask the running agent what the bridge does with one packet (ofproto/trace on the live
+    /// flows): allowed, dropped or rejected, by which policy rule or default, and the tables it
+    /// went through.
+    Trace(super::trace::TraceArgs),
     /// Write the man pages and the bash, zsh and fish completions into a directory (used by
     /// `make deb`).
     #[command(hide = true)]

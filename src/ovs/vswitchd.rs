@@ -11,6 +11,8 @@
 //! SYN after a released DNS answer could still be dropped although the bundle was committed.
 //! Deleting the cached flows that cover the new addresses makes the next packet go up to the
 //! flow tables, which already hold the new flows.
+//!
+//! It also runs `ofproto/trace` for `antrea-vm-agent trace` ([`Vswitchd::trace`]).
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -31,6 +33,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// the FQDN controller's 500 ms for the whole eviction, so a slow round ends here, closing the
 /// connection, rather than leaving its requests queued in ovs-vswitchd when the caller gives up.
 const EVICT_CALL_TIMEOUT: Duration = Duration::from_millis(200);
+/// How long one `ofproto/trace` may take (`antrea-vm-agent trace`).
+const TRACE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What went wrong talking to ovs-vswitchd's control socket.
 #[derive(Debug, thiserror::Error)]
@@ -91,6 +95,15 @@ pub struct Vswitchd {
     conn: tokio::sync::Mutex<Option<(PathBuf, Arc<JsonRpcConnection>)>>,
 }
 
+impl std::fmt::Debug for Vswitchd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vswitchd")
+            .field("run_dir", &self.run_dir)
+            .field("datapath", &self.datapath)
+            .finish()
+    }
+}
+
 impl Vswitchd {
     /// `datapath_type` is the bridge's (`system` or `netdev`).
     pub fn new(run_dir: PathBuf, datapath_type: &str) -> Self {
@@ -143,6 +156,12 @@ impl Vswitchd {
     /// One unixctl command; its text answer.
     pub async fn call(&self, method: &str, args: &[String]) -> Result<String, VswitchdError> {
         self.call_within(method, args, CALL_TIMEOUT).await
+    }
+
+    /// `ofproto/trace` with `args` (the bridge, the flow, options): the text OVS answers, or
+    /// its error (a flow it cannot parse, an unknown bridge) in [`VswitchdError::Call`].
+    pub async fn trace(&self, args: &[String]) -> Result<String, VswitchdError> {
+        self.call_within("ofproto/trace", args, TRACE_TIMEOUT).await
     }
 
     /// One unixctl command answered within `limit`; after a timeout the connection is closed,

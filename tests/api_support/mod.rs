@@ -157,6 +157,7 @@ pub fn start(setup: ListenerSetup) -> World {
             namespace: "vm-ns".into(),
             ovs_bridge: "br-int".into(),
             fqdn: Default::default(),
+            vswitchd: None,
         },
     );
     World {

@@ -1,8 +1,8 @@
 //! Read-only queries on the flow installer for the agent API: the flows it installed together
 //! with what is needed to filter them by policy (conjunction ids → rules) and to render them with
 //! port names. A query about some policies builds only the flow groups of their rules, not all
-//! 150,000 flows of a large rule set. A child module so the handler can read the installer's
-//! fields.
+//! 150,000 flows of a large rule set. And what `trace` needs to name the rule a packet matched
+//! ([`GetTraceContext`]). A child module so the handler can read the installer's fields.
 
 use std::collections::BTreeSet;
 
@@ -55,6 +55,29 @@ impl Handler<GetFlowDump> for FlowInstaller {
         actix::MessageResult(FlowDump {
             flows,
             conjunctions,
+            interfaces: self.interfaces.clone().unwrap_or_default(),
+        })
+    }
+}
+
+/// What `trace` needs of the installer: the conjunctions (to name the rule a traced packet
+/// matched) and the attached interfaces (to pick the port the packet enters by). Cheap: the
+/// conjunction map is shared, not copied.
+#[derive(Clone, Debug, Default)]
+pub struct TraceContext {
+    pub conjunctions: crate::policy::compiler::SharedConjunctions,
+    pub interfaces: Vec<AttachedInterface>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Message)]
+#[rtype(result = "TraceContext")]
+pub struct GetTraceContext;
+
+impl Handler<GetTraceContext> for FlowInstaller {
+    type Result = actix::MessageResult<GetTraceContext>;
+    fn handle(&mut self, _: GetTraceContext, _: &mut Context<Self>) -> Self::Result {
+        actix::MessageResult(TraceContext {
+            conjunctions: self.conjunctions_tx.borrow().clone(),
             interfaces: self.interfaces.clone().unwrap_or_default(),
         })
     }
