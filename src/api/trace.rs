@@ -7,9 +7,11 @@
 //! It takes the conjunctions and the attached interfaces from the flow installer, builds the
 //! packet (the port it enters by: the uplink for `in`, the internal port for `out`), runs
 //! `ofproto/trace` on the bridge through ovs-vswitchd's control socket (2 s at most), and answers
-//! the [`TraceAnswer`] of [`crate::policy::trace`]: the verdict OVS reached, the rule or default
-//! that decided it, and the tables the packet went through. It reads the live bridge, so the
-//! answer holds even when the flows drifted from what the agent meant to install.
+//! the [`TraceAnswer`](crate::policy::trace::TraceAnswer) of [`crate::policy::trace`]: the
+//! verdict OVS reached, the rule or default that decided it, and the tables the packet went
+//! through. It reads the live bridge, so the answer holds even when the flows drifted from what
+//! the agent meant to install. `ofproto/trace` is given a flow, not a packet: nothing is sent,
+//! no packet-in reaches the agent and no connection is committed.
 
 use std::net::IpAddr;
 

@@ -2,7 +2,7 @@
 //!
 //! **The verdict is OVS's**: forwarded when the datapath was told to output the packet to a
 //! port, rejected when it was not but a NetworkPolicy packet-in asked the agent for a Reject
-//! reply (userdata category 1 with the reject operation bit, [`fields::operation::REJECT`]),
+//! reply (userdata category 1 with the reject operation bit, [`operation::REJECT`]),
 //! dropped otherwise. **The reason is the rules'**: the action flow of a rule table that
 //! matched (`conj_id=N`) names the rule through the compiler's conjunction map. A Pass rule is
 //! remembered and the search goes on (Antrea's Pass skips the other Antrea-native tiers and
@@ -287,7 +287,7 @@ fn asks_reject(step: &TraceStep) -> bool {
 }
 
 fn verdict_of(t: &ParsedTrace) -> Verdict {
-    if !t.output_ports.is_empty() && t.datapath_outputs() {
+    if t.datapath_outputs() {
         Verdict::Allowed
     } else if t.steps.iter().any(asks_reject) {
         Verdict::Rejected
@@ -339,7 +339,11 @@ pub fn attribute(trace: &ParsedTrace, flow: &str, conjunctions: &ConjunctionMap)
             note = Some("not policed: cross-connected as is".into());
         } else if asks_reject(step) {
             note = Some("sent to the agent, which answers with a Reject reply".into());
-        } else if step.actions.iter().any(|a| a.starts_with("-> output port is")) {
+        } else if step
+            .actions
+            .iter()
+            .any(|a| a.starts_with("-> output port is") || a.starts_with("output:"))
+        {
             note = Some("sent out".into());
         }
         path.push(TraceStepView {
@@ -607,10 +611,14 @@ mod tests {
             (a.verdict, a.reason),
             (Verdict::Dropped, Reason::InvalidConnection)
         );
-        let nd = parse_trace(" 0. icmp6,icmp_type=135, priority 210\n    goto_table:16\n16. in_port=21, priority 200\n    output:20\n     -> output port is 20\nDatapath actions: 2\n").unwrap();
+        // A direct output has no "-> output port" note: the datapath's actions say it left.
+        let nd = parse_trace(" 0. icmp6,icmp_type=135, priority 210\n    goto_table:16\n16. in_port=21, priority 200\n    output:20\nDatapath actions: 2\n").unwrap();
+        let a = attribute(&nd, "f", &ConjunctionMap::new());
+        assert_eq!((a.verdict, a.reason), (Verdict::Allowed, Reason::NotPoliced));
+        assert_eq!(nd.output_ports, [20]);
         assert_eq!(
-            attribute(&nd, "f", &ConjunctionMap::new()).reason,
-            Reason::NotPoliced
+            a.path[1].note.as_deref(),
+            Some("not policed: cross-connected as is")
         );
     }
 

@@ -81,7 +81,9 @@ pub struct ParsedTrace {
     pub steps: Vec<TraceStep>,
     /// The `Datapath actions:` of each pass, in order.
     pub datapath_actions: Vec<String>,
-    /// The OpenFlow ports OVS output the packet to (`-> output port is N`).
+    /// The OpenFlow ports the flows output the packet to (`output:N`, or `-> output port is N`
+    /// after an output to a register). The datapath may still skip one (the input port): the
+    /// verdict reads [`ParsedTrace::datapath_outputs`].
     pub output_ports: Vec<u32>,
     /// How many passes (1 + conntrack recirculations).
     pub passes: usize,
@@ -211,6 +213,7 @@ pub fn parse_trace(text: &str) -> Result<ParsedTrace, TraceParseError> {
         }
         if let Some(port) = trimmed
             .strip_prefix("-> output port is ")
+            .or_else(|| trimmed.strip_prefix("output:"))
             .and_then(|p| p.trim().parse::<u32>().ok())
         {
             t.output_ports.push(port);
