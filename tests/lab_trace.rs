@@ -540,6 +540,7 @@ fn trace_agrees_with_real_packets() {
         .output()
         .expect("run trace");
     let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
     assert!(
         text.starts_with(
             "Rejected by rule \"reject-ssh\" (Reject, ingress) of AntreaNetworkPolicy vm-ns/trace-app"
