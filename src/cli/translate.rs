@@ -124,7 +124,7 @@ pub fn translate_paths(paths: &[PathBuf], external_node: Option<&Path>) -> Trans
                                 .map(|w| format!("policy file {}: object {}: {w}", file.display(), i + 1)),
                         );
                     }
-                    decoded.map(Some)
+                    decoded.map(Some).map_err(|e| e.to_string())
                 } else {
                     controlplane_object(value).map(|()| None)
                 };

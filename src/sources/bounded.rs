@@ -55,6 +55,17 @@ pub enum InputError {
     Parse(String),
 }
 
+/// Why a named file (a policy file, the ExternalNode file) gives no text: it is not a regular
+/// file, or it cannot be read within the limits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FileError {
+    /// What it is instead (e.g. `a FIFO`): never opened for reading.
+    #[error("skipped: it is {0}, not a regular file")]
+    NotRegular(&'static str),
+    #[error(transparent)]
+    Input(#[from] InputError),
+}
+
 fn file_kind(t: std::fs::FileType) -> &'static str {
     if t.is_dir() {
         "a directory"

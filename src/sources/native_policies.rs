@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::bounded::{parse_values, read_regular_file, FileRead};
+use super::bounded::{parse_values, read_regular_file, FileError, FileRead};
 use super::policy_dir::PolicySnapshot;
 use crate::config::InputLimits;
 use crate::k8s::external_node::{local_entities, ExternalNodeObject};
-use crate::policy::controlplane::{ControlplaneObject, Kind, ValidObject};
+use crate::policy::controlplane::{ControlplaneObject, InvalidObject, Kind, ValidObject};
 use crate::policy::native::{self, Change, Delta, Entity, NativeObject, NativeState};
 pub use crate::policy::native::{native_key, NativeKey};
 
@@ -27,14 +27,14 @@ pub fn native_raw_key(v: &Value) -> Option<NativeKey> {
 /// version (a half-saved ExternalNode file must not empty every AppliedToGroup).
 #[derive(Debug, Default)]
 pub struct LocalNode {
-    text: Option<Result<String, String>>,
+    text: Option<Result<String, FileError>>,
     entities: Vec<Entity>,
 }
 
 impl LocalNode {
     /// Takes the file's current text (or why it could not be read); derives the entities when
     /// it parses.
-    pub fn update(&mut self, text: Option<Result<String, String>>, limits: &InputLimits) {
+    pub fn update(&mut self, text: Option<Result<String, FileError>>, limits: &InputLimits) {
         if self.text == text {
             return;
         }
@@ -56,13 +56,13 @@ impl LocalNode {
 }
 
 /// Reads the ExternalNode file on the calling (blocking) thread: `None` when there is none.
-pub fn read_node_text(path: Option<&PathBuf>, limits: &InputLimits) -> Option<Result<String, String>> {
+pub fn read_node_text(path: Option<&PathBuf>, limits: &InputLimits) -> Option<Result<String, FileError>> {
     let path = path?;
     match read_regular_file(path, limits.max_file_bytes) {
         Ok(FileRead::Text(t)) => Some(Ok(t)),
         Ok(FileRead::Missing) => None,
-        Ok(FileRead::NotRegular(what)) => Some(Err(format!("it is {what}"))),
-        Err(e) => Some(Err(e.to_string())),
+        Ok(FileRead::NotRegular(what)) => Some(Err(FileError::NotRegular(what))),
+        Err(e) => Some(Err(e.into())),
     }
 }
 
@@ -84,7 +84,7 @@ pub struct LocalController {
     /// `None` until the directory holds an Antrea-native object.
     state: Option<NativeState>,
     /// The controller's output, validated (or why not), by kind and name.
-    validated: BTreeMap<(Kind, String), Result<ValidObject, String>>,
+    validated: BTreeMap<(Kind, String), Result<ValidObject, InvalidObject>>,
     /// Every Antrea-native key with the files defining it, in path order (a file once, however
     /// many times it defines the key: the last of its definitions is its own).
     defined_in: BTreeMap<NativeKey, Vec<PathBuf>>,
@@ -387,7 +387,7 @@ impl LocalController {
             .unwrap_or_default();
         for object in delta.upserted {
             let key = (object.kind(), object.metadata().name.clone());
-            let mut valid = object.validate().map_err(|e| e.to_string());
+            let mut valid = object.validate();
             if let (Ok(ValidObject::NetworkPolicy(p)), Some(list)) = (&mut valid, notes.get(key.1.as_str())) {
                 Arc::make_mut(p).rule_notes = list.to_vec();
             }

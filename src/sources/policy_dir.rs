@@ -33,7 +33,8 @@ use serde_json::Value;
 use tracing::debug;
 
 use super::bounded::{
-    parse_values, parse_yaml_piece, prescan, read_checked, split_yaml_documents, FileRead, Listed,
+    parse_values, parse_yaml_piece, prescan, read_checked, split_yaml_documents, FileError, FileRead,
+    InputError, Listed,
 };
 use super::dir_watch::DirWatch;
 use super::file_stat::{FileStat, ReadStamp};
@@ -298,7 +299,7 @@ struct StreamState {
     node_watch: Option<DirWatch>,
     loader: Loader,
     /// The directory's fingerprint and the ExternalNode file's text (small).
-    last_fingerprint: Option<(DirFingerprint, Option<Result<String, String>>)>,
+    last_fingerprint: Option<(DirFingerprint, Option<Result<String, FileError>>)>,
     /// Cheap to keep: the policies in it are shared with the loader.
     last_snapshot: Option<PolicySnapshot>,
     /// The last pass read a large input: the next one hands free memory back too.
@@ -314,7 +315,7 @@ enum DirContent {
     Missing,
     Unreadable(String),
     /// Policy files sorted by path, each with its text or why it could not be read.
-    Files(Vec<(PathBuf, Result<FileText, String>)>),
+    Files(Vec<(PathBuf, Result<FileText, FileError>)>),
 }
 
 /// A file's text, reduced to what tells a change: its length and a hash.
@@ -360,7 +361,7 @@ impl FileText {
 enum DirFingerprint {
     Missing,
     Unreadable(String),
-    Files(Vec<(PathBuf, Result<TextFingerprint, String>)>),
+    Files(Vec<(PathBuf, Result<TextFingerprint, FileError>)>),
 }
 
 impl DirContent {
@@ -432,7 +433,7 @@ async fn read_content(
     source: &PolicyDirSource,
     loader: Loader,
     skip: Option<Unchanged>,
-) -> (DirContent, Option<Result<String, String>>, Loader) {
+) -> (DirContent, Option<Result<String, FileError>>, Loader) {
     let owned = source.dir.clone();
     let node_file = source.external_node_file.clone();
     let limits = source.limits.clone();
@@ -535,7 +536,7 @@ fn read_policy_file(
     quiet: bool,
     known: Option<(TextFingerprint, ReadStamp)>,
     max_bytes: u64,
-) -> Option<(PathBuf, Result<FileText, String>)> {
+) -> Option<(PathBuf, Result<FileText, FileError>)> {
     if let Some((fingerprint, stamp)) = known {
         if quiet || FileStat::of(&path).is_some_and(|now| stamp.unchanged(&now)) {
             return Some((path, Ok(FileText::unchanged(fingerprint, stamp))));
@@ -551,17 +552,15 @@ fn read_policy_file(
         }
         // Removed meanwhile: simply gone.
         Ok((FileRead::Missing, _)) => None,
-        Ok((FileRead::NotRegular(what), _)) => {
-            Some((path, Err(format!("skipped: it is {what}, not a regular file"))))
-        }
-        Err(e) => Some((path, Err(e.to_string()))),
+        Ok((FileRead::NotRegular(what), _)) => Some((path, Err(FileError::NotRegular(what)))),
+        Err(e) => Some((path, Err(e.into()))),
     }
 }
 
 /// The objects of a file: JSON (`.json`) or YAML documents; arrays and `...List` objects are
 /// flattened, empty documents skipped. Parsed within `limits`.
-fn parse_documents(path: &Path, text: &str, limits: &InputLimits) -> Result<Vec<Value>, String> {
-    let docs = parse_values(text, is_json_file(path), limits).map_err(|e| e.to_string())?;
+fn parse_documents(path: &Path, text: &str, limits: &InputLimits) -> Result<Vec<Value>, InputError> {
+    let docs = parse_values(text, is_json_file(path), limits)?;
     let mut out = Vec::new();
     for doc in docs {
         flatten(doc, &mut out);
@@ -699,7 +698,7 @@ fn documents(
     (text, fingerprint): (&str, Option<TextFingerprint>),
     limits: &InputLimits,
     previous: (&Pieces, usize, usize),
-) -> Result<Vec<Doc>, String> {
+) -> Result<Vec<Doc>, InputError> {
     let whole = || {
         parse_documents(path, text, limits).map(|docs| {
             docs.into_iter()
@@ -991,7 +990,7 @@ fn report_bad_object(
 /// A file to parse again in this pass: its text and what it gave last time.
 struct LoadJob<'a> {
     path: &'a Path,
-    text: &'a Result<FileText, String>,
+    text: &'a Result<FileText, FileError>,
     old: LoadedFile,
 }
 
@@ -1025,7 +1024,7 @@ type FileObjects = (Vec<ValidObject>, Vec<Arc<NativeObject>>, Pieces);
 /// The objects of one file; `old` is what was last loaded from it.
 fn load_file(
     path: &Path,
-    text: &Result<FileText, String>,
+    text: &Result<FileText, FileError>,
     old: FileObjects,
     limits: &InputLimits,
     errors: &mut Vec<String>,
@@ -1041,12 +1040,12 @@ fn load_file(
     };
     let (text, fingerprint) = match text {
         Ok(file) => (&file.text, file.read.then_some(file.fingerprint)),
-        Err(e) => return keep_all(e.clone(), errors, old),
+        Err(e) => return keep_all(e.to_string(), errors, old),
     };
     let previous = (&old.2, old.0.len(), old.1.len());
     let docs = match documents(path, (text, fingerprint), limits, previous) {
         Ok(docs) => docs,
-        Err(e) => return keep_all(e, errors, old),
+        Err(e) => return keep_all(e.to_string(), errors, old),
     };
     // A file emptied (truncated, half-saved, a failed copy) never means "no policies": only
     // deleting it, or removing some objects from a file that still holds others, removes them.
@@ -1106,7 +1105,14 @@ fn load_file(
                     }
                     Err(msg) => {
                         let previous = key.and_then(|k| old_native.iter().find(|o| native_key(o) == k));
-                        report_bad_object(errors, &mut unreported, path, i, &msg, previous.is_some());
+                        report_bad_object(
+                            errors,
+                            &mut unreported,
+                            path,
+                            i,
+                            &msg.to_string(),
+                            previous.is_some(),
+                        );
                         native_at.extend(previous.map(|o| (i, native_key(o))));
                         native_out.extend(previous.cloned());
                     }

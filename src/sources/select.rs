@@ -13,7 +13,6 @@ use super::kube_external_node::KubeExternalNodeSource;
 use super::policy_dir::PolicyDirSource;
 use super::{ExternalNodeSource, PolicySource};
 use crate::config::Config;
-use crate::error_kind::ErrorKind;
 use crate::k8s::api::ApiClient;
 use crate::k8s::client::{ClientError, KubeApiClient, Liveness, LivenessEnvError};
 use crate::k8s::fallback::FallbackStore;
@@ -39,16 +38,6 @@ pub enum SelectError {
     Liveness(#[from] LivenessEnvError),
     #[error(transparent)]
     Client(#[from] ClientError),
-}
-
-impl SelectError {
-    pub fn kind(&self) -> ErrorKind {
-        match self {
-            SelectError::NoKubeconfig => ErrorKind::Config,
-            SelectError::Liveness(e) => e.kind(),
-            SelectError::Client(e) => e.kind(),
-        }
-    }
 }
 
 /// Builds the sources for `config` and the node `node_name`. In Kubernetes mode this creates the

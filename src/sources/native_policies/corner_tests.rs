@@ -195,7 +195,7 @@ fn to_services_beside_ports_is_refused_as_validate_peers_does() {
         }
         let result = decode(policy(false, json!([]), json!([rule])));
         match want {
-            Some(message) => assert_eq!(result.expect_err(case), message, "{case}"),
+            Some(message) => assert_eq!(result.expect_err(case).to_string(), message, "{case}"),
             None => {
                 assert!(result.is_ok(), "{case}: {result:?}");
             }
@@ -266,7 +266,7 @@ fn old_api_groups_are_refused_with_one_message() {
     ];
     for (object, message) in cases {
         assert!(is_native(&object), "{object}");
-        assert_eq!(decode(object.clone()).expect_err("refused"), message);
+        assert_eq!(decode(object.clone()).expect_err("refused").to_string(), message);
     }
     // The controlplane group and foreign groups are not the local controller's.
     for api in [
@@ -1026,7 +1026,7 @@ fn fqdn_star_is_accepted_as_validate_fqdn_selectors() {
     ))
     .expect_err("refused");
     assert_eq!(
-        e,
+        e.to_string(),
         "NetworkPolicy vm-ns/p: spec.egress[0].to[0]: invalid characters in egress rule fqdn field: */x"
     );
 }

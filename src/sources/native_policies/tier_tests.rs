@@ -393,7 +393,7 @@ fn a_tier_without_spec_has_priority_0_as_the_tier_crd_schema_allows() {
     let e = decode(json!({"apiVersion": "crd.antrea.io/v1beta1", "kind": "Tier",
                           "metadata": {"name": "zero"}, "spec": {}}))
     .expect_err("refused");
-    assert_eq!(e, "Tier zero: spec.priority: Required value");
+    assert_eq!(e.to_string(), "Tier zero: spec.priority: Required value");
 }
 
 /// No history: a running agent taken through a tie (`tierValidator.createValidate`), the

@@ -31,7 +31,7 @@ const AG_JSON: &str = r#"[
 
 /// The directory `/p` holding `list`, sorted by path as it is read.
 fn files(list: &[(&str, &str)]) -> DirContent {
-    let mut files: Vec<(PathBuf, Result<FileText, String>)> = list
+    let mut files: Vec<(PathBuf, Result<FileText, FileError>)> = list
         .iter()
         .map(|(n, t)| {
             (
@@ -261,7 +261,7 @@ fn only_changed_files_are_parsed_again_and_their_errors_stay_reported() {
     let read_error = DirContent::Files(vec![
         (
             PathBuf::from("/p/a.yaml"),
-            Err("cannot read: permission denied".to_owned()),
+            Err(FileError::Input(InputError::Io("permission denied".to_owned()))),
         ),
         (PathBuf::from("/p/b.yaml"), Ok(FileText::new(changed.clone()))),
     ]);
@@ -1006,9 +1006,9 @@ fn many_files_are_read_on_threads_as_one_read_in_order() {
     for (path, text) in &read {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         match (name, text) {
-            ("np0100x.yaml", Err(e)) => assert!(e.contains("a FIFO"), "{e}"),
-            ("np0200x.yaml", Err(e)) => assert!(e.contains("dangling symlink"), "{e}"),
-            ("np0300x.yaml", Err(e)) => assert!(e.contains("more than the 4096 bytes"), "{e}"),
+            ("np0100x.yaml", Err(e)) => assert!(e.to_string().contains("a FIFO"), "{e}"),
+            ("np0200x.yaml", Err(e)) => assert!(e.to_string().contains("dangling symlink"), "{e}"),
+            ("np0300x.yaml", Err(e)) => assert!(e.to_string().contains("more than the 4096 bytes"), "{e}"),
             (_, Ok(file)) => {
                 let i: usize = name[2..6].parse().expect("a fleet file");
                 assert!(

@@ -12,10 +12,11 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+use super::objects::IpBlockError;
 use super::objects::{
     check_ip_block, outside_vm, unresolvable_group, unsupported_peer, NativeKind, NativeObject, Unresolvable,
 };
-use super::selector::Selector;
+use super::selector::{Selector, SelectorError};
 use super::types::{AppliedTo, IpBlock, LabelSelector, Meta, Peer, PolicySpec, Rule};
 use crate::controlplane::types as cp;
 use crate::refuse::{Reason, RuleNote};
@@ -126,6 +127,29 @@ pub struct Inputs {
     pub local_entities: Vec<Entity>,
 }
 
+/// Why a policy is refused: antrea-controller would hold it in error and send it to no agent.
+/// Each names the field within the policy (the caller names the policy).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// `NetworkPolicyAppliedToUnsupportedGroup` (see `Controller::applied_to`).
+    #[error(
+        "{at}.group: Group {key} with ExternalEntities in other Namespaces can not be used as \
+         AppliedTo (antrea-controller's NetworkPolicyAppliedToUnsupportedGroup): the policy is in \
+         error and sent to no agent; not enforced"
+    )]
+    AppliedToForeignGroup { at: String, key: String },
+    #[error("{at}: externalEntitySelector is required (standalone mode selects ExternalEntities only)")]
+    NoEntitySelector { at: String },
+    #[error("{at}: {field}: {error}")]
+    Selector {
+        at: String,
+        field: &'static str,
+        error: SelectorError,
+    },
+    #[error("{at}.ipBlock: {error}")]
+    IpBlock { at: String, error: IpBlockError },
+}
+
 /// The controlplane objects, sorted by name, and one line per problem.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Translation {
@@ -213,7 +237,7 @@ pub(super) struct Controller<'a> {
 /// nothing (a group that does not exist, or cannot be an appliedTo), which antrea-controller
 /// realizes the policy without.
 pub(super) struct PolicyOutput {
-    pub result: Result<cp::NetworkPolicy, String>,
+    pub result: Result<cp::NetworkPolicy, PolicyError>,
     pub notes: Vec<String>,
     /// The rules translated fail-closed, for the policy's status (the notes say it too).
     pub rule_notes: Vec<RuleNote>,
@@ -435,7 +459,7 @@ impl<'a> Controller<'a> {
         kind: NativeKind,
         meta: &Meta,
         spec: &PolicySpec,
-    ) -> Result<cp::NetworkPolicy, String> {
+    ) -> Result<cp::NetworkPolicy, PolicyError> {
         // A Tier that does not exist here (missing, or refused) does not refuse the policy: a
         // cluster would keep its Drops, so it is translated fail-closed (`tier_fail_closed`).
         let (tier_priority, missing_tier) = match self.tier_priority(&spec.tier) {
@@ -575,7 +599,12 @@ impl<'a> Controller<'a> {
 
     /// The AppliedToGroup names of an appliedTo list (objects checks left only
     /// externalEntitySelector, namespaceSelector with it, and group).
-    fn applied_to(&mut self, namespace: &str, list: &[AppliedTo], at: &str) -> Result<Vec<String>, String> {
+    fn applied_to(
+        &mut self,
+        namespace: &str,
+        list: &[AppliedTo],
+        at: &str,
+    ) -> Result<Vec<String>, PolicyError> {
         let mut names = Vec::new();
         for (i, a) in list.iter().enumerate() {
             if let Some((field, what)) = outside_vm(a) {
@@ -638,11 +667,10 @@ impl<'a> Controller<'a> {
                 // it spans no Node, so no agent enforces any of its rules. Its other policies,
                 // and this Group as a rule peer, are not affected.
                 if self.foreign_groups.contains(&key) {
-                    return Err(format!(
-                        "{at}[{i}].group: Group {key} with ExternalEntities in other Namespaces can not \
-                         be used as AppliedTo (antrea-controller's NetworkPolicyAppliedToUnsupportedGroup): \
-                         the policy is in error and sent to no agent; not enforced"
-                    ));
+                    return Err(PolicyError::AppliedToForeignGroup {
+                        at: format!("{at}[{i}]"),
+                        key,
+                    });
                 }
                 self.applied_to_groups.insert(
                     key.clone(),
@@ -655,11 +683,11 @@ impl<'a> Controller<'a> {
                 continue;
             }
             let (name, source) = selector_group(
+                &format!("{at}[{i}]"),
                 namespace,
                 a.namespace_selector.as_ref(),
                 a.external_entity_selector.as_ref(),
-            )
-            .map_err(|e| format!("{at}[{i}]: {e}"))?;
+            )?;
             self.applied_to_groups.insert(name.clone(), source);
             names.push(name);
         }
@@ -684,7 +712,7 @@ impl<'a> Controller<'a> {
         at: &str,
         (index, name): (usize, &str),
         rule: &Rule,
-    ) -> Result<(cp::NetworkPolicyPeer, Option<String>), String> {
+    ) -> Result<(cp::NetworkPolicyPeer, Option<String>), PolicyError> {
         let unsupported: Vec<String> = peers
             .iter()
             .enumerate()
@@ -815,7 +843,12 @@ impl<'a> Controller<'a> {
 
     /// `toAntreaPeerForCRD`: an empty list is every address; otherwise AddressGroups for
     /// selectors and groups, ipBlocks (a group's included), FQDNs.
-    fn peer(&mut self, namespace: &str, peers: &[Peer], at: &str) -> Result<cp::NetworkPolicyPeer, String> {
+    fn peer(
+        &mut self,
+        namespace: &str,
+        peers: &[Peer],
+        at: &str,
+    ) -> Result<cp::NetworkPolicyPeer, PolicyError> {
         if peers.is_empty() {
             return Ok(match_all_peer());
         }
@@ -824,7 +857,7 @@ impl<'a> Controller<'a> {
             let here = format!("{at}[{i}]");
             if let Some(ipb) = &peer.ip_block {
                 out.ip_blocks
-                    .push(ip_block(ipb).map_err(|e| format!("{here}.ipBlock: {e}"))?);
+                    .push(ip_block(ipb).map_err(|error| PolicyError::IpBlock { at: here, error })?);
             } else if !peer.group.is_empty() {
                 let key = group_key(namespace, &peer.group);
                 // `processRefGroupOrClusterGroup`: a group that does not exist gives no
@@ -853,11 +886,11 @@ impl<'a> Controller<'a> {
                 out.fqdns.push(peer.fqdn.clone());
             } else {
                 let (name, source) = selector_group(
+                    &here,
                     namespace,
                     peer.namespace_selector.as_ref(),
                     peer.external_entity_selector.as_ref(),
-                )
-                .map_err(|e| format!("{here}: {e}"))?;
+                )?;
                 self.address_groups.insert(name.clone(), source);
                 out.address_groups.push(name);
             }
@@ -1049,22 +1082,28 @@ fn group_kind(namespace: &str) -> &'static str {
 }
 
 /// The group of a selector peer or appliedTo, named as antrea-controller names it: the UUID of
-/// its normalized selector text (`GenerateNormalizedName`).
+/// its normalized selector text (`GenerateNormalizedName`). `at` is the peer or appliedTo.
 fn selector_group(
+    at: &str,
     namespace: &str,
     namespace_selector: Option<&LabelSelector>,
     entity_selector: Option<&LabelSelector>,
-) -> Result<(String, Source), String> {
-    let Some(ee) = entity_selector else {
-        return Err(
-            "externalEntitySelector is required (standalone mode selects ExternalEntities only)".into(),
-        );
+) -> Result<(String, Source), PolicyError> {
+    let parse = |field: &'static str, selector: &LabelSelector| {
+        Selector::parse(selector).map_err(|error| PolicyError::Selector {
+            at: at.to_string(),
+            field,
+            error,
+        })
     };
-    let entities = Selector::parse(ee).map_err(|e| format!("externalEntitySelector: {e}"))?;
+    let Some(ee) = entity_selector else {
+        return Err(PolicyError::NoEntitySelector { at: at.to_string() });
+    };
+    let entities = parse("externalEntitySelector", ee)?;
     let mut parts = Vec::new();
     let scope = match namespace_selector {
         Some(ns) => {
-            let sel = Selector::parse(ns).map_err(|e| format!("namespaceSelector: {e}"))?;
+            let sel = parse("namespaceSelector", ns)?;
             parts.push(format!("namespaceSelector={}", sel.text()));
             Scope::Namespaces(sel)
         }
@@ -1092,7 +1131,7 @@ fn match_all_peer() -> cp::NetworkPolicyPeer {
     }
 }
 
-fn ip_block(ipb: &IpBlock) -> Result<cp::IpBlock, String> {
+fn ip_block(ipb: &IpBlock) -> Result<cp::IpBlock, IpBlockError> {
     let cidr = check_ip_block(ipb)?;
     let except = ipb
         .except

@@ -10,12 +10,75 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde_json::Value;
 
-use super::selector::{check_label_key, Selector};
+use super::schema::SchemaError;
+use super::selector::{check_label_key, LabelError, Selector};
 use super::types::{
     AppliedTo, Envelope, ExternalEntitySpec, GroupSpec, IpBlock, Meta, Peer, PolicySpec, Rule, TierSpec,
     API_V1ALPHA2, API_V1BETA1,
 };
 use crate::controlplane::types::IntOrString;
+
+/// Why [`decode`] refuses an object: each names the object (or what could be read of it) and
+/// the field, in the apiserver's or antrea-controller's words. The webhook's checks and the
+/// refusals of standalone mode are `Invalid`, with the field and the reason as antrea-controller
+/// words them (its validators return a reason string too).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ObjectError {
+    /// An Antrea API group that no antrea-controller serves.
+    #[error(
+        "{object}: apiVersion: {api:?} is not served by Antrea (Antrea-native policies are {}, \
+         ExternalEntities {}); refused, not enforced",
+        API_V1BETA1,
+        API_V1ALPHA2
+    )]
+    NotServed { object: String, api: String },
+    #[error(
+        "{api} kind {kind:?} is not one of NetworkPolicy, ClusterNetworkPolicy, Tier, ClusterGroup, \
+         Group (crd.antrea.io/v1beta1), ExternalEntity (crd.antrea.io/v1alpha2), Namespace (v1)"
+    )]
+    UnknownKind { api: String, kind: String },
+    /// `apiVersion`, `kind` or `metadata` do not decode.
+    #[error("{kind} (apiVersion {api}): {message}")]
+    Envelope {
+        kind: NativeKind,
+        api: String,
+        message: String,
+    },
+    #[error("{object}: apiVersion: {api:?} is not {expected} (the version this agent reads)")]
+    Version {
+        object: String,
+        api: String,
+        expected: &'static str,
+    },
+    /// A label key or value of `metadata.labels`.
+    #[error("{object}: metadata.labels: Invalid value: {text:?}: {reason}")]
+    Label {
+        object: String,
+        text: String,
+        reason: LabelError,
+    },
+    /// The CRD schema, checked by the apiserver before the webhook.
+    #[error("{object}: {error}")]
+    Schema { object: String, error: SchemaError },
+    /// The spec does not decode into its Go type.
+    #[error("{object}: spec: {message}")]
+    Spec { object: String, message: String },
+    #[error("{object}: {reason}")]
+    Invalid { object: String, reason: String },
+}
+
+/// `validateIPBlock`'s refusals.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IpBlockError {
+    #[error("field 'cidr' is required in an ipBlock")]
+    NoCidr,
+    #[error("invalid CIDR address: {0}")]
+    Cidr(String),
+    #[error("invalid except CIDR value: invalid CIDR address: {0}")]
+    Except(String),
+    #[error("except CIDR {except} is not a strict subset of CIDR {cidr}")]
+    NotSubset { except: String, cidr: String },
+}
 
 /// The Antrea-native kinds the local controller reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -225,7 +288,7 @@ pub fn cluster_warnings(value: &Value) -> Vec<String> {
 }
 
 /// Decodes and checks one object. The error names the object and the field.
-pub fn decode(value: Value) -> Result<NativeObject, String> {
+pub fn decode(value: Value) -> Result<NativeObject, ObjectError> {
     let api = value
         .get("apiVersion")
         .and_then(Value::as_str)
@@ -245,45 +308,54 @@ pub fn decode(value: Value) -> Result<NativeObject, String> {
             (false, true) => format!("{kind_text} {name}"),
             (false, false) => format!("{kind_text} {namespace}/{name}"),
         };
-        return Err(format!(
-            "{object}: apiVersion: {api:?} is not served by Antrea (Antrea-native policies are \
-             {API_V1BETA1}, ExternalEntities {API_V1ALPHA2}); refused, not enforced"
-        ));
+        return Err(ObjectError::NotServed { object, api });
     }
-    let kind = parse_kind(&kind_text).ok_or_else(|| {
-        format!(
-            "{api} kind {kind_text:?} is not one of NetworkPolicy, ClusterNetworkPolicy, Tier, \
-             ClusterGroup, Group (crd.antrea.io/v1beta1), ExternalEntity (crd.antrea.io/v1alpha2), \
-             Namespace (v1)"
-        )
+    let kind = parse_kind(&kind_text).ok_or_else(|| ObjectError::UnknownKind {
+        api: api.clone(),
+        kind: kind_text.clone(),
     })?;
-    let envelope: Envelope =
-        serde_json::from_value(value).map_err(|e| format!("{kind} (apiVersion {api}): {e}"))?;
+    let envelope: Envelope = serde_json::from_value(value).map_err(|e| ObjectError::Envelope {
+        kind,
+        api: api.clone(),
+        message: e.to_string(),
+    })?;
     let meta = envelope.metadata;
     let object = describe(kind, &meta);
+    let invalid = |reason: String| ObjectError::Invalid {
+        object: object.clone(),
+        reason,
+    };
     if api != kind.api_version() {
-        return Err(format!(
-            "{object}: apiVersion: {api:?} is not {} (the version this agent reads)",
-            kind.api_version()
-        ));
+        return Err(ObjectError::Version {
+            object: object.clone(),
+            api,
+            expected: kind.api_version(),
+        });
     }
     if meta.name.is_empty() {
-        return Err(format!("{object}: metadata.name: Required value"));
+        return Err(invalid("metadata.name: Required value".into()));
     }
     if kind.namespaced() && meta.namespace.is_empty() {
-        return Err(format!(
-            "{object}: metadata.namespace: Required value ({kind} is namespaced)"
-        ));
+        return Err(invalid(format!(
+            "metadata.namespace: Required value ({kind} is namespaced)"
+        )));
     }
     if !kind.namespaced() && !meta.namespace.is_empty() {
-        return Err(format!(
-            "{object}: metadata.namespace: {kind} is cluster-scoped and takes no namespace"
-        ));
+        return Err(invalid(format!(
+            "metadata.namespace: {kind} is cluster-scoped and takes no namespace"
+        )));
     }
     for (k, v) in &meta.labels {
-        check_label_key(k).map_err(|e| format!("{object}: metadata.labels: Invalid value: {k:?}: {e}"))?;
-        super::selector::check_label_value(v)
-            .map_err(|e| format!("{object}: metadata.labels: Invalid value: {v:?}: {e}"))?;
+        for (text, checked) in [
+            (k, check_label_key(k)),
+            (v, super::selector::check_label_value(v)),
+        ] {
+            checked.map_err(|reason| ObjectError::Label {
+                object: object.clone(),
+                text: text.clone(),
+                reason,
+            })?;
+        }
     }
     // A Tier's schema requires `spec.priority` only when there is a `spec`: the Tier CRD does
     // not require `spec`, so a cluster creates a Tier without one at priority 0 (the Go
@@ -291,34 +363,41 @@ pub fn decode(value: Value) -> Result<NativeObject, String> {
     let tier_without_spec = kind == NativeKind::Tier && envelope.spec.is_none();
     let spec = envelope.spec.unwrap_or(Value::Object(Default::default()));
     // The apiserver's CRD schema checks come before the webhook's.
-    super::schema::check(kind, (!tier_without_spec).then_some(&spec))
-        .map_err(|e| format!("{object}: {e}"))?;
-    let bad = |e: serde_json::Error| format!("{object}: spec: {e}");
+    super::schema::check(kind, (!tier_without_spec).then_some(&spec)).map_err(|error| {
+        ObjectError::Schema {
+            object: object.clone(),
+            error,
+        }
+    })?;
+    let bad = |e: serde_json::Error| ObjectError::Spec {
+        object: object.clone(),
+        message: e.to_string(),
+    };
     match kind {
         NativeKind::NetworkPolicy | NativeKind::ClusterNetworkPolicy => {
             let spec: PolicySpec = serde_json::from_value(spec).map_err(bad)?;
-            check_policy(&spec).map_err(|e| format!("{object}: {e}"))?;
+            check_policy(&spec).map_err(invalid)?;
             Ok(NativeObject::Policy { kind, meta, spec })
         }
         NativeKind::Tier => {
             let spec: TierSpec = serde_json::from_value(spec).map_err(bad)?;
             if !(0..=255).contains(&spec.priority) {
-                return Err(format!(
-                    "{object}: spec.priority: Invalid value: {}: must be between 0 and 255",
+                return Err(invalid(format!(
+                    "spec.priority: Invalid value: {}: must be between 0 and 255",
                     spec.priority
-                ));
+                )));
             }
             if [251, 252, 254, 255].contains(&spec.priority) {
-                return Err(format!(
-                    "{object}: spec.priority: tier {} priority {} is reserved",
+                return Err(invalid(format!(
+                    "spec.priority: tier {} priority {} is reserved",
                     meta.name, spec.priority
-                ));
+                )));
             }
             Ok(NativeObject::Tier { meta, spec })
         }
         NativeKind::ClusterGroup | NativeKind::Group => {
             let spec: GroupSpec = serde_json::from_value(spec).map_err(bad)?;
-            check_group(kind, &meta, &spec).map_err(|e| format!("{object}: {e}"))?;
+            check_group(kind, &meta, &spec).map_err(invalid)?;
             Ok(NativeObject::Group {
                 kind,
                 meta,
@@ -330,19 +409,19 @@ pub fn decode(value: Value) -> Result<NativeObject, String> {
             let mut ips = Vec::with_capacity(spec.endpoints.len());
             for (i, ep) in spec.endpoints.iter().enumerate() {
                 let ip: IpAddr = ep.ip.parse().map_err(|_| {
-                    format!(
-                        "{object}: spec.endpoints[{i}].ip: Invalid value: {:?}: not an IP address",
+                    invalid(format!(
+                        "spec.endpoints[{i}].ip: Invalid value: {:?}: not an IP address",
                         ep.ip
-                    )
+                    ))
                 })?;
                 ips.push(ip);
             }
             for (i, p) in spec.ports.iter().enumerate() {
                 if !(0..=65535).contains(&p.port) {
-                    return Err(format!(
-                        "{object}: spec.ports[{i}].port: Invalid value: {}: must be between 0 and 65535",
+                    return Err(invalid(format!(
+                        "spec.ports[{i}].port: Invalid value: {}: must be between 0 and 65535",
                         p.port
-                    ));
+                    )));
                 }
             }
             Ok(NativeObject::ExternalEntity { meta, spec, ips })
@@ -732,23 +811,21 @@ pub(super) fn outside_vm(a: &AppliedTo) -> Option<(&'static str, &'static str)> 
 }
 
 /// `validateIPBlock`.
-pub fn check_ip_block(ipb: &IpBlock) -> Result<IpNet, String> {
+pub fn check_ip_block(ipb: &IpBlock) -> Result<IpNet, IpBlockError> {
     if ipb.cidr.is_empty() {
-        return Err("field 'cidr' is required in an ipBlock".into());
+        return Err(IpBlockError::NoCidr);
     }
     let cidr: IpNet = ipb
         .cidr
         .parse()
-        .map_err(|_| format!("invalid CIDR address: {}", ipb.cidr))?;
+        .map_err(|_| IpBlockError::Cidr(ipb.cidr.clone()))?;
     for except in &ipb.except {
-        let e: IpNet = except
-            .parse()
-            .map_err(|_| format!("invalid except CIDR value: invalid CIDR address: {except}"))?;
+        let e: IpNet = except.parse().map_err(|_| IpBlockError::Except(except.clone()))?;
         if !cidr.trunc().contains(&e.network()) || cidr.prefix_len() >= e.prefix_len() {
-            return Err(format!(
-                "except CIDR {except} is not a strict subset of CIDR {}",
-                ipb.cidr
-            ));
+            return Err(IpBlockError::NotSubset {
+                except: except.clone(),
+                cidr: ipb.cidr.clone(),
+            });
         }
     }
     Ok(cidr)

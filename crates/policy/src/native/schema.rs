@@ -155,9 +155,78 @@ const HTTP_METHODS: &[&str] = &[
 const IGMP_INGRESS: &[i64] = &[0x11];
 const IGMP_EGRESS: &[i64] = &[0x12, 0x16, 0x22];
 
+/// What the apiserver refuses in a raw `spec`, in its words: the field's path within the object
+/// (the caller names the object), the value and the schema's bound.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    /// Strict field validation.
+    #[error("strict decoding error: unknown field \"{path}.{field}\"")]
+    UnknownField { path: String, field: String },
+    #[error("{path}.{field}: Required value")]
+    Required { path: String, field: &'static str },
+    /// `oneOf` of `required` lists: exactly one of `keys` must be set.
+    #[error(
+        "{path}: Invalid value: \"object\": {path} must validate one and only one schema (oneOf): \
+         exactly one of {} must be set, {set} are",
+        .keys.join(", ")
+    )]
+    OneOf {
+        path: String,
+        keys: &'static [&'static str],
+        set: usize,
+    },
+    /// A string outside its enum.
+    #[error("{path}: Unsupported value: {value:?}: supported values: {}", quoted(.supported))]
+    Unsupported {
+        path: String,
+        value: String,
+        supported: &'static [&'static str],
+    },
+    /// An IGMP type outside the enum of its direction.
+    #[error("{path}: Unsupported value: {value}: supported values: {}", quoted(.supported))]
+    UnsupportedNumber {
+        path: String,
+        value: i64,
+        supported: &'static [i64],
+    },
+    /// Below the schema's `minimum` (written as the apiserver prints the bound: `1.0`, `0`).
+    #[error("{path}: Invalid value: {value}: {path} in body should be greater than or equal to {minimum}")]
+    BelowMinimum {
+        path: String,
+        value: String,
+        minimum: String,
+    },
+    #[error("{path}: Invalid value: {value}: {path} in body should be less than or equal to {maximum}")]
+    AboveMaximum {
+        path: String,
+        value: String,
+        maximum: String,
+    },
+    #[error(
+        "{path}: Invalid value: {value:?}: {path} in body should match '{}'",
+        LOG_LABEL_PATTERN
+    )]
+    Pattern { path: String, value: String },
+    #[error("{path}: Invalid value: {value:?}: {path} in body must be of type ipv4 or ipv6")]
+    NotAnIp { path: String, value: String },
+    #[error("{path}: Invalid value: {count}: {path} in body should have at least 1 properties")]
+    TooFewProperties { path: String, count: usize },
+    #[error("{path}: Invalid value: {count}: {path} in body should have at most 1 properties")]
+    TooManyProperties { path: String, count: usize },
+}
+
+/// An enum's values as the apiserver lists them: each quoted, separated by `, `.
+fn quoted<T: std::fmt::Display>(values: &[T]) -> String {
+    values
+        .iter()
+        .map(|v| format!("\"{v}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Checks the raw `spec` of one object of `kind` against its CRD schema. The error is the
 /// apiserver's, without the object (the caller names it).
-pub fn check(kind: NativeKind, spec: Option<&Value>) -> Result<(), String> {
+pub fn check(kind: NativeKind, spec: Option<&Value>) -> Result<(), SchemaError> {
     match kind {
         NativeKind::ClusterNetworkPolicy => check_policy(&ACNP, spec),
         NativeKind::NetworkPolicy => check_policy(&ANNP, spec),
@@ -243,7 +312,7 @@ pub fn unknown_fields(kind: NativeKind, spec: Option<&Value>) -> Vec<String> {
     found
 }
 
-fn check_policy(shape: &PolicyShape, spec: Option<&Value>) -> Result<(), String> {
+fn check_policy(shape: &PolicyShape, spec: Option<&Value>) -> Result<(), SchemaError> {
     let spec = object(spec);
     required("spec", spec, &["priority"])?;
     range(
@@ -299,13 +368,17 @@ fn check_policy(shape: &PolicyShape, spec: Option<&Value>) -> Result<(), String>
 }
 
 /// One rule's `logLabel`, `protocols` and `l7Protocols`.
-fn check_rule(at: &str, rule: Option<&Map<String, Value>>, igmp_types: &[i64]) -> Result<(), String> {
+fn check_rule(
+    at: &str,
+    rule: Option<&Map<String, Value>>,
+    igmp_types: &'static [i64],
+) -> Result<(), SchemaError> {
     if let Some(Value::String(label)) = rule.and_then(|r| r.get("logLabel")) {
         if !log_label_matches(label) {
-            let here = format!("{at}.logLabel");
-            return Err(format!(
-                "{here}: Invalid value: {label:?}: {here} in body should match '{LOG_LABEL_PATTERN}'"
-            ));
+            return Err(SchemaError::Pattern {
+                path: format!("{at}.logLabel"),
+                value: label.clone(),
+            });
         }
     }
     for (i, p) in list(rule, "protocols").iter().enumerate() {
@@ -324,19 +397,19 @@ fn check_rule(at: &str, rule: Option<&Map<String, Value>>, igmp_types: &[i64]) -
         let igmp = object(p.and_then(|p| p.get("igmp")));
         if let Some(t) = igmp.and_then(|m| m.get("igmpType")).and_then(Value::as_i64) {
             if !igmp_types.contains(&t) {
-                let supported: Vec<String> = igmp_types.iter().map(|v| format!("\"{v}\"")).collect();
-                return Err(format!(
-                    "{here}.igmp.igmpType: Unsupported value: {t}: supported values: {}",
-                    supported.join(", ")
-                ));
+                return Err(SchemaError::UnsupportedNumber {
+                    path: format!("{here}.igmp.igmpType"),
+                    value: t,
+                    supported: igmp_types,
+                });
             }
         }
         if let Some(Value::String(address)) = igmp.and_then(|m| m.get("groupAddress")) {
             if address.parse::<IpAddr>().is_err() {
-                let field = format!("{here}.igmp.groupAddress");
-                return Err(format!(
-                    "{field}: Invalid value: {address:?}: {field} in body must be of type ipv4 or ipv6"
-                ));
+                return Err(SchemaError::NotAnIp {
+                    path: format!("{here}.igmp.groupAddress"),
+                    value: address.clone(),
+                });
             }
         }
     }
@@ -355,7 +428,7 @@ fn check_rule(at: &str, rule: Option<&Map<String, Value>>, igmp_types: &[i64]) -
 }
 
 /// One peer's `namespaces` (ACNP only) and `serviceAccount`.
-fn check_peer(at: &str, peer: Option<&Map<String, Value>>) -> Result<(), String> {
+fn check_peer(at: &str, peer: Option<&Map<String, Value>>) -> Result<(), SchemaError> {
     required(
         &format!("{at}.serviceAccount"),
         object(peer.and_then(|p| p.get("serviceAccount"))),
@@ -364,15 +437,13 @@ fn check_peer(at: &str, peer: Option<&Map<String, Value>>) -> Result<(), String>
     if let Some(ns) = object(peer.and_then(|p| p.get("namespaces"))) {
         let here = format!("{at}.namespaces");
         if ns.is_empty() {
-            return Err(format!(
-                "{here}: Invalid value: 0: {here} in body should have at least 1 properties"
-            ));
+            return Err(SchemaError::TooFewProperties { path: here, count: 0 });
         }
         if ns.len() > 1 {
-            return Err(format!(
-                "{here}: Invalid value: {}: {here} in body should have at most 1 properties",
-                ns.len()
-            ));
+            return Err(SchemaError::TooManyProperties {
+                path: here,
+                count: ns.len(),
+            });
         }
         one_of_str(&format!("{here}.match"), ns.get("match"), &["Self"])?;
     }
@@ -406,54 +477,68 @@ fn list<'v>(map: Option<&'v Map<String, Value>>, key: &str) -> &'v [Value] {
 fn known_all(at: &str, map: Option<&Map<String, Value>>, allowed: &[&str], found: &mut Vec<String>) {
     let Some(map) = map else { return };
     for k in map.keys().filter(|k| !allowed.contains(&k.as_str())) {
-        found.push(format!("strict decoding error: unknown field \"{at}.{k}\""));
+        let unknown = SchemaError::UnknownField {
+            path: at.to_string(),
+            field: k.clone(),
+        };
+        found.push(unknown.to_string());
     }
 }
 
 /// Strict field validation: the first property the schema does not have. (Values of the wrong
 /// type are left to the typed decoding that follows.)
-fn known(at: &str, map: Option<&Map<String, Value>>, allowed: &[&str]) -> Result<(), String> {
+fn known(at: &str, map: Option<&Map<String, Value>>, allowed: &[&str]) -> Result<(), SchemaError> {
     let Some(map) = map else { return Ok(()) };
     match map.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) => Err(format!("strict decoding error: unknown field \"{at}.{k}\"")),
+        Some(k) => Err(SchemaError::UnknownField {
+            path: at.to_string(),
+            field: k.clone(),
+        }),
         None => Ok(()),
     }
 }
 
-fn required(at: &str, map: Option<&Map<String, Value>>, fields: &[&str]) -> Result<(), String> {
+fn required(at: &str, map: Option<&Map<String, Value>>, fields: &[&'static str]) -> Result<(), SchemaError> {
     let Some(map) = map else { return Ok(()) };
     match fields.iter().find(|f| map.get(**f).is_none_or(Value::is_null)) {
-        Some(f) => Err(format!("{at}.{f}: Required value")),
+        Some(f) => Err(SchemaError::Required {
+            path: at.to_string(),
+            field: f,
+        }),
         None => Ok(()),
     }
 }
 
 /// `oneOf` of `required` lists: exactly one of `keys` is set.
-fn one_of_keys(at: &str, map: Option<&Map<String, Value>>, keys: &[&str]) -> Result<(), String> {
+fn one_of_keys(
+    at: &str,
+    map: Option<&Map<String, Value>>,
+    keys: &'static [&'static str],
+) -> Result<(), SchemaError> {
     let Some(map) = map else { return Ok(()) };
     let set = keys.iter().filter(|k| map.contains_key(**k)).count();
     if set == 1 {
         return Ok(());
     }
-    Err(format!(
-        "{at}: Invalid value: \"object\": {at} must validate one and only one schema (oneOf): \
-         exactly one of {} must be set, {set} are",
-        keys.join(", ")
-    ))
+    Err(SchemaError::OneOf {
+        path: at.to_string(),
+        keys,
+        set,
+    })
 }
 
-fn one_of_str(at: &str, value: Option<&Value>, allowed: &[&str]) -> Result<(), String> {
+fn one_of_str(at: &str, value: Option<&Value>, allowed: &'static [&'static str]) -> Result<(), SchemaError> {
     let Some(Value::String(v)) = value else {
         return Ok(());
     };
     if allowed.contains(&v.as_str()) {
         return Ok(());
     }
-    let supported: Vec<String> = allowed.iter().map(|a| format!("{a:?}")).collect();
-    Err(format!(
-        "{at}: Unsupported value: {v:?}: supported values: {}",
-        supported.join(", ")
-    ))
+    Err(SchemaError::Unsupported {
+        path: at.to_string(),
+        value: v.clone(),
+        supported: allowed,
+    })
 }
 
 /// The schema's `minimum`/`maximum` on a number read as `T` (a value of another type is the
@@ -464,19 +549,23 @@ fn range<T: PartialOrd + std::fmt::Display + std::fmt::Debug>(
     value: Option<T>,
     min: T,
     max: T,
-) -> Result<(), String> {
+) -> Result<(), SchemaError> {
     let Some(v) = value else {
         return Ok(());
     };
     if v < min {
-        return Err(format!(
-            "{at}: Invalid value: {v}: {at} in body should be greater than or equal to {min:?}"
-        ));
+        return Err(SchemaError::BelowMinimum {
+            path: at.to_string(),
+            value: v.to_string(),
+            minimum: format!("{min:?}"),
+        });
     }
     if v > max {
-        return Err(format!(
-            "{at}: Invalid value: {v}: {at} in body should be less than or equal to {max:?}"
-        ));
+        return Err(SchemaError::AboveMaximum {
+            path: at.to_string(),
+            value: v.to_string(),
+            maximum: format!("{max:?}"),
+        });
     }
     Ok(())
 }

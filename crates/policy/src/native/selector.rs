@@ -48,6 +48,53 @@ impl Requirement {
     }
 }
 
+/// Why a label key or value is refused (`validation.IsQualifiedName`,
+/// `validation.IsValidLabelValue`), in Kubernetes' words.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LabelError {
+    #[error("prefix part must be non-empty")]
+    EmptyPrefix,
+    #[error("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character")]
+    PrefixNotSubdomain,
+    #[error("name part must be non-empty")]
+    EmptyName,
+    #[error("name part must be no more than 63 characters")]
+    NameTooLong,
+    #[error("name part {}", NAME_RULE)]
+    NameSyntax,
+    #[error("must be no more than 63 characters")]
+    ValueTooLong,
+    #[error("a valid label {}", NAME_RULE)]
+    ValueSyntax,
+}
+
+/// Why a label selector is refused, with the field (within the selector) that is wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    #[error("Invalid label key: {key}: {reason}")]
+    MatchLabelKey { key: String, reason: LabelError },
+    #[error("Invalid label value: {value}: {reason}")]
+    MatchLabelValue { value: String, reason: LabelError },
+    #[error("matchExpressions[{index}].key: Invalid value: {key:?}: {reason}")]
+    ExpressionKey {
+        index: usize,
+        key: String,
+        reason: LabelError,
+    },
+    #[error("matchExpressions[{index}].values: Invalid value: {value:?}: {reason}")]
+    ExpressionValue {
+        index: usize,
+        value: String,
+        reason: LabelError,
+    },
+    #[error("matchExpressions[{index}].values: Required value: must be specified when `operator` is 'In' or 'NotIn'")]
+    ValuesRequired { index: usize },
+    #[error("matchExpressions[{index}].values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'")]
+    ValuesForbidden { index: usize },
+    #[error("matchExpressions[{index}].operator: Unsupported value: {operator:?}: supported values: \"In\", \"NotIn\", \"Exists\", \"DoesNotExist\"")]
+    UnsupportedOperator { index: usize, operator: String },
+}
+
 /// A checked selector. An empty one selects everything.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Selector {
@@ -57,42 +104,49 @@ pub struct Selector {
 impl Selector {
     /// Checks `selector` as Kubernetes converts it (`LabelSelectorAsSelector`) plus the label
     /// syntax antrea-controller's webhook checks on `matchLabels`.
-    pub fn parse(selector: &LabelSelector) -> Result<Selector, String> {
+    pub fn parse(selector: &LabelSelector) -> Result<Selector, SelectorError> {
         let mut requirements = Vec::new();
         for (k, v) in &selector.match_labels {
-            check_label_key(k).map_err(|e| format!("Invalid label key: {k}: {e}"))?;
-            check_label_value(v).map_err(|e| format!("Invalid label value: {v}: {e}"))?;
+            check_label_key(k).map_err(|reason| SelectorError::MatchLabelKey {
+                key: k.clone(),
+                reason,
+            })?;
+            check_label_value(v).map_err(|reason| SelectorError::MatchLabelValue {
+                value: v.clone(),
+                reason,
+            })?;
             requirements.push(Requirement::Equals(k.clone(), v.clone()));
         }
-        for (i, expr) in selector.match_expressions.iter().enumerate() {
-            let at = format!("matchExpressions[{i}]");
-            check_label_key(&expr.key)
-                .map_err(|e| format!("{at}.key: Invalid value: {:?}: {e}", expr.key))?;
+        for (index, expr) in selector.match_expressions.iter().enumerate() {
+            check_label_key(&expr.key).map_err(|reason| SelectorError::ExpressionKey {
+                index,
+                key: expr.key.clone(),
+                reason,
+            })?;
             let mut values = expr.values.clone();
             for v in &values {
-                check_label_value(v).map_err(|e| format!("{at}.values: Invalid value: {v:?}: {e}"))?;
+                check_label_value(v).map_err(|reason| SelectorError::ExpressionValue {
+                    index,
+                    value: v.clone(),
+                    reason,
+                })?;
             }
             values.sort();
             values.dedup();
             let requirement = match expr.operator.as_str() {
-                "In" | "NotIn" if values.is_empty() => {
-                    return Err(format!(
-                        "{at}.values: Required value: must be specified when `operator` is 'In' or 'NotIn'"
-                    ))
-                }
+                "In" | "NotIn" if values.is_empty() => return Err(SelectorError::ValuesRequired { index }),
                 "Exists" | "DoesNotExist" if !values.is_empty() => {
-                    return Err(format!(
-                        "{at}.values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'"
-                    ))
+                    return Err(SelectorError::ValuesForbidden { index })
                 }
                 "In" => Requirement::In(expr.key.clone(), values),
                 "NotIn" => Requirement::NotIn(expr.key.clone(), values),
                 "Exists" => Requirement::Exists(expr.key.clone()),
                 "DoesNotExist" => Requirement::DoesNotExist(expr.key.clone()),
                 other => {
-                    return Err(format!(
-                        "{at}.operator: Unsupported value: {other:?}: supported values: \"In\", \"NotIn\", \"Exists\", \"DoesNotExist\""
-                    ))
+                    return Err(SelectorError::UnsupportedOperator {
+                        index,
+                        operator: other.to_string(),
+                    })
                 }
             };
             requirements.push(requirement);
@@ -151,41 +205,41 @@ pub fn is_dns_subdomain(s: &str) -> bool {
 }
 
 /// `validation.IsQualifiedName`: `[prefix/]name`, name at most 63 characters.
-pub fn check_label_key(key: &str) -> Result<(), String> {
+pub fn check_label_key(key: &str) -> Result<(), LabelError> {
     let (prefix, name) = match key.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
     };
     if let Some(p) = prefix {
         if p.is_empty() {
-            return Err("prefix part must be non-empty".into());
+            return Err(LabelError::EmptyPrefix);
         }
         if !is_dns_subdomain(p) {
-            return Err("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character".into());
+            return Err(LabelError::PrefixNotSubdomain);
         }
     }
     if name.is_empty() {
-        return Err("name part must be non-empty".into());
+        return Err(LabelError::EmptyName);
     }
     if name.len() > 63 {
-        return Err("name part must be no more than 63 characters".into());
+        return Err(LabelError::NameTooLong);
     }
     if !is_name_part(name) {
-        return Err(format!("name part {NAME_RULE}"));
+        return Err(LabelError::NameSyntax);
     }
     Ok(())
 }
 
 /// `validation.IsValidLabelValue`: empty, or at most 63 characters of the name syntax.
-pub fn check_label_value(value: &str) -> Result<(), String> {
+pub fn check_label_value(value: &str) -> Result<(), LabelError> {
     if value.is_empty() {
         return Ok(());
     }
     if value.len() > 63 {
-        return Err("must be no more than 63 characters".into());
+        return Err(LabelError::ValueTooLong);
     }
     if !is_name_part(value) {
-        return Err(format!("a valid label {NAME_RULE}"));
+        return Err(LabelError::ValueSyntax);
     }
     Ok(())
 }
@@ -249,13 +303,21 @@ mod tests {
 
     #[test]
     fn bad_selectors_are_refused_naming_the_part() {
-        let e = Selector::parse(&sel(&[("-bad", "x")], &[])).unwrap_err();
+        let e = Selector::parse(&sel(&[("-bad", "x")], &[]))
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("Invalid label key: -bad: name part"), "{e}");
-        let e = Selector::parse(&sel(&[("k", "bad value")], &[])).unwrap_err();
+        let e = Selector::parse(&sel(&[("k", "bad value")], &[]))
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("Invalid label value: bad value:"), "{e}");
-        let e = Selector::parse(&sel(&[], &[("k", "In", &[])])).unwrap_err();
+        let e = Selector::parse(&sel(&[], &[("k", "In", &[])]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("matchExpressions[0].values: Required value"), "{e}");
-        let e = Selector::parse(&sel(&[], &[("k", "Gt", &["1"])])).unwrap_err();
+        let e = Selector::parse(&sel(&[], &[("k", "Gt", &["1"])]))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("matchExpressions[0].operator: Unsupported value: \"Gt\""),
             "{e}"

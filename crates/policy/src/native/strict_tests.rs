@@ -284,7 +284,7 @@ fn schema_and_webhook_refusals_use_the_clusters_messages() {
     for (case, object, want) in cases {
         match decode(object) {
             Ok(_) => panic!("{case}: accepted, want {want:?}"),
-            Err(e) => assert!(e.contains(&want), "{case}:\n got {e:?}\nwant {want:?}"),
+            Err(e) => assert!(e.to_string().contains(&want), "{case}:\n got {e}\nwant {want:?}"),
         }
     }
 }

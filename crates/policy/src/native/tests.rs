@@ -35,7 +35,7 @@ fn inputs(yaml: &str) -> Inputs {
 
 fn decode_err(yaml: &str) -> String {
     let value: Value = serde_norway::from_str(yaml).unwrap();
-    decode(value).unwrap_err()
+    decode(value).unwrap_err().to_string()
 }
 
 fn group_name(normalized: &str) -> String {
