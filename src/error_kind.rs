@@ -1,7 +1,8 @@
 //! The kinds of error the agent reports in its statuses: [`ErrorKind`], a closed set an operator
 //! can alert on (it is the `kind` label of `antrea_vm_agent_actor_last_error`), and
-//! [`StatusError`], a kind with the message in words. Each module's error enum says its kind
-//! (`fn kind(&self) -> ErrorKind`); the actors put the result in their statuses.
+//! [`StatusError`], a kind with the message in words. Each error enum whose errors reach an
+//! actor's status says its kind (`fn kind(&self) -> ErrorKind`); the actors put the result in
+//! their statuses. Errors that only stop the start-up or are only logged have no kind.
 //!
 //! A leaf: it names no other module of the agent, so every module can say its kind.
 
@@ -13,8 +14,6 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
-    /// The configuration (file, flags or environment) is invalid.
-    Config,
     /// kube-apiserver: reads, watches and writes (ExternalNode, AntreaAgentInfo, statuses).
     KubeApi,
     /// antrea-controller's NetworkPolicy watches.
@@ -35,16 +34,11 @@ pub enum ErrorKind {
     InterfaceAttach,
     /// The files kept under `stateDir`: the interface records, the lock, the policy fallback store.
     StateFile,
-    /// FQDN resolution: DNS queries and the resolved-name cache.
-    Dns,
-    /// The local files the agent writes for users (e.g. `agent-info.json`, audit logs).
-    LocalFile,
 }
 
 impl ErrorKind {
     /// Every kind, in declaration order.
-    pub const ALL: [ErrorKind; 13] = [
-        ErrorKind::Config,
+    pub const ALL: [ErrorKind; 10] = [
         ErrorKind::KubeApi,
         ErrorKind::AntreaController,
         ErrorKind::ExternalNode,
@@ -55,14 +49,11 @@ impl ErrorKind {
         ErrorKind::Ovsdb,
         ErrorKind::InterfaceAttach,
         ErrorKind::StateFile,
-        ErrorKind::Dns,
-        ErrorKind::LocalFile,
     ];
 
     /// The snake_case name (the JSON value and the metric label).
     pub fn as_str(self) -> &'static str {
         match self {
-            ErrorKind::Config => "config",
             ErrorKind::KubeApi => "kube_api",
             ErrorKind::AntreaController => "antrea_controller",
             ErrorKind::ExternalNode => "external_node",
@@ -73,8 +64,6 @@ impl ErrorKind {
             ErrorKind::Ovsdb => "ovsdb",
             ErrorKind::InterfaceAttach => "interface_attach",
             ErrorKind::StateFile => "state_file",
-            ErrorKind::Dns => "dns",
-            ErrorKind::LocalFile => "local_file",
         }
     }
 }

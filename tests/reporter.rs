@@ -20,8 +20,8 @@ use antrea_vm_agent::k8s::api::Method;
 use antrea_vm_agent::k8s::fake_api::{Call, FakeApi};
 use antrea_vm_agent::k8s::ClusterClients;
 use antrea_vm_agent::messages::{
-    ActorKind, InterfacesChanged, KubernetesWrites, PoliciesRealized, PolicyGeneration, RulesChanged,
-    StatusQuery,
+    ActorKind, ErrorKind, InterfacesChanged, KubernetesWrites, PoliciesRealized, PolicyGeneration,
+    RulesChanged, StatusQuery,
 };
 use antrea_vm_agent::ovs::openflow::fake::FakeConnector;
 use antrea_vm_agent::policy::pipeline::table;
@@ -134,7 +134,8 @@ async fn agent_info_waits_for_the_controller_to_create_it_then_updates_it() {
         .log
         .last_error
         .expect("the 404 is reported");
-    assert!(err.contains("does not exist yet"), "{err}");
+    assert!(err.message.contains("does not exist yet"), "{err}");
+    assert_eq!(err.kind, ErrorKind::KubeApi);
 
     // The controller creates it.
     w.kube.respond_always(Method::Get, AAI, Ok(aai("1")));
@@ -484,7 +485,7 @@ async fn stats_deltas_are_posted_from_the_rule_counters() {
             .stats
             .log
             .last_error
-            .is_some_and(|e| e.contains("503"))
+            .is_some_and(|e| e.message.contains("503") && e.kind == ErrorKind::KubeApi)
     })
     .await;
     sw.set_counters(&key, 20, 2000);

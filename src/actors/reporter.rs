@@ -137,7 +137,6 @@ impl Writers {
         [&self.agent_info, &self.status_log, &self.stats]
             .iter()
             .find_map(|l| l.last_error.clone())
-            .map(|e| StatusError::new(ErrorKind::KubeApi, e))
     }
 }
 
@@ -263,7 +262,9 @@ impl AgentInfoReporter {
                         agent_info::UpdateKind::Full => "full",
                     },
                 ),
-                Err(e) => w.agent_info.err("AntreaAgentInfo", e.to_string()),
+                Err(e) => w
+                    .agent_info
+                    .err("AntreaAgentInfo", StatusError::new(e.kind(), e.to_string())),
             }
         }));
     }
@@ -296,7 +297,7 @@ impl AgentInfoReporter {
         }
     }
 
-    fn status_posted(&mut self, post: &Post, result: Result<(), String>, ctx: &mut Context<Self>) {
+    fn status_posted(&mut self, post: &Post, result: Result<(), StatusError>, ctx: &mut Context<Self>) {
         let Some(w) = self.k8s.as_mut() else {
             return;
         };
@@ -309,7 +310,7 @@ impl AgentInfoReporter {
             Err(e) => {
                 // The error is logged once per kind, not once per policy: after a controller
                 // restart every policy fails the same way.
-                debug!(policy = %post.name, generation = post.generation, "NetworkPolicyStatus post failed: {e}");
+                debug!(policy = %post.name, generation = post.generation, "NetworkPolicyStatus post failed: {}", e.message);
                 w.status_log.err("NetworkPolicyStatus posts", e);
             }
         }
@@ -319,7 +320,7 @@ impl AgentInfoReporter {
         self.pump_statuses(ctx);
     }
 
-    fn stats_done(&mut self, result: Result<&'static str, String>) {
+    fn stats_done(&mut self, result: Result<&'static str, StatusError>) {
         let Some(w) = self.k8s.as_mut() else {
             return;
         };
@@ -343,7 +344,12 @@ impl AgentInfoReporter {
                 let api: Arc<dyn ApiClient> = w.clients.controller.clone();
                 let body = match serde_json::to_value(&*summary) {
                     Ok(b) => b,
-                    Err(e) => return self.stats_done(Err(format!("cannot encode the summary: {e}"))),
+                    Err(e) => {
+                        return self.stats_done(Err(StatusError::new(
+                            ErrorKind::KubeApi,
+                            format!("cannot encode the summary: {e}"),
+                        )))
+                    }
                 };
                 let fut = async move { api.request(Method::Post, stats_summary::PATH, Some(&body)).await };
                 ctx.spawn(fut.into_actor(self).map(move |result, act, _| match result {
@@ -353,17 +359,23 @@ impl AgentInfoReporter {
                         }
                         act.stats_done(Ok("posted"));
                     }
-                    Err(e) => act.stats_done(Err(e.to_string())),
+                    Err(e) => act.stats_done(Err(StatusError::new(e.kind(), e.to_string()))),
                 }));
             }
         }
     }
 }
 
+/// The flow installer not answering a read of the rule counters: it does not while it
+/// reconnects to the switch or is restarted, so the switch connection is what to look at.
+fn no_counters(message: String) -> StatusError {
+    StatusError::new(ErrorKind::OvsConnection, message)
+}
+
 /// An API error without the request path (which names the policy), so that the same failure
 /// of many posts reads the same.
-fn without_path(e: &ApiError) -> String {
-    match e {
+fn without_path(e: &ApiError) -> StatusError {
+    let message = match e {
         ApiError::Status {
             code,
             reason,
@@ -372,7 +384,8 @@ fn without_path(e: &ApiError) -> String {
         } => format!("HTTP {code} {reason}: {message}"),
         ApiError::Transport { message, .. } => message.clone(),
         ApiError::Decode { message, .. } => format!("bad response body: {message}"),
-    }
+    };
+    StatusError::new(e.kind(), message)
 }
 
 async fn ask(
@@ -492,20 +505,22 @@ impl Handler<CollectStats> for AgentInfoReporter {
             return;
         }
         let Some(flows) = self.outputs.rule_stats.clone() else {
-            w.stats
-                .err("NodeStatsSummary", "the flow installer is not running".into());
+            w.stats.err(
+                "NodeStatsSummary",
+                no_counters("the flow installer is not running".into()),
+            );
             return;
         };
         w.stats_busy = true;
         let fut = async move {
             match tokio::time::timeout(STATS_READ_TIMEOUT, flows.send(GetRuleStats)).await {
                 Ok(Ok(Ok(snapshot))) => Ok(snapshot),
-                Ok(Ok(Err(e))) => Err(format!("reading rule counters: {e}")),
-                Ok(Err(e)) => Err(format!("reading rule counters: {e}")),
-                Err(_) => Err(format!(
+                Ok(Ok(Err(e))) => Err(StatusError::new(e.kind(), format!("reading rule counters: {e}"))),
+                Ok(Err(e)) => Err(no_counters(format!("reading rule counters: {e}"))),
+                Err(_) => Err(no_counters(format!(
                     "reading rule counters: no answer within {} s",
                     STATS_READ_TIMEOUT.as_secs()
-                )),
+                ))),
             }
         };
         ctx.spawn(fut.into_actor(self).map(|result, act, ctx| match result {

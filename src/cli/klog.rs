@@ -10,8 +10,6 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::error_kind::ErrorKind;
-
 /// Antrea's defaults for the log file rotation flags.
 pub const DEFAULT_LOG_FILE_MAX_SIZE_MB: u64 = 100;
 pub const DEFAULT_LOG_FILE_MAX_NUM: u32 = 4;
@@ -53,12 +51,6 @@ pub enum FeatureGateError {
     MissingValue { term: String },
     #[error("invalid value of {name}: {value:?} (expected true or false)")]
     InvalidValue { name: String, value: String },
-}
-
-impl FeatureGateError {
-    pub fn kind(&self) -> ErrorKind {
-        ErrorKind::Config
-    }
 }
 
 /// `A=true,B=false` (component-base syntax: spaces around terms ignored, values true/false).

@@ -70,13 +70,6 @@ pub struct ConfigErrors {
     pub problems: Vec<Problem>,
 }
 
-impl ConfigErrors {
-    /// The configuration file.
-    pub fn kind(&self) -> crate::error_kind::ErrorKind {
-        crate::error_kind::ErrorKind::Config
-    }
-}
-
 fn render_problems(problems: &[Problem]) -> String {
     problems
         .iter()

@@ -50,12 +50,6 @@ pub enum ResolveError {
     Encode(String, String),
 }
 
-impl ResolveError {
-    pub fn kind(&self) -> crate::error_kind::ErrorKind {
-        crate::error_kind::ErrorKind::Dns
-    }
-}
-
 /// Where the re-queries go.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ServerSource {

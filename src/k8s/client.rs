@@ -26,7 +26,6 @@ use serde_json::Value;
 use tracing::warn;
 
 use super::api::{ApiClient, ApiError, Method, WatchLines};
-use crate::error_kind::ErrorKind;
 
 /// Bound on establishing a TCP connection (and on kube's write side).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -135,12 +134,6 @@ pub struct LivenessEnvError {
     pub text: String,
 }
 
-impl LivenessEnvError {
-    pub fn kind(&self) -> ErrorKind {
-        ErrorKind::Config
-    }
-}
-
 /// Why a client could not be built from a kubeconfig.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -159,13 +152,6 @@ pub enum ClientError {
         purpose: String,
         message: String,
     },
-}
-
-impl ClientError {
-    /// A kubeconfig that cannot be used is a configuration problem, not the API's.
-    pub fn kind(&self) -> ErrorKind {
-        ErrorKind::Config
-    }
 }
 
 /// An [`ApiClient`] over one kube-rs connection pool.

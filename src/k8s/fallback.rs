@@ -45,13 +45,6 @@ pub enum FallbackError {
     },
 }
 
-impl FallbackError {
-    /// The fallback store is a file under `stateDir`.
-    pub fn kind(&self) -> crate::error_kind::ErrorKind {
-        crate::error_kind::ErrorKind::StateFile
-    }
-}
-
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> FallbackError + '_ {
     move |source| FallbackError::Io {
         path: path.to_owned(),

@@ -3,6 +3,7 @@
 
 use actix::Message;
 
+use crate::error_kind::ErrorKind;
 use crate::ovs::openflow::OfError;
 pub use crate::policy::report::{PolicyGeneration, RuleStats, RuleStatsSnapshot};
 
@@ -35,4 +36,14 @@ pub enum RuleStatsError {
     NotSynced,
     #[error("cannot read the metric flows: {0}")]
     Switch(#[source] OfError),
+}
+
+impl RuleStatsError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            RuleStatsError::NotConnected => ErrorKind::OvsConnection,
+            RuleStatsError::NotSynced => ErrorKind::OvsFlows,
+            RuleStatsError::Switch(e) => e.kind(),
+        }
+    }
 }

@@ -440,7 +440,7 @@ mod tests {
         );
         let log = WriteLog {
             last_attempt: Some("2026-08-21T10:15:30Z".into()),
-            last_error: Some("refused".into()),
+            last_error: Some(StatusError::new(ErrorKind::KubeApi, "refused")),
             failures: 1,
             ..WriteLog::default()
         };

@@ -53,12 +53,6 @@ pub enum VswitchdError {
     NotText { method: String, answer: String },
 }
 
-impl VswitchdError {
-    pub fn kind(&self) -> crate::error_kind::ErrorKind {
-        crate::error_kind::ErrorKind::OvsConnection
-    }
-}
-
 /// The switch's datapath flow cache, as the flow installer and the FQDN controller need it.
 #[async_trait]
 pub trait DatapathCache: Send + Sync {

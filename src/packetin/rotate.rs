@@ -77,13 +77,6 @@ pub enum RotateError {
     BadPath(PathBuf),
 }
 
-impl RotateError {
-    /// The rotating files are the audit log and the agent log.
-    pub fn kind(&self) -> crate::error_kind::ErrorKind {
-        crate::error_kind::ErrorKind::LocalFile
-    }
-}
-
 fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> RotateError + 'a {
     move |source| RotateError::Io {
         what,

@@ -26,13 +26,6 @@ pub enum LockError {
     Io { path: PathBuf, source: std::io::Error },
 }
 
-impl LockError {
-    /// The lock is a file in `stateDir`.
-    pub fn kind(&self) -> crate::error_kind::ErrorKind {
-        crate::error_kind::ErrorKind::StateFile
-    }
-}
-
 /// An exclusive hold on `<stateDir>/agent.lock`; released when dropped (or when the process dies).
 #[derive(Debug)]
 pub struct AgentLock {

@@ -108,9 +108,8 @@ impl ProcedureError {
         match self {
             ProcedureError::Ovsdb { .. } => ErrorKind::Ovsdb,
             ProcedureError::Store { .. } => ErrorKind::StateFile,
-            ProcedureError::Host { .. }
-            | ProcedureError::Invalid { .. }
-            | ProcedureError::NotReady { .. } => ErrorKind::InterfaceAttach,
+            ProcedureError::Host { source, .. } => source.kind(),
+            ProcedureError::Invalid { .. } | ProcedureError::NotReady { .. } => ErrorKind::InterfaceAttach,
         }
     }
 
@@ -127,7 +126,7 @@ pub struct LinksError(#[source] pub HostError);
 
 impl LinksError {
     pub fn kind(&self) -> ErrorKind {
-        ErrorKind::InterfaceAttach
+        self.0.kind()
     }
 }
 

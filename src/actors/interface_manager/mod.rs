@@ -243,7 +243,6 @@ async fn apply_wanted(
     wanted: &[Wanted],
     errors: &mut Vec<StatusError>,
 ) {
-    let attach_error = |message: String| StatusError::new(ErrorKind::InterfaceAttach, message);
     let links = if wanted.is_empty() {
         Vec::new()
     } else {
@@ -264,10 +263,13 @@ async fn apply_wanted(
     for w in wanted {
         match find_link(&links, &w.name, &w.ips) {
             Ok((link, _)) if targets.contains_key(&link.name) => {
-                errors.push(attach_error(format!(
-                    "ExternalEntity {}: resolves to {}, which another interface of the ExternalNode already uses",
-                    w.entity.name, link.name
-                )));
+                errors.push(StatusError::new(
+                    ErrorKind::InterfaceAttach,
+                    format!(
+                        "ExternalEntity {}: resolves to {}, which another interface of the ExternalNode already uses",
+                        w.entity.name, link.name
+                    ),
+                ));
                 unresolved.insert(&w.entity);
             }
             Ok((link, found)) => {
@@ -281,18 +283,24 @@ async fn apply_wanted(
                     Ok(()) => {
                         targets.insert(link.name.clone(), (w, link, found));
                     }
-                    Err(why) => refused.push(format!(
-                        "{} (name {:?}, ips [{}]): resolves to {}, which cannot be an uplink: {why}; \
-                         nothing on the host was changed",
-                        w.entry,
-                        w.name,
-                        join_ips(&w.ips),
-                        link.name
+                    Err(why) => refused.push(StatusError::new(
+                        why.kind(),
+                        format!(
+                            "{} (name {:?}, ips [{}]): resolves to {}, which cannot be an uplink: {why}; \
+                             nothing on the host was changed",
+                            w.entry,
+                            w.name,
+                            join_ips(&w.ips),
+                            link.name
+                        ),
                     )),
                 }
             }
             Err(e) => {
-                errors.push(attach_error(format!("ExternalEntity {}: {e}", w.entity.name)));
+                errors.push(StatusError::new(
+                    e.kind(),
+                    format!("ExternalEntity {}: {e}", w.entity.name),
+                ));
                 unresolved.insert(&w.entity);
             }
         }
@@ -300,7 +308,7 @@ async fn apply_wanted(
     // A refused entry refuses the whole ExternalNode: nothing is attached or detached, so the
     // last good state stays exactly as it is.
     if !refused.is_empty() {
-        errors.extend(refused.into_iter().map(attach_error));
+        errors.extend(refused);
         return;
     }
     // 2. Attach new links; update the identity of attached ones (no host change, no flap).
