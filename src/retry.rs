@@ -1,7 +1,7 @@
 //! The agent's one retry policy: a jittered exponential backoff, built on `backon` (the crate
 //! kube-runtime's watcher backoff is made of), and the numbers every reconnect and retry of the
-//! agent uses. A caller states `(initial, max, factor)`; the delays are
-//! `base_n = min(initial * factor^n, max)` plus a random jitter of up to 100 % of `base_n`, so
+//! agent uses. A caller states `(initial, max)`; the delays are
+//! `base_n = min(initial * 2^n, max)` plus a random jitter of up to 100 % of `base_n`, so
 //! each delay lies in `[base_n, 2 * base_n)`.
 //!
 //! Why jitter: a fleet of agents that lose their server at the same instant (a controller or
@@ -22,12 +22,14 @@ pub const JITTER: f64 = 1.0;
 /// centuries); bounds the work of [`RetryPolicy::delay_after`].
 const MAX_STEPS: u32 = 64;
 
-/// How one caller retries: the first base delay, the cap of the base and the growth per failure.
+/// The growth of the base per failure, the same for every policy (client-go's `Factor: 2`).
+const FACTOR: f32 = 2.0;
+
+/// How one caller retries: the first base delay and the cap of the base.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RetryPolicy {
     pub initial: Duration,
     pub max: Duration,
-    pub factor: f32,
 }
 
 impl RetryPolicy {
@@ -60,11 +62,7 @@ impl RetryPolicy {
 
     /// Doubling from `initial` up to `max`.
     pub const fn new(initial: Duration, max: Duration) -> Self {
-        RetryPolicy {
-            initial,
-            max,
-            factor: 2.0,
-        }
+        RetryPolicy { initial, max }
     }
 
     /// Every delay's base is `period`: jitter without growth, for the callers that keep the Go
@@ -73,18 +71,13 @@ impl RetryPolicy {
         RetryPolicy::new(period, period)
     }
 
-    /// The same policy growing by `factor` per failure instead.
-    pub const fn with_factor(self, factor: f32) -> Self {
-        RetryPolicy { factor, ..self }
-    }
-
     fn builder(&self) -> ExponentialBuilder {
         ExponentialBuilder::new()
             // backon starts at the minimum whatever the cap: a policy whose cap is below its
             // initial delay (tests shrink the caps) starts at the cap.
             .with_min_delay(self.initial.min(self.max))
             .with_max_delay(self.max)
-            .with_factor(self.factor)
+            .with_factor(FACTOR)
             .with_jitter()
             .without_max_times()
     }
@@ -146,7 +139,7 @@ mod tests {
         let mut out = Vec::new();
         for _ in 0..n {
             out.push(base);
-            base = base.mul_f64(f64::from(policy.factor)).min(policy.max);
+            base = base.mul_f64(f64::from(FACTOR)).min(policy.max);
         }
         out
     }
@@ -167,7 +160,7 @@ mod tests {
             RetryPolicy::EXTERNAL_NODE_WATCH,
             RetryPolicy::ACTOR_RESTART,
             RetryPolicy::STATUS_POST,
-            RetryPolicy::new(Duration::from_millis(10), Duration::from_secs(1)).with_factor(1.5),
+            RetryPolicy::new(Duration::from_millis(10), Duration::from_secs(1)),
         ] {
             for seed in 0..50 {
                 let mut b = seeded(policy, seed);

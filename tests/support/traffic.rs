@@ -2,6 +2,7 @@
 //! counts losses over a window (e.g. across an agent restart).
 
 use std::{
+    path::PathBuf,
     process::{Child, Stdio},
     time::Duration,
 };
@@ -56,15 +57,23 @@ fn parse_ping(output: &str) -> PingResult {
     r
 }
 
-/// A continuous ping started by [`Lab::start_ping_flood`].
+/// A continuous ping started by [`Lab::start_ping_flood`]. Its replies are counted by
+/// `icmp_seq`, from the line ping prints for each (in a file, so that a long flood never blocks
+/// on a full pipe).
 pub struct PingFlood {
     child: Child,
     what: String,
+    output: PathBuf,
+    interval: Duration,
 }
 
+/// How long a request may still be on its way when the ping is stopped: ping's own reply timeout
+/// (`-W 1`). On a loaded machine the last few echoes can take that long.
+const IN_FLIGHT: Duration = Duration::from_secs(1);
+
 impl PingFlood {
-    /// Stops the ping (SIGINT, so it prints its statistics) and returns (transmitted, received).
-    /// The request in flight when it stops may count as lost.
+    /// Stops the ping (SIGINT) and returns (sent, answered), counting only the requests that had
+    /// time to be answered (see [`count_flood`]).
     pub fn finish(mut self) -> (u32, u32) {
         let r = self.finish_result();
         (r.transmitted, r.received)
@@ -78,19 +87,48 @@ impl PingFlood {
             let _ = self.child.wait();
             panic!("{} did not stop on SIGINT", self.what);
         }
-        let mut out = String::new();
-        if let Some(mut stdout) = self.child.stdout.take() {
-            use std::io::Read;
-            let _ = stdout.read_to_string(&mut out);
-        }
-        let r = parse_ping(&out);
+        let out = std::fs::read_to_string(&self.output).unwrap_or_default();
+        let _ = std::fs::remove_file(&self.output);
+        let in_flight = IN_FLIGHT.as_millis().div_ceil(self.interval.as_millis().max(1));
         assert!(
-            r.transmitted > 0,
+            parse_ping(&out).transmitted > 0,
             "{} sent nothing:\n{}",
             self.what,
             tail(&out, 10)
         );
-        r
+        count_flood(&out, u32::try_from(in_flight).unwrap_or(u32::MAX))
+    }
+}
+
+/// Counts a continuous ping's output (one `... icmp_seq=N ...` line per reply, then the
+/// statistics) by sequence number. A request after the last answered one counts only if more
+/// than `in_flight` requests followed it: the last ones may still have been on their way when
+/// the ping stopped, and ping's own summary would call them lost. A request before an answered
+/// one that got no answer is lost. `transmitted` is the requests counted, `received` the distinct
+/// ones answered, `duplicates` the answers beyond the first.
+fn count_flood(output: &str, in_flight: u32) -> PingResult {
+    let summary = parse_ping(output);
+    let mut answered = std::collections::BTreeSet::new();
+    let mut duplicates = 0;
+    for line in output.lines().filter(|l| l.contains(" bytes from ")) {
+        let seq = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("icmp_seq="))
+            .and_then(|n| n.parse::<u32>().ok());
+        if let Some(seq) = seq {
+            if !answered.insert(seq) {
+                duplicates += 1;
+            }
+        }
+    }
+    let last_answered = answered.last().copied().unwrap_or(0);
+    let trailing = summary.transmitted.saturating_sub(last_answered);
+    let received = u32::try_from(answered.len()).unwrap_or(u32::MAX);
+    PingResult {
+        transmitted: summary.transmitted - trailing.min(in_flight),
+        received,
+        duplicates,
+        output: summary.output,
     }
 }
 
@@ -214,19 +252,60 @@ impl Lab {
         let ns = if from_ext { self.ext_ns() } else { self.vm_ns() };
         let interval = format!("{:.3}", interval_ms as f64 / 1000.0);
         let mut c = self.ns_command(ns, "ping");
-        // -w bounds it even if nobody calls finish().
-        c.args(["-n", "-q", "-i", &interval, "-W", "1", "-w", "3600", target]);
-        c.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+        // -w bounds it even if nobody calls finish(). Not -q: the reply lines are counted.
+        c.args(["-n", "-i", &interval, "-W", "1", "-w", "3600", target]);
+        let output = self.unique_path("ping", "out");
+        let file = std::fs::File::create(&output).expect("create the ping output file");
+        c.stdin(Stdio::null()).stdout(file).stderr(Stdio::null());
         let child = c.spawn().expect("start ping");
         PingFlood {
             child,
             what: format!("ping from {ns} to {target}"),
+            output,
+            interval: Duration::from_millis(interval_ms),
         }
     }
 }
 
 fn ping_cmd(ip: &str, count: u32) -> String {
     format!("ping -n -q -c {count} -i 0.2 -W 1 '{ip}'")
+}
+
+#[cfg(test)]
+mod flood_tests {
+    use super::count_flood;
+
+    fn output(sent: u32, answered: &[u32]) -> String {
+        let mut out: String = answered
+            .iter()
+            .map(|n| format!("64 bytes from 10.0.0.2: icmp_seq={n} ttl=64 time=0.05 ms\n"))
+            .collect();
+        out.push_str(&format!(
+            "\n--- 10.0.0.2 ping statistics ---\n{sent} packets transmitted, {} received, 0% packet loss, time 300ms\n",
+            answered.len()
+        ));
+        out
+    }
+
+    #[test]
+    fn the_echoes_still_in_flight_at_the_stop_are_not_lost() {
+        let r = count_flood(&output(10, &[1, 2, 3, 4, 5, 6, 7, 8]), 5);
+        assert_eq!((r.transmitted, r.received, r.duplicates), (8, 8, 0));
+    }
+
+    #[test]
+    fn a_gap_before_an_answer_or_a_long_silent_tail_is_lost() {
+        let r = count_flood(&output(10, &[1, 2, 4, 5, 6, 7, 8]), 5);
+        assert_eq!((r.transmitted, r.received), (8, 7));
+        let r = count_flood(&output(20, &[1, 2, 3]), 5);
+        assert_eq!((r.transmitted, r.received), (15, 3));
+        let r = count_flood(&output(4, &[]), 5);
+        assert_eq!((r.transmitted, r.received), (0, 0));
+    }
+
+    #[test]
+    fn a_second_answer_to_one_request_is_a_duplicate() {
+        let r = count_flood(&output(3, &[1, 2, 2, 3]), 5);
+        assert_eq!((r.transmitted, r.received, r.duplicates), (3, 3, 1));
+    }
 }

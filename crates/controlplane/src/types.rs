@@ -480,9 +480,8 @@ impl ControlplaneObject {
     }
 
     /// The object of `kind` that `de` holds: what [`Self::from_value`] decodes once it has read
-    /// the kind and checked the `apiVersion` (a caller holding the object in another form checks
-    /// those the same way first).
-    pub fn from_deserializer<'de, D: Deserializer<'de>>(kind: Kind, de: D) -> Result<Self, D::Error> {
+    /// the kind and checked the `apiVersion`.
+    fn from_deserializer<'de, D: Deserializer<'de>>(kind: Kind, de: D) -> Result<Self, D::Error> {
         Ok(match kind {
             Kind::NetworkPolicy => ControlplaneObject::NetworkPolicy(Box::new(Deserialize::deserialize(de)?)),
             Kind::AddressGroup => ControlplaneObject::AddressGroup(Deserialize::deserialize(de)?),

@@ -143,7 +143,7 @@ pub fn rule_stats_from_flows<'a>(
 }
 
 /// The counters of `samples` added up (saturating: a counter never wraps into a small number).
-pub fn sum<'a>(samples: impl IntoIterator<Item = &'a MetricSample>) -> MetricSample {
+fn sum<'a>(samples: impl IntoIterator<Item = &'a MetricSample>) -> MetricSample {
     samples
         .into_iter()
         .fold(MetricSample::default(), |acc, s| MetricSample {
