@@ -25,6 +25,7 @@ pub mod parallel_jobs;
 pub mod policy;
 pub mod retry;
 pub mod sources;
+pub mod supportbundle;
 pub mod telemetry;
 pub mod uplink;
 pub mod version;

@@ -68,6 +68,12 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::SupportBundle {
+            config,
+            output,
+            since,
+            log_file,
+        } => supportbundle(config, output, since, log_file),
         Command::Get {
             resource,
             name,
@@ -90,6 +96,28 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+    }
+}
+
+fn supportbundle(
+    config: PathBuf,
+    output: Option<PathBuf>,
+    since: Option<std::time::Duration>,
+    log_files: Vec<PathBuf>,
+) -> ExitCode {
+    use antrea_vm_agent::supportbundle;
+    let mut options = supportbundle::Options::new(config);
+    options.since = since;
+    options.log_files = log_files;
+    match supportbundle::command(&options, output.as_deref()) {
+        Ok(line) => {
+            print!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("Error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

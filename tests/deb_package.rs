@@ -117,6 +117,7 @@ const PACKAGED_FILES: &[&str] = &[
     "usr/share/man/man8/antrea-vm-agent-detach-all.8.gz",
     "usr/share/man/man8/antrea-vm-agent-get.8.gz",
     "usr/share/man/man8/antrea-vm-agent-run.8.gz",
+    "usr/share/man/man8/antrea-vm-agent-supportbundle.8.gz",
     "usr/share/man/man8/antrea-vm-agent.8.gz",
     "usr/share/zsh/vendor-completions/_antrea-vm-agent",
 ];

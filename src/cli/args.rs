@@ -4,6 +4,7 @@
 //! resource and flag is in docs/cli.md). Kept in the library for that second use.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -112,6 +113,28 @@ pub enum Command {
     /// flows): allowed, dropped or rejected, by which policy rule or default, and the tables it
     /// went through.
     Trace(super::trace::TraceArgs),
+    /// Write one tar.gz for troubleshooting: the agent's logs, configuration and kubeconfigs
+    /// (credentials removed), state files and `get` outputs, the bridge's flows, groups and
+    /// meters, OVSDB, ovs-vswitchd's log and coverage, the host's ip and nft state, versions.
+    /// Works with the agent stopped; what could not be collected is in the bundle's manifest.
+    #[command(name = "supportbundle")]
+    SupportBundle {
+        /// Path of antrea-agent.conf.
+        #[arg(long, default_value = "/etc/antrea/antrea-agent.conf")]
+        config: PathBuf,
+        /// The archive to write (default: antrea-vm-agent-supportbundle-<node>-<time>.tar.gz in
+        /// the working directory).
+        #[arg(short = 'o', long)]
+        output: Option<PathBuf>,
+        /// Only the logs of this last period (`30m`, `2h`, `1d`): older rotated logs and journal
+        /// lines are left out.
+        #[arg(long, value_name = "DURATION", value_parser = parse_since)]
+        since: Option<Duration>,
+        /// The agent's log file (repeatable; default: the running agent's --log_file, else
+        /// /var/log/antrea/antrea-agent.log). Its rotated copies (.1, .2, ...) come with it.
+        #[arg(long = "log-file", value_name = "FILE")]
+        log_file: Vec<PathBuf>,
+    },
     /// Write the man pages and the bash, zsh and fish completions into a directory (used by
     /// `make deb`).
     #[command(hide = true)]
@@ -119,4 +142,25 @@ pub enum Command {
         #[arg(long)]
         out: PathBuf,
     },
+}
+
+/// `--since`: a number and a unit, `s`, `m`, `h` or `d` (`90s`, `30m`, `2h`, `1d`).
+pub fn parse_since(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a number and a unit, e.g. 30m, 2h or 1d"))?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        _ => return Err(format!("{text:?}: the unit is s, m, h or d")),
+    };
+    if n == 0 {
+        return Err(format!("{text:?}: must be more than zero"));
+    }
+    Ok(Duration::from_secs(n.saturating_mul(secs)))
 }

@@ -35,8 +35,8 @@ pub const REFUSED_FEATURE_GATES: [(&str, &str); 2] = [
     (
         "SupportBundleCollection",
         "SupportBundleCollection is not implemented by antrea-vm-agent: a SupportBundleCollection \
-         aimed at this VM would never complete; set it to false (collect the agent's log, \
-         `antrea-vm-agent get agentinfo` and `get ovsflows` instead)",
+         aimed at this VM would never complete; set it to false (write a bundle on the VM with \
+         `antrea-vm-agent supportbundle` instead)",
     ),
     (
         "L7NetworkPolicy",
