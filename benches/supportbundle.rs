@@ -185,7 +185,7 @@ fn main() {
             .map(|(ms, what)| format!("{what}: {ms} ms"))
             .collect();
         println!(
-            "  collection {} ms (slowest collectors: {}); compression and writing the rest",
+            "  collection {} ms (slowest collectors, by one file of each: {}); compression and writing the rest",
             m["elapsedMillis"],
             slowest.join(", ")
         );
