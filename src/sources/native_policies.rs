@@ -15,8 +15,8 @@ use super::bounded::{parse_values, read_regular_file, FileError, FileRead};
 use super::policy_dir::PolicySnapshot;
 use crate::config::InputLimits;
 use crate::k8s::external_node::{local_entities, ExternalNodeObject};
-use crate::policy::controlplane::{ControlplaneObject, InvalidObject, Kind, ValidObject};
-use crate::policy::native::{self, Change, Delta, Entity, NativeObject, NativeState};
+use crate::policy::controlplane::{InvalidObject, Kind, ValidObject};
+use crate::policy::native::{self, Change, Entity, NativeObject, NativeState};
 pub use crate::policy::native::{native_key, NativeKey};
 
 pub fn native_raw_key(v: &Value) -> Option<NativeKey> {
@@ -344,28 +344,9 @@ impl LocalController {
         warnings.extend(self.names.renamed.values().cloned());
         let delta = match &mut self.state {
             None => {
-                let state = NativeState::new(fresh, local.to_vec());
-                // One copy of the whole output, taken apart below object by object (each
-                // dropped once validated), not the two `Translation::objects` would make.
-                let t = state.translation();
-                let mut upserted = Vec::with_capacity(
-                    t.applied_to_groups.len() + t.address_groups.len() + t.network_policies.len(),
-                );
-                upserted.extend(
-                    t.applied_to_groups
-                        .into_iter()
-                        .map(ControlplaneObject::AppliedToGroup),
-                );
-                upserted.extend(t.address_groups.into_iter().map(ControlplaneObject::AddressGroup));
-                upserted.extend(
-                    t.network_policies
-                        .into_iter()
-                        .map(|p| ControlplaneObject::NetworkPolicy(Box::new(p))),
-                );
-                let delta = Delta {
-                    upserted,
-                    deleted: Vec::new(),
-                };
+                // Handed over object by object (each dropped once validated): no copy of the
+                // whole output is kept anywhere.
+                let (state, delta) = NativeState::with_delta(fresh, local.to_vec());
                 self.state = Some(state);
                 delta
             }

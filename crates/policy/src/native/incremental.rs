@@ -1,7 +1,9 @@
-//! The local controller kept running: [`NativeState`] holds the Antrea-native objects, the
-//! policies translated from them and the members of every group they use, and takes changes
-//! one at a time, answering each batch with the controlplane objects it added, changed or
-//! deleted ([`Delta`]), as antrea-controller's watchers would send them.
+//! The local controller kept running: [`NativeState`] holds the Antrea-native objects, what it
+//! needs of the policies translated from them (names, fingerprints, the groups they use; not the
+//! controlplane objects, which the [`Delta`] hands over and whoever takes it keeps) and the
+//! members of every group they use, and takes changes one at a time, answering each batch with
+//! the controlplane objects it added, changed or deleted, as antrea-controller's watchers would
+//! send them.
 //!
 //! What a change costs depends on what it touches:
 //! - an ExternalEntity (or the local ExternalNode's ones) is tested against each group's
@@ -20,8 +22,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::controller::{
-    inventory_entity, nesting_exceeded, shadowed_entity_error, Controller, Entity, PolicyOutput, Scope,
-    Source, Translation,
+    inventory_entity, nesting_exceeded, shadowed_entity_error, Controller, Entity, PolicyError, PolicyOutput,
+    Scope, Source, Translation,
 };
 use super::objects::{NativeKind, NativeObject};
 use super::selector::Selector;
@@ -83,10 +85,83 @@ struct GroupState {
     members: BTreeMap<EntityKey, cp::GroupMember>,
 }
 
-/// A translated policy and where it came from.
+/// A translated policy, where it came from, and what of its translation the state needs. Not the
+/// controlplane object: that is handed over in the next [`Delta`] (from [`NativeState::pending`])
+/// and kept by whoever takes it; the state remembers its name and fingerprint only.
 struct PolicyState {
     origin: String,
     /// The object's description, for its error.
+    describe: String,
+    result: Result<Translated, PolicyError>,
+    notes: Vec<String>,
+    rule_notes: Vec<RuleNote>,
+    /// The names of the groups it uses (their sources are kept by the groups).
+    address_groups: Vec<String>,
+    applied_to_groups: Vec<String>,
+}
+
+/// A policy's controlplane NetworkPolicy, as the state remembers it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Translated {
+    name: String,
+    fingerprint: Fingerprint,
+}
+
+/// The SHA-1 of a controlplane NetworkPolicy's `Debug` text (every field, `None` apart from an
+/// empty list, floats exactly): two translations with the same fingerprint are the same object.
+type Fingerprint = [u8; 20];
+
+fn fingerprint(policy: &cp::NetworkPolicy) -> Fingerprint {
+    struct Hasher(sha1_smol::Sha1);
+    impl std::fmt::Write for Hasher {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0.update(s.as_bytes());
+            Ok(())
+        }
+    }
+    let mut h = Hasher(sha1_smol::Sha1::new());
+    // Writing into a hasher cannot fail.
+    let _ = std::fmt::Write::write_fmt(&mut h, format_args!("{policy:?}"));
+    h.0.digest().bytes()
+}
+
+impl PolicyState {
+    /// The state of `output`, its controlplane object (when it translated), and the groups it
+    /// uses with their sources.
+    fn of(
+        origin: String,
+        describe: String,
+        output: PolicyOutput,
+    ) -> (Self, Option<cp::NetworkPolicy>, UsedGroups) {
+        let (result, object) = match output.result {
+            Ok(p) => (
+                Ok(Translated {
+                    name: p.metadata.name.clone(),
+                    fingerprint: fingerprint(&p),
+                }),
+                Some(p),
+            ),
+            Err(e) => (Err(e), None),
+        };
+        let state = PolicyState {
+            origin,
+            describe,
+            result,
+            notes: output.notes,
+            rule_notes: output.rule_notes,
+            address_groups: output.address_groups.keys().cloned().collect(),
+            applied_to_groups: output.applied_to_groups.keys().cloned().collect(),
+        };
+        (state, object, (output.address_groups, output.applied_to_groups))
+    }
+}
+
+/// The AddressGroups and AppliedToGroups a translation uses, with their sources.
+type UsedGroups = (BTreeMap<String, Source>, BTreeMap<String, Source>);
+
+/// A policy just translated, with where it came from.
+struct Fresh {
+    origin: String,
     describe: String,
     output: PolicyOutput,
 }
@@ -113,6 +188,9 @@ pub struct NativeState {
     /// The Tier and group errors of the last translation of every policy.
     layer_errors: Vec<String>,
     policies: BTreeMap<NativeKey, PolicyState>,
+    /// The controlplane objects of the policies marked dirty, as last translated, until the
+    /// next [`Delta`] hands them over.
+    pending: BTreeMap<NativeKey, cp::NetworkPolicy>,
     address_groups: BTreeMap<String, GroupState>,
     applied_to_groups: BTreeMap<String, GroupState>,
     /// For each Group (namespaced, by `namespace/name`) that selects ExternalEntities outside
@@ -126,6 +204,25 @@ pub struct NativeState {
 impl NativeState {
     /// The state of `objects` (later duplicates of a key replace earlier ones).
     pub fn new<O: Into<Arc<NativeObject>>>(objects: Vec<(String, O)>, local: Vec<Entity>) -> Self {
+        let mut state = Self::translated(objects, local);
+        state.dirty = Dirty::default();
+        state.pending = BTreeMap::new();
+        state
+    }
+
+    /// [`Self::new`], with everything it produces as one [`Delta`] (groups, then policies, each
+    /// by name): a first load, handed over without a copy left behind.
+    pub fn with_delta<O: Into<Arc<NativeObject>>>(
+        objects: Vec<(String, O)>,
+        local: Vec<Entity>,
+    ) -> (Self, Delta) {
+        let mut state = Self::translated(objects, local);
+        let delta = state.take_delta();
+        (state, delta)
+    }
+
+    /// The state of `objects`, everything in it marked as changed.
+    fn translated<O: Into<Arc<NativeObject>>>(objects: Vec<(String, O)>, local: Vec<Entity>) -> Self {
         let mut state = NativeState::default();
         for (origin, object) in objects {
             let object: Arc<NativeObject> = object.into();
@@ -161,7 +258,6 @@ impl NativeState {
         }
         state.foreign = state.all_foreign();
         state.translate_all_policies();
-        state.dirty = Dirty::default();
         state
     }
 
@@ -192,11 +288,17 @@ impl NativeState {
     }
 
     /// Everything the controller produces now, as [`super::translate`] returns it.
+    /// The policies are translated again: the state keeps no copy of them.
     pub fn translation(&self) -> Translation {
+        let mut c = Self::policy_layer(&self.objects, &self.foreign);
         let mut network_policies: Vec<cp::NetworkPolicy> = self
             .policies
-            .values()
-            .filter_map(|p| p.output.result.as_ref().ok().cloned())
+            .iter()
+            .filter(|(_, s)| s.result.is_ok())
+            .filter_map(|(key, _)| {
+                let (_, object) = self.objects.get(key)?;
+                c.translate_policy(object)?.result.ok()
+            })
             .collect();
         network_policies.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         Translation {
@@ -219,10 +321,10 @@ impl NativeState {
     pub fn rule_notes(&self) -> BTreeMap<&str, &[RuleNote]> {
         self.policies
             .values()
-            .filter(|s| !s.output.rule_notes.is_empty())
+            .filter(|s| !s.rule_notes.is_empty())
             .filter_map(|s| {
-                let p = s.output.result.as_ref().ok()?;
-                Some((p.metadata.name.as_str(), s.output.rule_notes.as_slice()))
+                let p = s.result.as_ref().ok()?;
+                Some((p.name.as_str(), s.rule_notes.as_slice()))
             })
             .collect()
     }
@@ -241,11 +343,10 @@ impl NativeState {
             .collect();
         errors.extend(self.layer_errors.iter().cloned());
         for state in self.policies.values() {
-            match &state.output.result {
+            match &state.result {
                 Err(e) => errors.push(format!("{}: {}: {e}", state.origin, state.describe)),
                 Ok(_) => errors.extend(
                     state
-                        .output
                         .notes
                         .iter()
                         .map(|note| format!("{}: {}: {note}", state.origin, state.describe)),
@@ -292,23 +393,32 @@ impl NativeState {
                 None => delta.deleted.push((Kind::AddressGroup, name.clone())),
             }
         }
+        let mut pending = std::mem::take(&mut self.pending);
         if !dirty.policies.is_empty() {
-            let mut by_name: BTreeMap<&str, &cp::NetworkPolicy> = BTreeMap::new();
-            for p in self
-                .policies
-                .values()
-                .filter_map(|s| s.output.result.as_ref().ok())
-            {
-                if dirty.policies.contains(&p.metadata.name) {
-                    by_name.entry(p.metadata.name.as_str()).or_insert(p);
+            // Each name's policy: the first in key order that has it.
+            let mut by_name: BTreeMap<&str, &NativeKey> = BTreeMap::new();
+            for (key, state) in &self.policies {
+                if let Ok(p) = &state.result {
+                    if dirty.policies.contains(&p.name) {
+                        by_name.entry(p.name.as_str()).or_insert(key);
+                    }
                 }
             }
             let mut deleted = Vec::new();
+            let mut layer = None;
             for name in &dirty.policies {
-                match by_name.get(name.as_str()) {
+                let object = by_name.get(name.as_str()).and_then(|key| {
+                    // Not pending: the policy did not change, another one left its name to it.
+                    pending.remove(*key).or_else(|| {
+                        let (_, object) = self.objects.get(*key)?;
+                        let c = layer.get_or_insert_with(|| Self::policy_layer(&self.objects, &self.foreign));
+                        c.translate_policy(object)?.result.ok()
+                    })
+                });
+                match object {
                     Some(p) => delta
                         .upserted
-                        .push(cp::ControlplaneObject::NetworkPolicy(Box::new((*p).clone()))),
+                        .push(cp::ControlplaneObject::NetworkPolicy(Box::new(p))),
                     None => deleted.push((Kind::NetworkPolicy, name.clone())),
                 }
             }
@@ -696,10 +806,10 @@ impl NativeState {
 
     /// Translates the policy under `key` again (or drops it when it is gone).
     fn translate_policy(&mut self, key: &NativeKey) {
-        let new = match self.objects.get(key) {
+        let fresh = match self.objects.get(key) {
             Some((origin, object)) => {
                 let mut c = Self::policy_layer(&self.objects, &self.foreign);
-                c.translate_policy(object).map(|output| PolicyState {
+                c.translate_policy(object).map(|output| Fresh {
                     origin: origin.clone(),
                     describe: object.describe(),
                     output,
@@ -707,49 +817,50 @@ impl NativeState {
             }
             None => None,
         };
-        let old = match new {
-            Some(state) => self.policies.insert(key.clone(), state),
-            None => self.policies.remove(key),
-        };
-        self.policy_replaced(key, old);
+        let old = self.policies.remove(key);
+        self.replace_policy(key, old, fresh);
     }
 
-    /// Updates the groups and marks the names after the policy under `key` replaced `old`.
-    fn policy_replaced(&mut self, key: &NativeKey, old: Option<PolicyState>) {
-        let new = self.policies.get(key);
-        let old_policy = old.as_ref().and_then(|s| s.output.result.as_ref().ok());
-        let new_policy = new.and_then(|s| s.output.result.as_ref().ok());
-        let notes = |s: Option<&PolicyState>| s.map(|s| &s.output.rule_notes).cloned();
+    /// Puts the policy under `key` translated afresh (`None`: gone) in place of `old`; updates
+    /// the groups, and marks its names (and keeps its object for the next delta) when it changed.
+    fn replace_policy(&mut self, key: &NativeKey, old: Option<PolicyState>, fresh: Option<Fresh>) {
+        let (new, object, (gained_ags, gained_atgs)) = match fresh {
+            Some(f) => {
+                let (state, object, used) = PolicyState::of(f.origin, f.describe, f.output);
+                (Some(state), object, used)
+            }
+            None => (None, None, Default::default()),
+        };
+        let old_policy = old.as_ref().and_then(|s| s.result.as_ref().ok());
+        let new_policy = new.as_ref().and_then(|s| s.result.as_ref().ok());
+        let notes = |s: Option<&PolicyState>| s.map(|s| &s.rule_notes).cloned();
         // A note can change alone (the same fail-closed rule, for another field): the policy
         // is handed over again so that its status says the new one.
-        if old_policy != new_policy || notes(old.as_ref()) != notes(new) {
+        if old_policy != new_policy || notes(old.as_ref()) != notes(new.as_ref()) {
             for p in old_policy.into_iter().chain(new_policy) {
-                self.dirty.policies.insert(p.metadata.name.clone());
+                self.dirty.policies.insert(p.name.clone());
+            }
+            if let Some(object) = object {
+                self.pending.insert(key.clone(), object);
             }
         }
-        let (new_ags, new_atgs) = match new {
-            Some(s) => (
-                s.output.address_groups.clone(),
-                s.output.applied_to_groups.clone(),
-            ),
+        if new_policy.is_none() {
+            self.pending.remove(key);
+        }
+        let (lost_ags, lost_atgs) = match old {
+            Some(s) => (s.address_groups, s.applied_to_groups),
             None => Default::default(),
         };
-        let (old_ags, old_atgs) = match old {
-            Some(s) => (s.output.address_groups, s.output.applied_to_groups),
-            None => Default::default(),
-        };
-        self.use_groups(true, new_ags, old_ags);
-        self.use_groups(false, new_atgs, old_atgs);
+        if let Some(state) = new {
+            self.policies.insert(key.clone(), state);
+        }
+        self.use_groups(true, gained_ags, lost_ags);
+        self.use_groups(false, gained_atgs, lost_atgs);
     }
 
     /// Counts the uses of `gained` and drops those of `lost`; a group starting to be used is
     /// resolved, one no longer used is deleted.
-    fn use_groups(
-        &mut self,
-        address: bool,
-        gained: BTreeMap<String, Source>,
-        lost: BTreeMap<String, Source>,
-    ) {
+    fn use_groups(&mut self, address: bool, gained: BTreeMap<String, Source>, lost: Vec<String>) {
         for (name, source) in gained {
             let groups = if address {
                 &self.address_groups
@@ -788,7 +899,7 @@ impl NativeState {
         } else {
             (&mut self.applied_to_groups, &mut self.dirty.applied_to_groups)
         };
-        for name in lost.into_keys() {
+        for name in lost {
             if let Some(g) = groups.get_mut(&name) {
                 g.users = g.users.saturating_sub(1);
                 if g.users == 0 {
@@ -803,12 +914,12 @@ impl NativeState {
     /// defined by ClusterGroup/Group name (their definitions may be what changed).
     fn translate_all_policies(&mut self) {
         let mut c = Self::policy_layer(&self.objects, &self.foreign);
-        let mut outputs: Vec<(NativeKey, PolicyState)> = Vec::new();
+        let mut outputs: Vec<(NativeKey, Fresh)> = Vec::new();
         for (key, (origin, object)) in &self.objects {
             if let Some(output) = c.translate_policy(object) {
                 outputs.push((
                     key.clone(),
-                    PolicyState {
+                    Fresh {
                         origin: origin.clone(),
                         describe: object.describe(),
                         output,
@@ -819,13 +930,12 @@ impl NativeState {
         self.layer_errors = std::mem::take(&mut c.errors);
         drop(c);
         let mut old = std::mem::take(&mut self.policies);
-        for (key, state) in outputs {
-            self.policies.insert(key.clone(), state);
+        for (key, fresh) in outputs {
             let previous = old.remove(&key);
-            self.policy_replaced(&key, previous);
+            self.replace_policy(&key, previous, Some(fresh));
         }
         for (key, state) in old {
-            self.policy_replaced(&key, Some(state));
+            self.replace_policy(&key, Some(state), None);
         }
         self.resolve_all_groups(|source| matches!(source, Source::Named { .. }));
     }

@@ -236,6 +236,21 @@ fn a_fresh_state_equals_the_full_translation() {
     assert!(!t.network_policies.is_empty() && !t.address_groups.is_empty());
 }
 
+/// The first load's delta is the whole translation (groups, then policies, by name), and the
+/// state it leaves is the one `new` makes.
+#[test]
+fn the_first_delta_is_the_full_translation() {
+    let objects: Vec<(String, NativeObject)> = (0..SLOTS)
+        .map(|slot| (format!("file{}", slot % 2), object(slot, slot % 4)))
+        .collect();
+    let (state, delta) = NativeState::with_delta(objects.clone(), local(0));
+    assert!(delta.deleted.is_empty(), "{delta:?}");
+    let t = state.translation();
+    assert_eq!(delta.upserted, t.objects());
+    assert_eq!(t, NativeState::new(objects, local(0)).translation());
+    assert_eq!(t, full(&state));
+}
+
 #[test]
 fn one_label_change_touches_only_the_groups_selecting_the_entity() {
     let mut state = initial();
