@@ -397,12 +397,22 @@ pub fn attribute(trace: &ParsedTrace, flow: &str, conjunctions: &ConjunctionMap)
         .join("; then ");
     let mut summary = match (reason, &decided_by) {
         (Reason::Rule, Some(r)) if agrees => format!("{words} by {}.", r.describe()),
-        (Reason::Rule, Some(r)) => format!(
-            "{words} by the bridge, although the packet matched {}: it ended in {}. The flows on \
-             the bridge differ from the agent's rules (compare `get ovsflows`).",
-            r.describe(),
-            where_it_ended(trace)
-        ),
+        // The bridge and the agent's rule disagree: name both, and say the answer is not the
+        // rule's (the same `Unexplained` as a drop no rule accounts for, below).
+        (Reason::Rule, Some(r)) => {
+            reason = Reason::Unexplained;
+            let rule_says = match expected {
+                Some(v) => format!("the agent's rules say {}", v.as_str()),
+                None => "the agent's rules give no verdict for it".to_string(),
+            };
+            format!(
+                "{words} by the bridge, although the packet matched {} ({rule_says}): it ended \
+                 in {}. The flows on the bridge differ from the agent's rules (compare `get \
+                 ovsflows`).",
+                r.describe(),
+                where_it_ended(trace)
+            )
+        }
         (Reason::NoRule, _) if agrees && passed_by.is_empty() => format!(
             "{words}: no rule matches, so the default applies (Antrea-native policies allow what \
              none of their rules drops; they do not isolate the VM)."
@@ -560,14 +570,26 @@ mod tests {
             .collect();
         let a = attribute(&t, "f", &map);
         assert_eq!(a.verdict, Verdict::Rejected);
-        assert_eq!(a.reason, Reason::Rule);
+        assert_eq!(a.reason, Reason::Unexplained);
+        // Both sides are named: the bridge's verdict and the rule's.
         assert!(
-            a.summary.contains("differ from the agent's rules"),
+            a.summary
+                .starts_with("Rejected by the bridge, although the packet matched rule"),
             "{}",
             a.summary
         );
+        assert!(
+            a.summary.contains("(Allow, ingress)")
+                && a.summary.contains("the agent's rules say Allowed")
+                && a.summary.contains("differ from the agent's rules"),
+            "{}",
+            a.summary
+        );
+        // The rule is still reported, as what the packet matched.
+        assert_eq!(a.decided_by.as_ref().map(|r| r.conj_id), Some(2));
         // A conjunction the agent does not know.
         let a = attribute(&t, "f", &ConjunctionMap::new());
+        assert_eq!(a.reason, Reason::Unexplained);
         assert!(!a.decided_by.as_ref().unwrap().known);
         assert!(
             a.summary.contains("not a rule the agent installed"),

@@ -90,22 +90,28 @@ pub struct ParsedTrace {
 }
 
 impl ParsedTrace {
-    /// Whether the datapath was told to send the packet out of a port, in any pass: an action
-    /// that is a port (a number or a name), not `drop`, conntrack, recirculation, a packet-in
-    /// (`userspace(...)`) or a meter.
+    /// Whether the datapath was told to send the packet out of a port, in any pass. An output
+    /// is a bare datapath port number: `ofproto/trace` prints its datapath actions without port
+    /// names, so every other word (`drop`, `ct_clear`, `pop_vlan`, `pop_eth`, `set(...)`,
+    /// `ct(...)`, `recirc(...)`, a packet-in's `userspace(...)`, a meter) is not an output. A
+    /// `clone(...)` outputs what its inner actions output.
     pub fn datapath_outputs(&self) -> bool {
-        self.datapath_actions
-            .iter()
-            .flat_map(|a| top_level(a))
-            .any(|action| {
-                let action = action.trim();
-                !action.is_empty()
-                    && action != "drop"
-                    && !action.contains('(')
-                    && !action.contains(':')
-                    && !action.contains('=')
-            })
+        self.datapath_actions.iter().any(|a| outputs(a))
     }
+}
+
+/// Whether the datapath actions `text` include an output to a port.
+fn outputs(text: &str) -> bool {
+    top_level(text).into_iter().any(|action| {
+        let action = action.trim();
+        if let Some(inner) = action
+            .strip_prefix("clone(")
+            .and_then(|rest| rest.strip_suffix(')'))
+        {
+            return outputs(inner);
+        }
+        !action.is_empty() && action.chars().all(|c| c.is_ascii_digit())
+    })
 }
 
 /// The comma-separated actions of `text`, commas inside parentheses kept.
@@ -448,5 +454,46 @@ mod tests {
             top_level("ct(commit,zone=1),recirc(0x2),3"),
             ["ct(commit,zone=1)", "recirc(0x2)", "3"]
         );
+    }
+    #[test]
+    fn only_a_port_number_is_an_output() {
+        let with = |actions: &str| ParsedTrace {
+            datapath_actions: vec![actions.to_string()],
+            ..ParsedTrace::default()
+        };
+        // Datapath actions that change or hand on the packet but send it nowhere: Dropped.
+        for actions in [
+            "drop",
+            "ct_clear",
+            "pop_vlan",
+            "pop_eth",
+            "pop_mpls(eth_type=0x800)",
+            "set(ipv4(src=10.0.0.1))",
+            "ct(zone=65520),recirc(0x1)",
+            "ct_clear,pop_vlan,recirc(0x3)",
+            "userspace(pid=0,controller(reason=1))",
+            "meter(0)",
+            "push_vlan(vid=5,pcp=0)",
+            "clone(ct_clear,pop_eth)",
+            "trunc(100)",
+            "",
+        ] {
+            assert!(!with(actions).datapath_outputs(), "{actions:?} read as an output");
+        }
+        // A port number, alone or after other actions, or inside a clone: Allowed.
+        for actions in [
+            "2",
+            "ct_clear,3",
+            "set(eth(dst=aa:bb:cc:dd:ee:ff)),pop_vlan,12",
+            "clone(4),drop",
+        ] {
+            assert!(with(actions).datapath_outputs(), "{actions:?} read as no output");
+        }
+        // Any pass that outputs is enough.
+        let t = ParsedTrace {
+            datapath_actions: vec!["ct(zone=65520),recirc(0x1)".into(), "ct_clear,2".into()],
+            ..ParsedTrace::default()
+        };
+        assert!(t.datapath_outputs());
     }
 }
