@@ -1,7 +1,7 @@
 //! In-process tests of the flow installer's observability, against the fake switch: per-rule
 //! counters (`GetRuleStats`) read from faked metric-flow counters, realization notices
 //! (`PoliciesRealized`) after each successful commit only, and the flow-operation and
-//! realization-latency metrics.
+//! realization-latency metrics; and when `trace` may read the conjunctions (`GetTraceContext`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
 use std::collections::BTreeMap;
@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use actix::{Actor, Addr};
 
+use antrea_vm_agent::actors::flow_installer::query::GetTraceContext;
 use antrea_vm_agent::actors::flow_installer::{metric_sample, FlowInstaller, GetLastRealized};
 use antrea_vm_agent::actors::{FlowInstallerDeps, FlowInstallerOutputs, Lifeline, Timing};
 use antrea_vm_agent::host::fake::FakeHost;
@@ -413,4 +414,30 @@ async fn realization_is_reported_after_each_successful_commit_only() {
             >= 2,
         "the first sync's and the retried change's realization latency"
     );
+}
+
+/// `trace` is answered only once the installer committed a sync: before it (after a restart or
+/// a take-over) the flows on the bridge have no conjunctions the agent published.
+#[actix_rt::test]
+async fn the_trace_context_is_synced_only_after_the_first_commit() {
+    let w = start().await;
+    let ctx = w.installer.send(GetTraceContext).await.expect("installer alive");
+    assert!(!ctx.synced, "synced before any sync");
+    assert!(ctx.conjunctions.is_empty());
+    w.installer.do_send(interfaces());
+    w.installer.do_send(RulesChanged {
+        rules: view(rules()),
+        policies: generations(1, 1),
+        sync_epoch: 1,
+        interface_ofports: interfaces().ofports(),
+        changes: None,
+    });
+    w.wait_realized(&PoliciesRealized {
+        policies: generations(1, 1).into(),
+        sync_epoch: 1,
+    })
+    .await;
+    let ctx = w.installer.send(GetTraceContext).await.expect("installer alive");
+    assert!(ctx.synced, "not synced after the first commit");
+    assert!(!ctx.conjunctions.is_empty());
 }

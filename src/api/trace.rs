@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 use super::collect;
 use super::handlers::{ask, error, unavailable, ApiState};
-use crate::actors::flow_installer::query::GetTraceContext;
+use crate::actors::flow_installer::query::{GetTraceContext, TraceContext};
 use crate::attachment::AttachedInterface;
 use crate::ovs::vswitchd::VswitchdError;
 use crate::policy::trace::{
@@ -52,6 +52,8 @@ pub enum TraceError {
     Address { what: &'static str, value: String },
     #[error("no interface is attached to the bridge yet")]
     NoInterface,
+    #[error("the agent has not yet installed its flows; try again")]
+    NotSynced,
     #[error("interface {name:?} is not attached (attached: {attached})")]
     UnknownInterface { name: String, attached: String },
     #[error("{attached} are attached: name one with --interface")]
@@ -70,7 +72,7 @@ impl TraceError {
     fn status(&self) -> StatusCode {
         match self {
             TraceError::UnknownInterface { .. } => StatusCode::NOT_FOUND,
-            TraceError::NoInterface => StatusCode::SERVICE_UNAVAILABLE,
+            TraceError::NoInterface | TraceError::NotSynced => StatusCode::SERVICE_UNAVAILABLE,
             TraceError::Vswitchd(VswitchdError::Call { .. }) => StatusCode::BAD_GATEWAY,
             TraceError::Vswitchd(_) => StatusCode::SERVICE_UNAVAILABLE,
             TraceError::Parse(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -149,6 +151,16 @@ pub fn build_packet(q: &TraceQuery, interfaces: &[AttachedInterface]) -> Result<
     Ok(packet)
 }
 
+/// Refuses a trace before the flow installer's first sync: the flows on the bridge then are
+/// not ones whose rules the agent knows yet, and every rule would read as drift.
+pub fn ready(ctx: &TraceContext) -> Result<(), TraceError> {
+    if ctx.synced {
+        Ok(())
+    } else {
+        Err(TraceError::NotSynced)
+    }
+}
+
 fn failed(e: TraceError) -> HttpResponse {
     error(e.status(), e.to_string())
 }
@@ -164,6 +176,9 @@ pub async fn trace(state: web::Data<ApiState>, q: web::Query<TraceQuery>) -> Htt
     let Some(ctx) = ask(flows.send(GetTraceContext)).await else {
         return unavailable("the flow installer");
     };
+    if let Err(e) = ready(&ctx) {
+        return failed(e);
+    }
     let packet = match build_packet(&q, &ctx.interfaces) {
         Ok(p) => p,
         Err(e) => return failed(e),
@@ -267,5 +282,21 @@ mod tests {
             build_packet(&no_port, &two[..1]).unwrap_err().to_string(),
             "udp needs a destination port (--port)"
         );
+    }
+
+    #[test]
+    fn a_trace_before_the_first_sync_is_refused_with_503() {
+        let mut ctx = TraceContext {
+            interfaces: vec![iface("eth0", 20, &["10.0.0.2"])],
+            ..TraceContext::default()
+        };
+        let e = ready(&ctx).unwrap_err();
+        assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            e.to_string(),
+            "the agent has not yet installed its flows; try again"
+        );
+        ctx.synced = true;
+        assert!(ready(&ctx).is_ok());
     }
 }

@@ -163,6 +163,10 @@ pub struct FlowInstaller {
     /// What the packet-in responder needs (conjunction → rule, local interfaces), published on
     /// every change so the responder of the current connection always sees the latest.
     conjunctions_tx: watch::Sender<SharedConjunctions>,
+    /// Set once a sync committed since the agent started: before it, the flows on the bridge
+    /// (left by the previous agent, or being taken over) have no conjunctions in
+    /// `conjunctions_tx`, so `trace` could not name their rules.
+    synced_once: bool,
     interfaces_tx: watch::Sender<Arc<Vec<AttachedInterface>>>,
     /// The NetworkPolicy audit log (`np.log`); `None` if it cannot be opened.
     audit: Option<AuditLog>,
@@ -222,6 +226,7 @@ impl FlowInstaller {
             publisher: ConjunctionPublisher::new(),
             policy_resync: false,
             conjunctions_tx: watch::channel(Arc::new(BTreeMap::new())).0,
+            synced_once: false,
             interfaces_tx: watch::channel(Arc::new(Vec::new())).0,
             audit,
             packet_in_stats: PacketInStats::new(),
@@ -869,6 +874,7 @@ impl FlowInstaller {
                 if let Some(session) = self.session.as_mut() {
                     session.synced = true;
                 }
+                self.synced_once = true;
                 if let Some(found) = &audit {
                     drift::report_repair(&self.deps.metrics, found, count);
                 }

@@ -61,12 +61,16 @@ impl Handler<GetFlowDump> for FlowInstaller {
 }
 
 /// What `trace` needs of the installer: the conjunctions (to name the rule a traced packet
-/// matched) and the attached interfaces (to pick the port the packet enters by). Cheap: the
-/// conjunction map is shared, not copied.
+/// matched), the attached interfaces (to pick the port the packet enters by) and whether the
+/// conjunctions describe the bridge yet. Cheap: the conjunction map is shared, not copied.
 #[derive(Clone, Debug, Default)]
 pub struct TraceContext {
     pub conjunctions: crate::policy::compiler::SharedConjunctions,
     pub interfaces: Vec<AttachedInterface>,
+    /// Whether the installer committed a sync since the agent started. Before that the bridge
+    /// may hold flows (left by the previous agent, or being taken over) whose conjunctions the
+    /// installer has not published, so a trace would call every rule unknown.
+    pub synced: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, Message)]
@@ -79,6 +83,7 @@ impl Handler<GetTraceContext> for FlowInstaller {
         actix::MessageResult(TraceContext {
             conjunctions: self.conjunctions_tx.borrow().clone(),
             interfaces: self.interfaces.clone().unwrap_or_default(),
+            synced: self.synced_once,
         })
     }
 }
