@@ -25,6 +25,8 @@ const CERT_DATA_PLAIN: &str = "LAB-CLIENT-CERT-DATA-0f1e2d3c4b5a6978";
 const KEY_FILE_LINE: &str = "MHcCAQEEIlabKeyFileBodySecret00112233445566778899";
 const TOKEN_FILE: &str = "lab-token-file-secret-a1b2c3d4e5f60718";
 const BEARER: &str = "lab-metrics-bearer-secret-99887766554433";
+/// The password in the cluster URL's userinfo.
+const SERVER_PASSWORD: &str = "lab-server-userinfo-pass-5f4e3d2c";
 
 fn b64(text: &str) -> String {
     use base64::Engine;
@@ -47,7 +49,7 @@ fn write_secrets(lab: &Lab) -> (PathBuf, PathBuf) {
         &kubeconfig,
         format!(
             "apiVersion: v1\nkind: Config\n\
-             clusters: [{{name: c, cluster: {{server: 'https://10.96.0.1:443'}}}}]\n\
+             clusters: [{{name: c, cluster: {{server: 'https://lab:{SERVER_PASSWORD}@10.96.0.1:443'}}}}]\n\
              users:\n- name: antrea-agent\n  user:\n    token: {TOKEN}\n    client-key-data: {}\n    \
              client-certificate-data: {}\n    client-key: client.key\n    tokenFile: {}\n\
              contexts: [{{name: x, context: {{cluster: c, user: antrea-agent}}}}]\ncurrent-context: x\n",
@@ -70,6 +72,7 @@ fn secrets() -> Vec<String> {
         KEY_FILE_LINE.into(),
         TOKEN_FILE.into(),
         BEARER.into(),
+        SERVER_PASSWORD.into(),
     ]
 }
 
@@ -270,7 +273,9 @@ fn lab_supportbundle_of_a_running_agent_and_of_a_stopped_one() {
     );
     let kc = b.text("agent/config/clientConnection.kubeconfig");
     assert!(
-        kc.contains("<redacted>") && kc.contains("client-key: client.key"),
+        kc.contains("<redacted>")
+            && kc.contains("client-key: client.key")
+            && kc.contains("server: https://10.96.0.1:443"),
         "{kc}"
     );
     assert!(

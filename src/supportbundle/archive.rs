@@ -1,9 +1,12 @@
 //! The bundle as files: what one collected file is ([`Item`]), the size bounds ([`Limits`]:
-//! per file, and in total), the manifest that says what was collected, cut or failed and why
+//! per file, and in total; [`Budget`], the total shared by the collectors as they read), the
+//! manifest that says what was collected, cut or failed and why
 //! ([`Manifest`]), and the tar.gz writer ([`write_tar_gz`]) that applies the total bound in a
 //! fixed order and puts the manifest in last.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -42,6 +45,37 @@ impl Default for Limits {
             max_total_bytes: DEFAULT_MAX_TOTAL_BYTES,
             collector_timeout: DEFAULT_COLLECTOR_TIMEOUT,
         }
+    }
+}
+
+/// The bytes left under the total bound, shared by the collectors and taken as they read: the
+/// command holds about the total bound in memory, however many and large the sources are.
+#[derive(Clone, Debug)]
+pub struct Budget(Arc<AtomicU64>);
+
+impl Budget {
+    pub fn new(total: u64) -> Budget {
+        Budget(Arc::new(AtomicU64::new(total)))
+    }
+
+    /// Takes up to `want` bytes; returns how many were granted (0 once the budget is spent).
+    pub fn take(&self, want: u64) -> u64 {
+        let before = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                Some(left - left.min(want))
+            })
+            .unwrap_or(0);
+        before.min(want)
+    }
+
+    /// Returns bytes taken but not used.
+    pub fn give_back(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::AcqRel);
+    }
+
+    pub fn left(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use clap::ValueEnum;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::archive::{Item, Keep};
+use super::archive::{Budget, Item, Keep};
 use crate::cli::client;
 use crate::cli::{run_get, GetArgs, OutputFormat, Resource};
 use crate::ovs::vswitchd::{control_socket, Vswitchd};
@@ -24,6 +24,16 @@ const EXTRA_TOOL_DIRS: &[&str] = &["/usr/local/sbin", "/usr/sbin", "/sbin", "/us
 const STDERR_KEPT: u64 = 4096;
 /// Rotated copies of a log looked for after the file itself (`<log>.1` ... `<log>.N`).
 const MAX_ROTATED: u32 = 10;
+/// Directory levels [`tree`] descends below the directory it is given.
+pub const MAX_TREE_DEPTH: usize = 8;
+/// Files [`tree`] collects from one directory tree; the rest is one skipped entry.
+pub const MAX_TREE_FILES: usize = 5_000;
+/// Directories [`tree`] refuses to copy as a whole: a `stateDir: /` or an audit `logDir: /etc`
+/// by mistake must not put `/etc/shadow` or a home directory in a bundle.
+const SYSTEM_DIRS: &[&str] = &[
+    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/media", "/mnt", "/opt", "/proc",
+    "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/lib", "/var/log", "/var/run",
+];
 /// Journal lines read when no `--since` bounds them.
 const JOURNAL_LINES: &str = "100000";
 /// The agent's systemd unit.
@@ -42,13 +52,65 @@ pub fn which(program: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Reads `r` to its end, keeping at most `max` bytes (its beginning or its end); returns them and
-/// how many bytes there were.
-async fn read_bounded<R: AsyncRead + Unpin>(mut r: R, max: u64, keep: Keep) -> (Vec<u8>, u64) {
-    let max = usize::try_from(max).unwrap_or(usize::MAX);
-    let mut kept = Vec::new();
+/// Drops the partial line a cut leaves at its edge (the first line of a kept end, the last line
+/// of a kept beginning): half a token or half a key line is no longer what the scrub knows.
+pub fn drop_partial_line(data: &mut Vec<u8>, keep: Keep) {
+    match keep {
+        Keep::Tail => match data.iter().position(|&b| b == b'\n') {
+            Some(p) => {
+                data.drain(..=p);
+            }
+            None => data.clear(),
+        },
+        Keep::Head => match data.iter().rposition(|&b| b == b'\n') {
+            Some(p) => data.truncate(p + 1),
+            None => data.clear(),
+        },
+    }
+}
+
+/// Keeps the last `n` bytes of `data`, which may hold one byte more before them: when that
+/// byte is a line end, the first line kept is whole; otherwise it is dropped.
+fn keep_tail_lines(data: &mut Vec<u8>, n: usize) {
+    if data.len() <= n {
+        return;
+    }
+    let whole = data[data.len() - n - 1] == b'\n';
+    data.drain(..data.len() - n);
+    if !whole {
+        drop_partial_line(data, Keep::Tail);
+    }
+}
+
+/// What a read bounded by the per-file cap and the shared budget kept.
+struct Bounded {
+    data: Vec<u8>,
+    /// Bytes the source had.
+    total: u64,
+    /// The budget gave less than the per-file cap asked for.
+    budget_short: bool,
+}
+
+/// Reads `r` to its end, keeping at most `max` bytes (its beginning or its end) and no more than
+/// `budget` grants; a cut drops the partial line at its edge.
+async fn read_bounded<R: AsyncRead + Unpin>(
+    mut r: R,
+    max: u64,
+    keep: Keep,
+    budget: Option<&Budget>,
+) -> Bounded {
+    // The end is only known at the end: reserve the cap, give back what is not kept.
+    let reserved = match (keep, budget) {
+        (Keep::Tail, Some(b)) => b.take(max),
+        _ => max,
+    };
+    let mut head = Vec::new();
+    let mut tail: std::collections::VecDeque<Vec<u8>> = std::collections::VecDeque::new();
+    let mut tail_len = 0usize;
     let mut total = 0u64;
+    let mut budget_short = keep == Keep::Tail && reserved < max;
     let mut buf = vec![0u8; 64 * 1024];
+    let room_max = usize::try_from(reserved).unwrap_or(usize::MAX);
     loop {
         let n = match r.read(&mut buf).await {
             Ok(0) | Err(_) => break,
@@ -57,28 +119,63 @@ async fn read_bounded<R: AsyncRead + Unpin>(mut r: R, max: u64, keep: Keep) -> (
         total += n as u64;
         match keep {
             Keep::Head => {
-                let room = max.saturating_sub(kept.len());
-                kept.extend_from_slice(&buf[..n.min(room)]);
+                let want = n.min(room_max.saturating_sub(head.len()));
+                let granted = match budget {
+                    Some(b) => usize::try_from(b.take(want as u64)).unwrap_or(0),
+                    None => want,
+                };
+                budget_short |= granted < want;
+                head.extend_from_slice(&buf[..granted]);
             }
             Keep::Tail => {
-                kept.extend_from_slice(&buf[..n]);
-                // Amortized: drop the front only once twice the bound is held.
-                if kept.len() > max.saturating_mul(2).max(1 << 20) {
-                    kept.drain(..kept.len() - max);
+                // Chunks, the oldest dropped once the rest covers the bound: about `max` held.
+                tail.push_back(buf[..n].to_vec());
+                tail_len += n;
+                // One byte more than kept: it says whether the first line kept is whole.
+                while tail.front().is_some_and(|f| tail_len - f.len() > room_max) {
+                    if let Some(f) = tail.pop_front() {
+                        tail_len -= f.len();
+                    }
                 }
             }
         }
     }
-    if keep == Keep::Tail && kept.len() > max {
-        kept.drain(..kept.len() - max);
+    let mut data = match keep {
+        Keep::Head => head,
+        Keep::Tail => {
+            let mut d: Vec<u8> = tail.into_iter().flatten().collect();
+            keep_tail_lines(&mut d, room_max);
+            d
+        }
+    };
+    let taken = match keep {
+        Keep::Head => data.len() as u64,
+        Keep::Tail => reserved,
+    };
+    if keep == Keep::Head && total > data.len() as u64 {
+        drop_partial_line(&mut data, keep);
     }
-    (kept, total)
+    if let Some(b) = budget {
+        b.give_back(taken.saturating_sub(data.len() as u64));
+    }
+    Bounded {
+        data,
+        total,
+        budget_short,
+    }
 }
 
 /// Runs `program args` (no shell, `LC_ALL=C`) and files its standard output at `path`. The child
 /// is killed when the collector's timeout drops this future. A missing program or a failed run
 /// (with its standard error) is a failed item.
-pub async fn run_command(path: &str, program: &str, args: &[String], keep: Keep, max: u64) -> Item {
+pub async fn run_command(
+    path: &str,
+    program: &str,
+    args: &[String],
+    keep: Keep,
+    max: u64,
+    budget: &Budget,
+) -> Item {
     let source = std::iter::once(program.to_string())
         .chain(args.iter().cloned())
         .collect::<Vec<_>>()
@@ -105,16 +202,24 @@ pub async fn run_command(path: &str, program: &str, args: &[String], keep: Keep,
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Item::failed(path, source, "no pipes to the child");
     };
-    let ((out, total), (err, _), status) = tokio::join!(
-        read_bounded(stdout, max, keep),
-        read_bounded(stderr, STDERR_KEPT, Keep::Tail),
+    let (out, err, status) = tokio::join!(
+        read_bounded(stdout, max, keep, Some(budget)),
+        read_bounded(stderr, STDERR_KEPT, Keep::Tail, None),
         child.wait()
     );
+    let err = err.data;
+    if !matches!(&status, Ok(s) if s.success()) {
+        budget.give_back(out.data.len() as u64);
+    }
     match status {
         Ok(s) if s.success() => {
-            let mut item = Item::ok(path, source, out).keep(keep);
-            if total > item.data.as_ref().map_or(0, |d| d.len() as u64) {
-                item.original_bytes = Some(total);
+            let kept = out.data.len() as u64;
+            let mut item = Item::ok(path, source, out.data).keep(keep);
+            if out.total > kept {
+                item.original_bytes = Some(out.total);
+                if out.budget_short {
+                    item.note = Some(BUDGET_CUT.to_string());
+                }
             }
             item
         }
@@ -127,6 +232,37 @@ pub async fn run_command(path: &str, program: &str, args: &[String], keep: Keep,
     }
 }
 
+/// The note of a file cut (or left out) because the bundle's total bound was reached.
+const BUDGET_CUT: &str =
+    "cut: the bundle reached its total bound while this was read (kept whole lines only)";
+
+/// Bounds content a collector already holds (a control-socket answer, a `get` output) by `max`
+/// and by what `budget` grants, cutting at a line; notes why.
+pub fn charge(mut item: Item, max: u64, budget: &Budget) -> Item {
+    let Ok(data) = &mut item.data else {
+        return item;
+    };
+    let len = data.len() as u64;
+    let granted = budget.take(len.min(max));
+    if granted < len {
+        let keep = item.keep;
+        let granted_len = usize::try_from(granted).unwrap_or(0);
+        match keep {
+            Keep::Head => {
+                data.truncate(granted_len);
+                drop_partial_line(data, keep);
+            }
+            Keep::Tail => keep_tail_lines(data, granted_len),
+        }
+        budget.give_back(granted - data.len() as u64);
+        item.original_bytes = Some(len);
+        if granted < len.min(max) {
+            item.note = Some(BUDGET_CUT.to_string());
+        }
+    }
+    item
+}
+
 fn io_text(e: &std::io::Error) -> String {
     match e.kind() {
         std::io::ErrorKind::NotFound => "no such file".to_string(),
@@ -134,29 +270,69 @@ fn io_text(e: &std::io::Error) -> String {
     }
 }
 
-/// The file at `src` filed at `path`, at most `max` bytes of it (read from the end for
-/// [`Keep::Tail`]). Blocking: run it on the blocking pool.
-pub fn file(path: &str, src: &Path, keep: Keep, max: u64) -> Item {
+/// The regular file at `src` filed at `path`, at most `max` bytes of it and no more than
+/// `budget` grants (read from the end for [`Keep::Tail`]), cut at a line. Opened without
+/// blocking (a FIFO or a device is refused, not read). Blocking: run it on the blocking pool.
+pub fn file(path: &str, src: &Path, keep: Keep, max: u64, budget: &Budget) -> Item {
     use std::io::{Read, Seek, SeekFrom};
+    use std::os::unix::fs::OpenOptionsExt;
     let source = src.display().to_string();
-    let read = || -> std::io::Result<(Vec<u8>, u64)> {
-        let mut f = std::fs::File::open(src)?;
-        let len = f.metadata()?.len();
-        if keep == Keep::Tail && len > max {
-            f.seek(SeekFrom::Start(len - max))?;
+    // `None`: not a regular file.
+    let read = || -> std::io::Result<Option<Bounded>> {
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(src)?;
+        let meta = f.metadata()?;
+        if !meta.is_file() {
+            return Ok(None);
+        }
+        let len = meta.len();
+        let want = len.min(max);
+        let granted = budget.take(want);
+        // A tail read starts one byte early: that byte says whether the first line is whole.
+        let extra = u64::from(keep == Keep::Tail && len > granted && granted > 0);
+        if keep == Keep::Tail && len > granted {
+            f.seek(SeekFrom::Start(len - granted - extra))?;
         }
         let mut data = Vec::new();
-        f.take(max).read_to_end(&mut data)?;
-        Ok((data, len))
+        let read = f.take(granted + extra).read_to_end(&mut data);
+        if let Err(e) = read {
+            budget.give_back(granted);
+            return Err(e);
+        }
+        match keep {
+            Keep::Tail if extra == 1 => {
+                keep_tail_lines(&mut data, usize::try_from(granted).unwrap_or(usize::MAX));
+            }
+            Keep::Tail => {}
+            Keep::Head if len > data.len() as u64 => drop_partial_line(&mut data, keep),
+            Keep::Head => {}
+        }
+        budget.give_back(granted.saturating_sub(data.len() as u64));
+        Ok(Some(Bounded {
+            data,
+            total: len,
+            budget_short: granted < want,
+        }))
     };
     match read() {
-        Ok((data, len)) => {
+        Ok(Some(Bounded {
+            data,
+            total: len,
+            budget_short,
+        })) => {
+            let kept = data.len() as u64;
             let mut item = Item::ok(path, source, data).keep(keep);
-            if len > max {
+            if len > kept {
                 item.original_bytes = Some(len);
+                if budget_short {
+                    item.note = Some(BUDGET_CUT.to_string());
+                }
             }
             item
         }
+        Ok(None) => Item::failed(path, source, "refused: not a regular file"),
         Err(e) => Item::failed(path, source, io_text(&e)),
     }
 }
@@ -176,11 +352,11 @@ fn older_than(p: &Path, since: Option<Duration>) -> bool {
 
 /// A log file and its rotated copies (`.1` ... while they exist), under `dir` in the bundle, each
 /// keeping its end. With `since`, the copies last written before it are skipped.
-pub fn log_files(dir: &str, log: &Path, since: Option<Duration>, max: u64) -> Vec<Item> {
+pub fn log_files(dir: &str, log: &Path, since: Option<Duration>, max: u64, budget: &Budget) -> Vec<Item> {
     let name = log
         .file_name()
         .map_or_else(|| "log".to_string(), |n| n.to_string_lossy().into_owned());
-    let mut items = vec![file(&format!("{dir}/{name}"), log, Keep::Tail, max)];
+    let mut items = vec![file(&format!("{dir}/{name}"), log, Keep::Tail, max, budget)];
     for n in 1..=MAX_ROTATED {
         let rotated = PathBuf::from(format!("{}.{n}", log.display()));
         if !rotated.is_file() {
@@ -194,28 +370,57 @@ pub fn log_files(dir: &str, log: &Path, since: Option<Duration>, max: u64) -> Ve
                 "older than --since",
             ));
         } else {
-            items.push(file(&path, &rotated, Keep::Tail, max));
+            items.push(file(&path, &rotated, Keep::Tail, max, budget));
         }
     }
     items
 }
 
-/// Every regular file under `src` (recursively, symlinks not followed), filed under `dir`;
-/// `since` skips the files last written before it. An unreadable directory is one failed item.
-pub fn tree(dir: &str, src: &Path, keep: Keep, since: Option<Duration>, max: u64) -> Vec<Item> {
+/// Whether `dir` is a system directory (or `/`) that [`tree`] refuses to copy whole.
+fn is_system_dir(dir: &Path) -> bool {
+    let real = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    SYSTEM_DIRS.iter().any(|s| real == Path::new(s))
+}
+
+/// Every regular file under `src` (recursively, at most [`MAX_TREE_DEPTH`] levels and
+/// [`MAX_TREE_FILES`] files, symlinks not followed), filed under `dir`; `since` skips the files
+/// last written before it. An unreadable directory is one failed item; `/` or a system directory
+/// such as `/etc` is refused whole.
+pub fn tree(
+    dir: &str,
+    src: &Path,
+    keep: Keep,
+    since: Option<Duration>,
+    max: u64,
+    budget: &Budget,
+) -> Vec<Item> {
+    if is_system_dir(src) {
+        return vec![Item::failed(
+            dir,
+            src.display().to_string(),
+            "refused: a system directory, not one of the agent's own (check the configuration)",
+        )];
+    }
     let mut items = Vec::new();
-    let mut stack = vec![src.to_path_buf()];
-    while let Some(d) = stack.pop() {
+    let mut files = 0usize;
+    let mut stack = vec![(src.to_path_buf(), 0usize)];
+    let bundle_path = |p: &Path| {
+        let rel = p.strip_prefix(src).unwrap_or(p).display().to_string();
+        if rel.is_empty() {
+            dir.to_string()
+        } else {
+            format!("{dir}/{rel}")
+        }
+    };
+    while let Some((d, depth)) = stack.pop() {
         let entries = match std::fs::read_dir(&d) {
             Ok(e) => e,
             Err(e) => {
-                let rel = d.strip_prefix(src).unwrap_or(&d).display().to_string();
-                let path = if rel.is_empty() {
-                    dir.to_string()
-                } else {
-                    format!("{dir}/{rel}")
-                };
-                items.push(Item::failed(path, d.display().to_string(), io_text(&e)));
+                items.push(Item::failed(
+                    bundle_path(&d),
+                    d.display().to_string(),
+                    io_text(&e),
+                ));
                 continue;
             }
         };
@@ -225,14 +430,30 @@ pub fn tree(dir: &str, src: &Path, keep: Keep, since: Option<Duration>, max: u64
             let p = e.path();
             let Ok(ft) = e.file_type() else { continue };
             if ft.is_dir() {
-                stack.push(p);
+                if depth < MAX_TREE_DEPTH {
+                    stack.push((p, depth + 1));
+                } else {
+                    items.push(Item::skipped(
+                        bundle_path(&p),
+                        p.display().to_string(),
+                        format!("deeper than {MAX_TREE_DEPTH} levels"),
+                    ));
+                }
             } else if ft.is_file() {
-                let rel = p.strip_prefix(src).unwrap_or(&p).display().to_string();
-                let path = format!("{dir}/{rel}");
+                if files == MAX_TREE_FILES {
+                    items.push(Item::skipped(
+                        format!("{dir}/..."),
+                        src.display().to_string(),
+                        format!("more than {MAX_TREE_FILES} files: the rest left out"),
+                    ));
+                    return items;
+                }
+                files += 1;
+                let path = bundle_path(&p);
                 if older_than(&p, since) {
                     items.push(Item::skipped(path, p.display().to_string(), "older than --since"));
                 } else {
-                    items.push(file(&path, &p, keep, max));
+                    items.push(file(&path, &p, keep, max, budget));
                 }
             }
         }
@@ -241,13 +462,20 @@ pub fn tree(dir: &str, src: &Path, keep: Keep, since: Option<Duration>, max: u64
 }
 
 /// One ovs-vswitchd control-socket command filed at `path`.
-pub async fn unixctl(vswitchd: Arc<Vswitchd>, path: &str, method: &str, args: &[String]) -> Item {
+pub async fn unixctl(
+    vswitchd: Arc<Vswitchd>,
+    path: &str,
+    method: &str,
+    args: &[String],
+    max: u64,
+    budget: Budget,
+) -> Item {
     let source = format!(
         "ovs-vswitchd control socket: {method}{}",
         args.iter().map(|a| format!(" {a}")).collect::<String>()
     );
     match vswitchd.call(method, args).await {
-        Ok(text) => Item::ok(path, source, text.into_bytes()),
+        Ok(text) => charge(Item::ok(path, source, text.into_bytes()), max, &budget),
         Err(e) => Item::failed(path, source, e.to_string()),
     }
 }
@@ -335,7 +563,7 @@ pub fn running_agent_log(state_dir: &Path) -> Result<Option<PathBuf>, String> {
 
 /// The agent's journal (`journalctl -u antrea-vm-agent.service`), the last lines or those since
 /// `since`.
-pub async fn journal(path: &str, since: Option<Duration>, max: u64) -> Item {
+pub async fn journal(path: &str, since: Option<Duration>, max: u64, budget: Budget) -> Item {
     let mut args = vec![
         "-u".to_string(),
         UNIT.to_string(),
@@ -347,12 +575,12 @@ pub async fn journal(path: &str, since: Option<Duration>, max: u64) -> Item {
         Some(s) => args.push(format!("--since=-{}s", s.as_secs().max(1))),
         None => args.extend(["-n".to_string(), JOURNAL_LINES.to_string()]),
     }
-    run_command(path, "journalctl", &args, Keep::Tail, max).await
+    run_command(path, "journalctl", &args, Keep::Tail, max, &budget).await
 }
 
 /// Every `get` resource, as a table and as JSON, through the agent API at `socket`; when the agent
 /// does not answer, each is a failed item saying so (`unavailable`).
-pub async fn agent_api(socket: PathBuf, unavailable: Option<String>) -> Vec<Item> {
+pub async fn agent_api(socket: PathBuf, unavailable: Option<String>, max: u64, budget: Budget) -> Vec<Item> {
     let mut jobs = Vec::new();
     for resource in Resource::value_variants() {
         let name = resource
@@ -380,8 +608,9 @@ pub async fn agent_api(socket: PathBuf, unavailable: Option<String>) -> Vec<Item
                 policy: None,
                 socket: socket.clone(),
             };
+            let budget = budget.clone();
             jobs.push(tokio::task::spawn_blocking(move || match run_get(&args) {
-                Ok(text) => Item::ok(path, source, text.into_bytes()),
+                Ok(text) => charge(Item::ok(path, source, text.into_bytes()), max, &budget),
                 Err(e) => Item::failed(path, source, e.to_string()),
             }));
         }
@@ -466,25 +695,37 @@ mod tests {
         assert_eq!(flag_value(&args, &["--other"]), None);
     }
 
+    fn budget() -> Budget {
+        Budget::new(u64::MAX / 2)
+    }
+
     #[tokio::test]
-    async fn a_command_is_bounded_and_a_missing_one_is_a_failure() {
-        let args = strings(&["-c", "printf 0123456789"]);
-        let head = run_command("x", "sh", &args, Keep::Head, 4).await;
-        assert_eq!(head.data.as_deref().ok(), Some(&b"0123"[..]));
-        assert_eq!(head.original_bytes, Some(10));
-        let tail = run_command("x", "sh", &args, Keep::Tail, 4).await;
-        assert_eq!(tail.data.as_deref().ok(), Some(&b"6789"[..]));
+    async fn a_command_is_bounded_at_a_line_and_a_missing_one_is_a_failure() {
+        let b = budget();
+        let args = strings(&["-c", "printf '01\\n23\\n45\\n67\\n89'"]);
+        let head = run_command("x", "sh", &args, Keep::Head, 7, &b).await;
+        // `01\n23\n4` cut: the partial `4` is dropped.
+        assert_eq!(head.data.as_deref().ok(), Some(&b"01\n23\n"[..]));
+        assert_eq!(head.original_bytes, Some(14));
+        let tail = run_command("x", "sh", &args, Keep::Tail, 7, &b).await;
+        assert_eq!(tail.data.as_deref().ok(), Some(&b"67\n89"[..]));
+        // A long output through the chunked tail keeps exactly its last lines.
+        let many = strings(&["-c", "seq 1 200000"]);
+        let tail = run_command("x", "sh", &many, Keep::Tail, 14, &b).await;
+        assert_eq!(tail.data.as_deref().ok(), Some(&b"199999\n200000\n"[..]));
+        let b = b.clone();
         let failed = run_command(
             "x",
             "sh",
             &strings(&["-c", "echo nope >&2; exit 3"]),
             Keep::Head,
             4,
+            &b,
         )
         .await;
         let why = failed.data.expect_err("failed");
         assert!(why.contains("nope") && why.contains('3'), "{why}");
-        let missing = run_command("x", "no-such-tool-here", &[], Keep::Head, 4).await;
+        let missing = run_command("x", "no-such-tool-here", &[], Keep::Head, 4, &b).await;
         assert!(missing
             .data
             .expect_err("missing")
@@ -497,13 +738,13 @@ mod tests {
         let log = dir.path().join("agent.log");
         std::fs::write(&log, "old\nnew\n").expect("write");
         std::fs::write(dir.path().join("agent.log.1"), "older\n").expect("write");
-        let items = log_files("agent/logs", &log, None, 4);
+        let items = log_files("agent/logs", &log, None, 4, &budget());
         assert_eq!(items.len(), 2);
         assert_eq!(items[0].path, "agent/logs/agent.log");
         assert_eq!(items[0].data.as_deref().ok(), Some(&b"new\n"[..]));
         assert_eq!(items[0].original_bytes, Some(8));
         assert_eq!(items[1].path, "agent/logs/agent.log.1");
-        let missing = log_files("agent/logs", &dir.path().join("none.log"), None, 4);
+        let missing = log_files("agent/logs", &dir.path().join("none.log"), None, 4, &budget());
         assert_eq!(missing[0].data.as_ref().expect_err("missing"), "no such file");
     }
 
@@ -513,14 +754,116 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("sub")).expect("mkdir");
         std::fs::write(dir.path().join("a.json"), "{}").expect("write");
         std::fs::write(dir.path().join("sub/b"), "b").expect("write");
-        let mut paths: Vec<String> = tree("agent/state", dir.path(), Keep::Head, None, 100)
+        let mut paths: Vec<String> = tree("agent/state", dir.path(), Keep::Head, None, 100, &budget())
             .into_iter()
             .map(|i| i.path)
             .collect();
         paths.sort();
         assert_eq!(paths, ["agent/state/a.json", "agent/state/sub/b"]);
-        let gone = tree("agent/state", &dir.path().join("nope"), Keep::Head, None, 100);
+        let gone = tree(
+            "agent/state",
+            &dir.path().join("nope"),
+            Keep::Head,
+            None,
+            100,
+            &budget(),
+        );
         assert_eq!(gone.len(), 1);
         assert!(gone[0].data.is_err());
+    }
+
+    #[test]
+    fn a_cut_never_leaves_half_a_line() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("log");
+        std::fs::write(&f, "token=AAAA-first-half\nline two\nsecret=BBBB-last\n").expect("write");
+        // From the end, 20 bytes start inside `line two`: that partial line goes.
+        let tail = file("x", &f, Keep::Tail, 20, &budget());
+        assert_eq!(tail.data.as_deref().ok(), Some(&b"secret=BBBB-last\n"[..]));
+        assert_eq!(tail.original_bytes, Some(48));
+        // Cut exactly at a line start, the first line kept is whole.
+        let whole = file("x", &f, Keep::Tail, 17, &budget());
+        assert_eq!(whole.data.as_deref().ok(), Some(&b"secret=BBBB-last\n"[..]));
+        // From the start, 24 bytes end inside `line two`.
+        let head = file("x", &f, Keep::Head, 24, &budget());
+        assert_eq!(head.data.as_deref().ok(), Some(&b"token=AAAA-first-half\n"[..]));
+        // No line end at all: nothing is kept.
+        std::fs::write(&f, "one-long-secret-without-newline").expect("write");
+        let none = file("x", &f, Keep::Tail, 10, &budget());
+        assert_eq!(none.data.as_deref().ok(), Some(&b""[..]));
+    }
+
+    #[test]
+    fn the_budget_bounds_what_all_reads_hold_together() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for n in 0..5 {
+            std::fs::write(dir.path().join(format!("f{n}")), "0123456789\n".repeat(10)).expect("write");
+        }
+        let b = Budget::new(250);
+        let items = tree("agent/state", dir.path(), Keep::Head, None, 1000, &b);
+        let kept: Vec<usize> = items
+            .iter()
+            .map(|i| i.data.as_ref().map_or(0, Vec::len))
+            .collect();
+        // Two whole files, then 50 bytes of lines, then nothing; nothing over the budget.
+        assert_eq!(kept, [110, 110, 22, 0, 0]);
+        assert!(kept.iter().sum::<usize>() <= 250);
+        assert!(items[2]
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("total bound")));
+        assert_eq!(items[3].original_bytes, Some(110));
+        // What a cut did not use went back: 250 - 242.
+        assert_eq!(b.left(), 8);
+        let answer = charge(
+            Item::ok("x", "y", b"a\nbbbbbbbbbbbb\n".to_vec()),
+            100,
+            &Budget::new(8),
+        );
+        assert_eq!(answer.data.as_deref().ok(), Some(&b"a\n"[..]));
+    }
+
+    #[test]
+    fn a_tree_is_bounded_and_system_directories_are_refused() {
+        for system in ["/", "/etc", "/root", "/home", "/usr", "/var"] {
+            let items = tree("agent/state", Path::new(system), Keep::Head, None, 100, &budget());
+            assert_eq!(items.len(), 1, "{system}");
+            assert!(
+                items[0].data.as_ref().is_err_and(|e| e.starts_with("refused")),
+                "{system}: {:?}",
+                items[0].data
+            );
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut deep = dir.path().to_path_buf();
+        for n in 0..=MAX_TREE_DEPTH + 1 {
+            deep = deep.join(format!("d{n}"));
+        }
+        std::fs::create_dir_all(&deep).expect("mkdir");
+        std::fs::write(deep.join("f"), "x").expect("write");
+        let items = tree("s", dir.path(), Keep::Head, None, 100, &budget());
+        assert_eq!(items.len(), 1);
+        assert!(items[0].skipped && items[0].note.as_deref().is_some_and(|n| n.contains("deeper")));
+        let wide = tempfile::tempdir().expect("tempdir");
+        for n in 0..=MAX_TREE_FILES {
+            std::fs::write(wide.path().join(format!("f{n:05}")), "").expect("write");
+        }
+        let items = tree("s", wide.path(), Keep::Head, None, 100, &budget());
+        assert_eq!(items.len(), MAX_TREE_FILES + 1);
+        assert_eq!(items[MAX_TREE_FILES].path, "s/...");
+        assert!(items[MAX_TREE_FILES].skipped);
+    }
+
+    #[test]
+    fn a_fifo_is_refused_not_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        let item = file("x", &fifo, Keep::Tail, 100, &budget());
+        assert!(item.data.is_err_and(|e| e.contains("not a regular file")));
     }
 }

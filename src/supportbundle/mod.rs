@@ -4,8 +4,9 @@
 //! bridge's flows, groups and meters, the OVSDB content, ovs-vswitchd's log, coverage and
 //! datapath, the host's addresses, routes, rules, links and nftables ruleset, and versions.
 //!
-//! [`collect`] gathers it (concurrently, each collector under a timeout: [`collectors`]), scrubs
-//! every file of the secrets it learned, and bounds each file and the whole ([`archive`]);
+//! [`collect`] gathers it (concurrently, each collector under a timeout and drawing from one
+//! byte budget as it reads, so memory stays near the total bound: [`collectors`]), scrubs every
+//! file of the secrets it learned, and bounds each file and the whole ([`archive`]);
 //! [`Bundle::write_to`] writes the archive to any writer, [`Bundle::write_file`] to a path. A
 //! collector that fails (a tool missing, OVS down, the agent stopped) is an entry of the
 //! manifest with its reason, never the end of the bundle. `antrea-vm-agent supportbundle` is
@@ -32,7 +33,7 @@ use std::time::{Duration, Instant};
 use futures::stream::{self, StreamExt};
 
 use archive::{bound_items, write_tar_gz, ArchiveError};
-pub use archive::{Entry, Item, Keep, Limits, Manifest, Status, MANIFEST};
+pub use archive::{Budget, Entry, Item, Keep, Limits, Manifest, Status, MANIFEST};
 use collectors::{log_files, run_command, tree};
 use redact::Secrets;
 
@@ -46,6 +47,8 @@ use crate::ovs::vswitchd::Vswitchd;
 pub const DEFAULT_AGENT_LOG: &str = "/var/log/antrea/antrea-agent.log";
 /// Collectors running at once: the machine keeps enforcing policies meanwhile.
 const PARALLEL: usize = 4;
+/// The largest configuration file or kubeconfig read (they are a few kilobytes).
+pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
 
 /// What to collect and within which bounds.
 #[derive(Clone, Debug)]
@@ -134,6 +137,9 @@ struct Context {
     agent_api_socket: PathBuf,
     audit_log_dir: PathBuf,
     kubeconfigs: Vec<(&'static str, PathBuf)>,
+    /// The files the configuration names whose contents are secret (`metricsServer`'s
+    /// `bearerTokenFile` and `tlsKeyFile`), resolved as the agent resolves them.
+    secret_files: Vec<PathBuf>,
 }
 
 impl Context {
@@ -153,6 +159,13 @@ impl Context {
                 .into_iter()
                 .filter_map(|(k, p)| Some((k, p?)))
                 .collect(),
+                secret_files: c
+                    .metrics_server
+                    .bearer_token_file
+                    .iter()
+                    .chain(c.metrics_server.tls.as_ref().map(|t| &t.key_file))
+                    .cloned()
+                    .collect(),
             },
             None => Context {
                 ovs_run_dir: PathBuf::from(DEFAULT_OVS_RUN_DIR),
@@ -162,6 +175,7 @@ impl Context {
                 agent_api_socket: PathBuf::from(DEFAULT_AGENT_API_SOCKET),
                 audit_log_dir: crate::config::AuditLogging::default().log_dir,
                 kubeconfigs: Vec::new(),
+                secret_files: Vec::new(),
             },
         }
     }
@@ -194,50 +208,83 @@ fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
+/// Reads a configuration file or kubeconfig: a regular file of at most [`MAX_CONFIG_BYTES`]
+/// (a FIFO or a device is refused, never opened for a blocking read).
+fn read_config_file(path: &Path) -> Result<String, String> {
+    use crate::sources::bounded::{read_regular_file, FileRead};
+    match read_regular_file(path, MAX_CONFIG_BYTES) {
+        Ok(FileRead::Text(t)) => Ok(t),
+        Ok(FileRead::Missing) => Err("no such file".to_string()),
+        Ok(FileRead::NotRegular(what)) => Err(format!("refused: it is {what}, not a regular file")),
+        Err(e) => Err(format!("refused: {e}")),
+    }
+}
+
+/// Learns the secret in each file of `files`; a refusal is a note of the manifest.
+fn learn_files(files: &[PathBuf], secrets: &mut Secrets, notes: &mut Vec<String>) {
+    for f in files {
+        if let Err(why) = secrets.add_file(f) {
+            notes.push(format!(
+                "secret file {} not read, so not scrubbed from the other files: {why}",
+                f.display()
+            ));
+        }
+    }
+}
+
 /// The configuration's files, redacted, and the secrets they hold or name.
-fn config_items(options: &Options, ctx: &Context, secrets: &mut Secrets) -> Vec<Item> {
+fn config_items(
+    options: &Options,
+    config_text: &Result<String, String>,
+    ctx: &Context,
+    secrets: &mut Secrets,
+    notes: &mut Vec<String>,
+) -> Vec<Item> {
     let mut items = Vec::new();
     let source = options.config.display().to_string();
-    match std::fs::read_to_string(&options.config) {
+    learn_files(&ctx.secret_files, secrets, notes);
+    match config_text {
         Ok(text) => {
-            for f in redact::config_secret_files(&text) {
-                secrets.add_file(&f);
+            if ctx.secret_files.is_empty() {
+                // Not loaded: the paths as written, resolved as the agent does (Config::load).
+                let base = std::env::current_dir().unwrap_or_default();
+                learn_files(&redact::config_secret_files(text, &base), secrets, notes);
             }
-            items.push(match redact::redact_config(&text, secrets) {
+            items.push(match redact::redact_config(text, secrets) {
                 Ok(red) => Item::ok("agent/config/antrea-agent.conf", &source, red.into_bytes())
                     .note("secret-named keys redacted"),
                 Err(e) => Item::failed("agent/config/antrea-agent.conf", &source, e.to_string()),
             });
         }
-        Err(e) => items.push(Item::failed(
-            "agent/config/antrea-agent.conf",
-            &source,
-            e.to_string(),
-        )),
+        Err(e) => items.push(Item::failed("agent/config/antrea-agent.conf", &source, e.clone())),
     }
     for (key, path) in &ctx.kubeconfigs {
         let bundle_path = format!("agent/config/{key}.kubeconfig");
         let source = path.display().to_string();
-        match std::fs::read_to_string(path) {
+        match read_config_file(path) {
             Ok(text) => {
                 let base = path.parent().unwrap_or(Path::new("/"));
-                for f in redact::kubeconfig_secret_files(&text, base) {
-                    secrets.add_file(&f);
-                }
+                learn_files(&redact::kubeconfig_secret_files(&text, base), secrets, notes);
                 items.push(match redact::redact_kubeconfig(&text, secrets) {
                     Ok(red) => Item::ok(bundle_path, source, red.into_bytes())
                         .note("credentials redacted; files named by path not copied"),
                     Err(e) => Item::failed(bundle_path, source, e.to_string()),
                 });
             }
-            Err(e) => items.push(Item::failed(bundle_path, source, e.to_string())),
+            Err(e) => items.push(Item::failed(bundle_path, source, e)),
         }
     }
     items
 }
 
 /// The jobs, in the order of the bundle (the total bound cuts the last ones first).
-fn jobs(options: &Options, ctx: &Context, notes: &mut Vec<String>, api_down: Option<String>) -> Vec<Job> {
+fn jobs(
+    options: &Options,
+    ctx: &Context,
+    notes: &mut Vec<String>,
+    api_down: Option<String>,
+    budget: &Budget,
+) -> Vec<Job> {
     let max = options.limits.max_file_bytes;
     let since = options.since;
     let run = ctx.ovs_run_dir.clone();
@@ -248,10 +295,11 @@ fn jobs(options: &Options, ctx: &Context, notes: &mut Vec<String>, api_down: Opt
         "versions.txt",
         collectors::versions(vswitchd.clone(), run.clone()),
     )];
+    let b = budget.clone();
 
     jobs.push(job(
         "agent/get",
-        collectors::agent_api(ctx.agent_api_socket.clone(), api_down),
+        collectors::agent_api(ctx.agent_api_socket.clone(), api_down, max, b.clone()),
     ));
 
     for (path, args) in [
@@ -270,10 +318,12 @@ fn jobs(options: &Options, ctx: &Context, notes: &mut Vec<String>, api_down: Opt
         ("host/ip-link.txt", &["-d", "-s", "link", "show"]),
         ("host/ip-neigh.txt", &["neigh", "show"]),
     ] {
+        let b = b.clone();
         jobs.push(one(path, async move {
-            run_command(path, "ip", &strings(args), Keep::Head, max).await
+            run_command(path, "ip", &strings(args), Keep::Head, max, &b).await
         }));
     }
+    let b2 = b.clone();
     jobs.push(one("host/nft-ruleset.txt", async move {
         run_command(
             "host/nft-ruleset.txt",
@@ -281,6 +331,7 @@ fn jobs(options: &Options, ctx: &Context, notes: &mut Vec<String>, api_down: Opt
             &strings(&["list", "ruleset"]),
             Keep::Head,
             max,
+            &b2,
         )
         .await
     }));
@@ -298,8 +349,9 @@ fn jobs(options: &Options, ctx: &Context, notes: &mut Vec<String>, api_down: Opt
         ),
     ] {
         let v = vswitchd.clone();
+        let b = b.clone();
         jobs.push(one(path, async move {
-            collectors::unixctl(v, path, method, &args).await
+            collectors::unixctl(v, path, method, &args, max, b).await
         }));
     }
     let ofctl = |path: &'static str, verb: &'static str, names: bool| {
@@ -308,8 +360,9 @@ fn jobs(options: &Options, ctx: &Context, notes: &mut Vec<String>, api_down: Opt
             args.push("--names".to_string());
         }
         args.push(mgmt.clone());
+        let b = b.clone();
         one(path, async move {
-            run_command(path, "ovs-ofctl", &args, Keep::Head, max).await
+            run_command(path, "ovs-ofctl", &args, Keep::Head, max, &b).await
         })
     };
     jobs.push(ofctl("ovs/ofctl-show.txt", "show", false));
@@ -321,17 +374,20 @@ fn jobs(options: &Options, ctx: &Context, notes: &mut Vec<String>, api_down: Opt
         "--timeout=10".to_string(),
         "show".to_string(),
     ];
+    let b2 = b.clone();
     jobs.push(one("ovs/vsctl-show.txt", async move {
-        run_command("ovs/vsctl-show.txt", "ovs-vsctl", &vsctl, Keep::Head, max).await
+        run_command("ovs/vsctl-show.txt", "ovs-vsctl", &vsctl, Keep::Head, max, &b2).await
     }));
     let dump = vec!["--timeout=10".to_string(), "dump".to_string(), db.clone()];
+    let b2 = b.clone();
     jobs.push(one("ovs/ovsdb-dump.txt", async move {
-        run_command("ovs/ovsdb-dump.txt", "ovsdb-client", &dump, Keep::Head, max).await
+        run_command("ovs/ovsdb-dump.txt", "ovsdb-client", &dump, Keep::Head, max, &b2).await
     }));
 
     let state_dir = ctx.state_dir.clone();
+    let b2 = b.clone();
     jobs.push(blocking("agent/state", move || {
-        tree("agent/state", &state_dir, Keep::Head, None, max)
+        tree("agent/state", &state_dir, Keep::Head, None, max, &b2)
     }));
 
     let logs = if options.log_files.is_empty() {
@@ -352,18 +408,20 @@ fn jobs(options: &Options, ctx: &Context, notes: &mut Vec<String>, api_down: Opt
         options.log_files.clone()
     };
     for log in logs {
+        let b = b.clone();
         jobs.push(blocking("agent/logs", move || {
-            log_files("agent/logs", &log, since, max)
+            log_files("agent/logs", &log, since, max, &b)
         }));
     }
     jobs.push(one(
         "agent/logs/journal.txt",
-        collectors::journal("agent/logs/journal.txt", since, max),
+        collectors::journal("agent/logs/journal.txt", since, max, b.clone()),
     ));
     let audit = ctx.audit_log_dir.clone();
+    let b2 = b.clone();
     jobs.push(blocking("agent/logs/audit", move || {
         match std::fs::metadata(&audit) {
-            Ok(_) => tree("agent/logs/audit", &audit, Keep::Tail, since, max),
+            Ok(_) => tree("agent/logs/audit", &audit, Keep::Tail, since, max, &b2),
             Err(_) => vec![Item::skipped(
                 "agent/logs/audit",
                 audit.display().to_string(),
@@ -373,10 +431,11 @@ fn jobs(options: &Options, ctx: &Context, notes: &mut Vec<String>, api_down: Opt
     }));
     for daemon in ["ovs-vswitchd", "ovsdb-server"] {
         let run = run.clone();
+        let b = b.clone();
         jobs.push(blocking(
             &format!("ovs/logs/{daemon}.log"),
             move || match collectors::ovs_daemon_log(&run, daemon) {
-                Ok(log) => log_files("ovs/logs", &log, since, max),
+                Ok(log) => log_files("ovs/logs", &log, since, max, &b),
                 Err(why) => vec![Item::failed(format!("ovs/logs/{daemon}.log"), daemon, why)],
             },
         ));
@@ -390,18 +449,34 @@ pub async fn collect(options: &Options) -> Bundle {
     let started = Instant::now();
     let created = chrono::Utc::now();
     let mut notes = Vec::new();
-    let config = match Config::load(&options.config) {
-        Ok(c) => Some(c),
-        Err(e) => {
+    let config_text = read_config_file(&options.config);
+    // Parsed as Config::load would (relative paths against the working directory), from the
+    // text read within bounds.
+    let config = match config_text.as_deref().map(Config::from_yaml_str) {
+        Ok(Ok(c)) => Some(c),
+        Ok(Err(e)) => {
             notes.push(format!(
                 "the configuration does not load ({e}); the defaults' paths were used"
+            ));
+            None
+        }
+        Err(why) => {
+            notes.push(format!(
+                "the configuration {} cannot be read ({why}); the defaults' paths were used",
+                options.config.display()
             ));
             None
         }
     };
     let ctx = Context::from_config(config.as_ref());
     let mut secrets = Secrets::default();
-    let mut items = config_items(options, &ctx, &mut secrets);
+    let mut items = config_items(options, &config_text, &ctx, &mut secrets, &mut notes);
+    let budget = Budget::new(options.limits.max_total_bytes);
+    for item in &items {
+        if let Ok(d) = &item.data {
+            budget.take(d.len() as u64);
+        }
+    }
 
     let socket = ctx.agent_api_socket.clone();
     let api_down = tokio::task::spawn_blocking(move || collectors::probe_agent_api(&socket).err())
@@ -413,7 +488,7 @@ pub async fn collect(options: &Options) -> Bundle {
 
     let timeout = options.limits.collector_timeout;
     let secrets = Arc::new(secrets);
-    let jobs = jobs(options, &ctx, &mut notes, api_down);
+    let jobs = jobs(options, &ctx, &mut notes, api_down, &budget);
     let collected: Vec<Vec<Item>> = stream::iter(jobs.into_iter().map(|(path, job)| {
         let secrets = secrets.clone();
         async move {

@@ -18,6 +18,9 @@ pub const REDACTED: &str = "<redacted>";
 /// Secrets shorter than this are not scrubbed from other files: replacing every `abc` of a log
 /// would destroy it and protect nothing (the structured redaction still removes them).
 const MIN_SCRUB_LEN: usize = 6;
+/// The largest secret file read (a token, a key, a certificate chain): a larger one, a FIFO or
+/// a device is refused rather than read.
+pub const MAX_SECRET_FILE_BYTES: u64 = 1024 * 1024;
 
 /// Why a file could not be redacted (it is then left out of the bundle).
 #[derive(Debug, thiserror::Error)]
@@ -62,11 +65,19 @@ impl Secrets {
         }
     }
 
-    /// Adds what the file at `path` holds; a file that cannot be read adds nothing (it cannot
-    /// have been copied either).
-    pub fn add_file(&mut self, path: &Path) {
-        if let Ok(bytes) = std::fs::read(path) {
-            self.add_text(&String::from_utf8_lossy(&bytes));
+    /// Adds what the file at `path` holds, a regular file of at most [`MAX_SECRET_FILE_BYTES`]
+    /// (never blocking on a FIFO). A missing file adds nothing (it cannot have been copied
+    /// either); one refused or unreadable is the error, for the manifest.
+    pub fn add_file(&mut self, path: &Path) -> Result<(), String> {
+        use crate::sources::bounded::{read_regular_file, FileRead};
+        match read_regular_file(path, MAX_SECRET_FILE_BYTES) {
+            Ok(FileRead::Text(text)) => {
+                self.add_text(&text);
+                Ok(())
+            }
+            Ok(FileRead::Missing) => Ok(()),
+            Ok(FileRead::NotRegular(what)) => Err(format!("it is {what}, not a regular file")),
+            Err(e) => Err(e.to_string()),
         }
     }
 
@@ -121,8 +132,27 @@ fn find(haystack: &[u8], needle: &[u8], from: usize) -> Option<usize> {
         .map(|p| p + from)
 }
 
+/// Where the first `-----BEGIN ... PRIVATE KEY-----` header starts, from `from`.
+fn private_key_begin(data: &[u8], from: usize) -> Option<usize> {
+    const BEGIN: &[u8] = b"-----BEGIN ";
+    const KEY_END: &[u8] = b"PRIVATE KEY-----";
+    let mut at = from;
+    while let Some(begin) = find(data, BEGIN, at) {
+        let line_end = data[begin..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(data.len(), |p| begin + p);
+        if find(&data[begin..line_end], KEY_END, 0).is_some() {
+            return Some(begin);
+        }
+        at = begin + BEGIN.len();
+    }
+    None
+}
+
 /// Replaces each `-----BEGIN ... PRIVATE KEY----- ... -----END ... PRIVATE KEY-----` block (an
-/// unterminated one up to the end).
+/// unterminated one up to the end), and everything before an `-----END ... PRIVATE KEY-----`
+/// that no BEGIN precedes: the rest of a key whose beginning a cut removed.
 fn scrub_pem_private_keys(data: &mut Vec<u8>) -> bool {
     const BEGIN: &[u8] = b"-----BEGIN ";
     const KEY_END: &[u8] = b"PRIVATE KEY-----";
@@ -130,6 +160,21 @@ fn scrub_pem_private_keys(data: &mut Vec<u8>) -> bool {
     let mut out = Vec::with_capacity(data.len());
     let mut at = 0;
     let mut changed = false;
+    let first_begin = private_key_begin(data, 0).unwrap_or(data.len());
+    let mut search = 0;
+    while let Some(end) = find(data, END, search).filter(|e| *e < first_begin) {
+        let line_end = data[end..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(data.len(), |p| end + p);
+        if let Some(k) = find(&data[end..line_end], KEY_END, 0) {
+            out.extend_from_slice(REDACTED.as_bytes());
+            at = end + k + KEY_END.len();
+            changed = true;
+            break;
+        }
+        search = end + END.len();
+    }
     while let Some(begin) = find(data, BEGIN, at) {
         let line_end = data[begin..]
             .iter()
@@ -266,15 +311,17 @@ pub fn redact_config(text: &str, secrets: &mut Secrets) -> Result<String, Redact
 
 /// The files a configuration names whose contents are secrets (never copied into the bundle;
 /// read only to scrub their contents from everything else): `metricsServer.bearerTokenFile`
-/// and `metricsServer.tlsKeyFile`.
-pub fn config_secret_files(text: &str) -> Vec<PathBuf> {
+/// and `metricsServer.tlsKeyFile`, relative paths against `base`. Used when the configuration
+/// does not load (a loaded one gives its resolved paths).
+pub fn config_secret_files(text: &str, base: &Path) -> Vec<PathBuf> {
     let Ok(doc) = parse_yaml(text) else {
         return Vec::new();
     };
     ["bearerTokenFile", "tlsKeyFile"]
         .iter()
         .filter_map(|k| doc.get("metricsServer")?.get(*k)?.as_str())
-        .map(PathBuf::from)
+        .filter(|p| !p.is_empty())
+        .map(|p| base.join(p))
         .collect()
 }
 
@@ -322,11 +369,49 @@ pub fn kubeconfig_secret_files(text: &str, base: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// `url` without its userinfo (`user:password@`), which is returned: scheme, host, port and
+/// path are kept.
+fn strip_userinfo(url: &str) -> Option<(String, String)> {
+    let scheme_end = url.find("://")? + 3;
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let at = rest[..authority_end].rfind('@')?;
+    let userinfo = rest[..at].to_string();
+    Some((format!("{}{}", &url[..scheme_end], &rest[at + 1..]), userinfo))
+}
+
+/// The kubeconfig's cluster URLs (`server`, `proxy-url`) without userinfo; each userinfo (and
+/// its password alone) becomes a secret to scrub.
+fn redact_cluster_urls(doc: &mut Value, secrets: &mut Secrets) {
+    let Some(clusters) = doc.get_mut("clusters").and_then(Value::as_sequence_mut) else {
+        return;
+    };
+    for cluster in clusters {
+        let Some(fields) = cluster.get_mut("cluster") else {
+            continue;
+        };
+        for key in ["server", "proxy-url"] {
+            let Some(v) = fields.get_mut(key) else {
+                continue;
+            };
+            if let Some((stripped, userinfo)) = v.as_str().and_then(strip_userinfo) {
+                secrets.add(&userinfo);
+                if let Some((_, password)) = userinfo.split_once(':') {
+                    secrets.add(password);
+                }
+                *v = Value::String(stripped);
+            }
+        }
+    }
+}
+
 /// A kubeconfig redacted: in each `users[].user`, every key but file paths and identities
-/// ([`KUBECONFIG_USER_KEPT`]); the clusters' `certificate-authority-data` (a certificate, not a
-/// secret, but its bytes are of no use in a bundle); and any secret-named key elsewhere.
+/// ([`KUBECONFIG_USER_KEPT`]); the userinfo of the clusters' `server` and `proxy-url`; the
+/// clusters' `certificate-authority-data` (a certificate, not a secret, but its bytes are of no
+/// use in a bundle); and any secret-named key elsewhere.
 pub fn redact_kubeconfig(text: &str, secrets: &mut Secrets) -> Result<String, RedactError> {
     let mut doc = parse_yaml(text)?;
+    redact_cluster_urls(&mut doc, secrets);
     if let Some(users) = doc.get_mut("users").and_then(Value::as_sequence_mut) {
         for user in users {
             let Some(Value::Mapping(fields)) = user.get_mut("user") else {
@@ -446,8 +531,11 @@ current-context: x
             "{out}"
         );
         assert_eq!(
-            config_secret_files("metricsServer: {bearerTokenFile: /etc/t, tlsKeyFile: /etc/k}"),
-            [PathBuf::from("/etc/t"), PathBuf::from("/etc/k")]
+            config_secret_files(
+                "metricsServer: {bearerTokenFile: /etc/t, tlsKeyFile: k}",
+                Path::new("/base")
+            ),
+            [PathBuf::from("/etc/t"), PathBuf::from("/base/k")]
         );
         assert!(matches!(
             redact_config("a: [unclosed", &mut secrets),
@@ -476,6 +564,46 @@ current-context: x
         assert_eq!(cut, b"x <redacted>");
         let mut clean = b"nothing secret".to_vec();
         assert!(!secrets.scrub(&mut clean));
+    }
+
+    #[test]
+    fn the_end_of_a_key_whose_beginning_was_cut_is_removed_from_the_start() {
+        let secrets = Secrets::default();
+        let mut tail = b"QyNTUxOQAAACBsecondhalfofthekey\n-----END OPENSSH PRIVATE KEY-----\nlater line\n\
+              -----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----\nend"
+            .to_vec();
+        assert!(secrets.scrub(&mut tail));
+        assert_eq!(
+            String::from_utf8_lossy(&tail),
+            "<redacted>\nlater line\n<redacted>\nend"
+        );
+        // An END of something else (a certificate) before no BEGIN is left alone.
+        let mut cert = b"MIIB\n-----END CERTIFICATE-----\nok".to_vec();
+        assert!(!secrets.scrub(&mut cert));
+    }
+
+    #[test]
+    fn cluster_urls_lose_their_userinfo_which_is_scrubbed_elsewhere() {
+        let mut secrets = Secrets::default();
+        let out = redact_kubeconfig(
+            "clusters:\n- name: c\n  cluster:\n    server: https://admin:s3cretpass@10.0.0.1:6443/k8s\n    \
+             proxy-url: http://proxyuser:proxypass99@proxy:3128\n",
+            &mut secrets,
+        )
+        .expect("redact");
+        assert!(out.contains("server: https://10.0.0.1:6443/k8s"), "{out}");
+        assert!(out.contains("proxy-url: http://proxy:3128"), "{out}");
+        assert!(
+            !out.contains("s3cretpass") && !out.contains("proxypass99"),
+            "{out}"
+        );
+        let mut log = b"dial https://admin:s3cretpass@10.0.0.1 pw proxypass99".to_vec();
+        assert!(secrets.scrub(&mut log));
+        assert_eq!(
+            String::from_utf8_lossy(&log),
+            "dial https://<redacted>@10.0.0.1 pw <redacted>"
+        );
+        assert_eq!(strip_userinfo("https://h:1/a@b"), None);
     }
 
     #[test]

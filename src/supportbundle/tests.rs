@@ -181,7 +181,7 @@ async fn a_bundle_without_agent_or_ovs_holds_no_secret_and_says_what_failed() {
 async fn the_total_bound_holds_for_a_whole_bundle() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("big.log");
-    std::fs::write(&log, vec![b'x'; 50_000]).expect("log");
+    std::fs::write(&log, "0123456789\n".repeat(5_000)).expect("log");
     let mut options = Options::new(dir.path().join("missing.conf"));
     options.log_files = vec![log];
     options.limits = Limits {
@@ -193,13 +193,13 @@ async fn the_total_bound_holds_for_a_whole_bundle() {
     let m = &bundle.manifest;
     assert!(m.total_bytes <= 20_000, "{}", m.total_bytes);
     assert!(
-        m.notes.iter().any(|n| n.contains("does not load")),
+        m.notes.iter().any(|n| n.contains("cannot be read")),
         "{:?}",
         m.notes
     );
     let log = m.entry("agent/logs/big.log").expect("the log's entry");
     assert_ne!(log.status, Status::Collected);
-    assert_eq!(log.original_bytes, Some(50_000));
+    assert_eq!(log.original_bytes, Some(55_000));
     let files = unpack(&bundle.write_to(Vec::new()).expect("write"));
     let content: usize = files
         .iter()
@@ -219,4 +219,78 @@ fn since_takes_a_number_and_a_unit() {
     assert!(parse_since("0h").is_err());
     assert!(parse_since("h").is_err());
     assert!(parse_since("5w").is_err());
+}
+
+/// `metricsServer.bearerTokenFile` relative: resolved as the loaded configuration resolves it
+/// (Config::load: against the working directory), so its secret is scrubbed. A kubeconfig that
+/// is a FIFO, and a token file a kubeconfig names that is one, are refused without blocking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relative_secret_file_is_scrubbed_and_fifos_are_refused() {
+    let cwd = std::env::current_dir().expect("cwd");
+    let dir = tempfile::tempdir_in(&cwd).expect("tempdir");
+    let d = dir.path();
+    let relative = d.strip_prefix(&cwd).expect("under cwd").join("bearer");
+    assert!(relative.is_relative());
+    std::fs::write(d.join("bearer"), BEARER_FILE).expect("bearer");
+    let fifo = |name: &str| {
+        let p = d.join(name);
+        let made = std::process::Command::new("mkfifo")
+            .arg(&p)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        p
+    };
+    let kc_fifo = fifo("fifo.kubeconfig");
+    let token_fifo = fifo("token.fifo");
+    let kubeconfig = d.join("antrea.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nusers:\n- name: u\n  user:\n    tokenFile: {}\n",
+            token_fifo.display()
+        ),
+    )
+    .expect("kubeconfig");
+    let log = d.join("agent.log");
+    std::fs::write(&log, format!("leak {BEARER_FILE}\n")).expect("log");
+    let config = d.join("antrea-agent.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "nodeType: externalNode\nfeatureGates: {{ExternalNode: true}}\novsRunDir: {run}\nstateDir: {run}/state\n\
+             clientConnection: {{kubeconfig: {kc_fifo}}}\nantreaClientConnection: {{kubeconfig: {kc}}}\n\
+             agentAPI: {{socket: {run}/agent.sock}}\nmetricsServer: {{bearerTokenFile: {rel}}}\n",
+            run = d.join("run").display(),
+            kc_fifo = kc_fifo.display(),
+            kc = kubeconfig.display(),
+            rel = relative.display(),
+        ),
+    )
+    .expect("config");
+    let mut options = Options::new(config);
+    options.log_files = vec![log];
+    options.limits.collector_timeout = Duration::from_secs(10);
+    let bundle = tokio::time::timeout(Duration::from_secs(60), collect(&options))
+        .await
+        .expect("a FIFO must not block the collection");
+    let log = bundle
+        .items
+        .iter()
+        .find(|i| i.path == "agent/logs/agent.log")
+        .expect("log item");
+    assert_eq!(log.data.as_deref().ok(), Some(&b"leak <redacted>\n"[..]));
+    let m = &bundle.manifest;
+    let kc = m
+        .entry("agent/config/clientConnection.kubeconfig")
+        .expect("entry");
+    assert_eq!(kc.status, Status::Failed);
+    assert!(kc.error.as_deref().is_some_and(|e| e.contains("FIFO")), "{kc:?}");
+    assert!(
+        m.notes
+            .iter()
+            .any(|n| n.contains(&token_fifo.display().to_string()) && n.contains("FIFO")),
+        "{:?}",
+        m.notes
+    );
 }
