@@ -164,6 +164,23 @@ impl World {
         })
         .await;
     }
+
+    /// The interfaces, then the fixture's rules as sync epoch 1, committed and realized.
+    async fn first_sync(&self) {
+        self.installer.do_send(interfaces());
+        self.installer.do_send(RulesChanged {
+            rules: view(rules()),
+            policies: generations(1, 1),
+            sync_epoch: 1,
+            interface_ofports: interfaces().ofports(),
+            changes: None,
+        });
+        self.wait_realized(&PoliciesRealized {
+            policies: generations(1, 1).into(),
+            sync_epoch: 1,
+        })
+        .await;
+    }
 }
 
 fn rule_key(r: &antrea_vm_agent::messages::RuleStats) -> (String, String, Direction) {
@@ -184,19 +201,7 @@ async fn rule_counters_come_from_the_metric_flows_summed_per_rule() {
         "{err}"
     );
 
-    w.installer.do_send(interfaces());
-    w.installer.do_send(RulesChanged {
-        rules: view(rules()),
-        policies: generations(1, 1),
-        sync_epoch: 1,
-        interface_ofports: interfaces().ofports(),
-        changes: None,
-    });
-    w.wait_realized(&PoliciesRealized {
-        policies: generations(1, 1).into(),
-        sync_epoch: 1,
-    })
-    .await;
+    w.first_sync().await;
 
     // Counters on every metric flow: flow i gets 10 + i packets of 100 bytes. The expected sums
     // come from each flow's own match (conjunction id, +new or not, deny), independently of the
@@ -333,19 +338,7 @@ fn rule_of_conj(flows: &[antrea_vm_agent::ovs::openflow::Flow], conj: u32) -> (S
 #[actix_rt::test]
 async fn realization_is_reported_after_each_successful_commit_only() {
     let w = start().await;
-    w.installer.do_send(interfaces());
-    w.installer.do_send(RulesChanged {
-        rules: view(rules()),
-        policies: generations(1, 1),
-        sync_epoch: 1,
-        interface_ofports: interfaces().ofports(),
-        changes: None,
-    });
-    w.wait_realized(&PoliciesRealized {
-        policies: generations(1, 1).into(),
-        sync_epoch: 1,
-    })
-    .await;
+    w.first_sync().await;
     let sw = w.connector.switch();
     let adds = w.metrics.ovs_flow_ops.with_label_values(&["add"]).get();
     assert!(
@@ -424,19 +417,7 @@ async fn the_trace_context_is_synced_only_after_the_first_commit() {
     let ctx = w.installer.send(GetTraceContext).await.expect("installer alive");
     assert!(!ctx.synced, "synced before any sync");
     assert!(ctx.conjunctions.is_empty());
-    w.installer.do_send(interfaces());
-    w.installer.do_send(RulesChanged {
-        rules: view(rules()),
-        policies: generations(1, 1),
-        sync_epoch: 1,
-        interface_ofports: interfaces().ofports(),
-        changes: None,
-    });
-    w.wait_realized(&PoliciesRealized {
-        policies: generations(1, 1).into(),
-        sync_epoch: 1,
-    })
-    .await;
+    w.first_sync().await;
     let ctx = w.installer.send(GetTraceContext).await.expect("installer alive");
     assert!(ctx.synced, "not synced after the first commit");
     assert!(!ctx.conjunctions.is_empty());
