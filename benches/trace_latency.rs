@@ -37,6 +37,7 @@ use antrea_vm_agent::ovs::vswitchd::Vswitchd;
 use antrea_vm_agent::policy::trace::{TraceDirection, TracePacket, TraceProtocol};
 use common::agent::write_atomic;
 use common::fleet_files::{fleet_policy, Fleet, APPLIED_TO, FRACTIONAL_STEP, RULES_PER_POLICY};
+use common::lab_fleet::installed_rules;
 use common::{env_usize, ms, quantile};
 use support::*;
 
@@ -172,10 +173,13 @@ fn main() {
             .any(|l| l.contains("flows committed") && l.contains("full=true"))
     });
     std::thread::sleep(Duration::from_secs(2));
+    let rules = installed_rules(&lab.dump_flows());
     println!(
-        "agent up with the fleet in {:.1} s",
+        "agent up with the fleet ({rules} rules installed) in {:.1} s",
         started.elapsed().as_secs_f64()
     );
+    // A trace timed against fewer rules than asked would flatter the agent.
+    assert_eq!(rules, policies * RULES_PER_POLICY, "rules installed");
     // Every probe gets the verdict its rule gives (the deepest one only once every rule is in).
     for p in &PROBES {
         if policies < 2000 && p.peer == "10.39.14.5" {
